@@ -1,0 +1,46 @@
+import random
+
+import numpy as np
+
+from tracecomm.engine.intervals import coverage, measure
+
+
+def _brute(
+    intervals: list[tuple[int, int, int]], labels: set[int], lo: int, hi: int, combine: str
+) -> int:
+    """Count each integer ns t in [lo, hi) whose membership satisfies the expression."""
+    total = 0
+    for t in range(lo, hi):
+        inside = {lab for s, e, lab in intervals if s <= t < e}
+        a, b = 0 in inside, 1 in inside
+        total += {"a": a, "b": b, "a&b": a and b, "a|b": a or b, "a-b": a and not b}[combine]
+    return total
+
+
+def test_measure_matches_brute_force_on_random_intervals() -> None:
+    rng = random.Random(7)
+    for _ in range(60):
+        intervals = []
+        for _ in range(rng.randint(0, 12)):
+            s = rng.randint(0, 200)
+            intervals.append((s, s + rng.randint(0, 60), rng.randint(0, 1)))
+        starts = np.array([i[0] for i in intervals], dtype=np.int64)
+        ends = np.array([i[1] for i in intervals], dtype=np.int64)
+        labels = np.array([i[2] for i in intervals], dtype=np.int64)
+        cov = coverage(starts, ends, labels, 2)
+        windows = [(rng.randint(-20, 150), 0) for _ in range(5)]
+        windows = [(lo, lo + rng.randint(0, 120)) for lo, _ in windows]
+        lo = np.array([w[0] for w in windows], dtype=np.int64)
+        hi = np.array([w[1] for w in windows], dtype=np.int64)
+        a, b = cov.covered[:, 0], cov.covered[:, 1]
+        for expr, mask in {"a": a, "b": b, "a&b": a & b, "a|b": a | b, "a-b": a & ~b}.items():
+            got = measure(cov, mask, lo, hi).tolist()
+            want = [_brute(intervals, {0, 1}, w0, w1, expr) for w0, w1 in windows]
+            assert got == want, (expr, intervals, windows)
+
+
+def test_empty_input_measures_zero() -> None:
+    empty = np.array([], dtype=np.int64)
+    cov = coverage(empty, empty, empty, 3)
+    got = measure(cov, cov.covered[:, 0], np.array([0]), np.array([100]))
+    assert got.tolist() == [0]

@@ -1,0 +1,159 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import kernel, launch, simple_events, step, trace_doc, write_trace
+from tracecomm.errors import NotATrace, TraceError
+from tracecomm.ingest import load_rank
+
+
+def test_parses_compact_json_and_keeps_exact_ns(tmp_path: Path) -> None:
+    events = [kernel("k", "5077185321273.005", "1.999", 1), launch("5077185321270.001", 1)]
+    doc = trace_doc(events, rank=3, world=8, baseTimeNanoseconds=1711958400000000000)
+    path = tmp_path / "x.json"
+    path.write_text(
+        json.dumps(doc, separators=(",", ":"))
+        .replace('"5077185321273.005"', "5077185321273.005")
+        .replace('"1.999"', "1.999")
+        .replace('"5077185321270.001"', "5077185321270.001")
+    )
+    rank = load_rank(path)
+    assert rank.meta.rank == 3 and rank.meta.world_size == 8
+    assert rank.meta.base_time_ns == 1711958400000000000
+    row = rank.device.row(0, named=True)
+    assert (row["start_ns"], row["end_ns"]) == (5077185321273005, 5077185321275004)
+    assert rank.launches["start_ns"].to_list() == [5077185321270001]
+
+
+def test_old_capitalisation_and_lowercase_external_id(tmp_path: Path) -> None:
+    events = [
+        {
+            "ph": "X",
+            "cat": "Kernel",
+            "name": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
+            "pid": 0,
+            "tid": "stream 16",
+            "ts": 10,
+            "dur": 5,
+            "args": {"device": 0, "correlation": 7, "external id": 42},
+        },
+        {
+            "ph": "X",
+            "cat": "Runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 8,
+            "dur": 1,
+            "args": {"correlation": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "Memcpy",
+            "name": "Memcpy HtoD",
+            "pid": 0,
+            "tid": "stream 7",
+            "ts": 20,
+            "dur": 3,
+            "args": {"device": 0},
+        },
+    ]
+    rank = load_rank(write_trace(tmp_path / "t.json", trace_doc(events)))
+    dev = rank.device.sort("start_ns")
+    assert dev["kind"].to_list() == ["kernel", "memcpy"]
+    assert dev["stream"].to_list() == [16, 7]
+    assert dev["external_id"].to_list()[0] == 42
+    assert rank.launches.height == 1
+
+
+def test_collective_metadata_is_kept_per_kernel(tmp_path: Path) -> None:
+    meta = {
+        "Collective name": "_allgather_base",
+        "In msg nelems": 1024,
+        "Out msg nelems": 8192,
+        "Group size": 8,
+        "dtype": "BFloat16",
+        "Process Group Name": "0",
+        "Process Group Ranks": "[0, 1, 2, 3, 4, 5, 6, 7]",
+        "Seq": 17,
+    }
+    events = [kernel("ncclDevKernel_AllGather_RING_LL(x)", 1, 2, 1, **meta)]
+    row = load_rank(write_trace(tmp_path / "t.json", trace_doc(events))).device.row(0, named=True)
+    assert row["collective_name"] == "_allgather_base"
+    assert (row["in_msg_nelems"], row["out_msg_nelems"], row["group_size"]) == (1024, 8192, 8)
+    assert (row["dtype"], row["pg_name"], row["seq"]) == ("BFloat16", "0", 17)
+    assert row["pg_ranks"] == "[0, 1, 2, 3, 4, 5, 6, 7]"
+
+
+def test_gzip_is_sniffed_without_the_suffix(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "rank0.json", trace_doc(simple_events()), gz=True)
+    assert load_rank(path).device.height == 3
+
+
+def test_truncated_file_salvages_complete_events(tmp_path: Path) -> None:
+    text = json.dumps(trace_doc(simple_events()), indent=1)
+    cut = text[: text.rindex('"ts"')]  # a job killed while writing the last event
+    rank = load_rank(write_trace(tmp_path / "rank0.json", text=cut))
+    assert rank.truncated
+    assert rank.device.height == 2  # the last kernel was cut off
+    assert any("truncated" in w for w in rank.warnings)
+
+
+def test_truncated_gzip_salvages_too(tmp_path: Path) -> None:
+    import gzip
+
+    data = gzip.compress(json.dumps(trace_doc(simple_events()), indent=1).encode(), mtime=0)
+    path = tmp_path / "rank0.json.gz"
+    path.write_bytes(data[: len(data) - 40])
+    rank = load_rank(path)
+    assert rank.truncated and rank.device.height >= 1
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "empty file"),
+        ("this is not json", "not JSON"),
+        ('{"traceEvents": [{"ph": "X"} {"ph": "X"}]}', "invalid JSON"),
+        ('{"traceEvents": {"a": 1}}', "unexpected trace structure"),
+    ],
+)
+def test_unusable_files_raise_trace_error_naming_the_problem(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    path = write_trace(tmp_path / "rank0.json", text=content)
+    with pytest.raises(TraceError, match=message) as info:
+        load_rank(path)
+    assert str(path) in str(info.value)
+
+
+def test_corrupt_gzip(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.json.gz"
+    path.write_bytes(b"\x1f\x8b\x08\x00" + b"\x00garbage" * 20)
+    with pytest.raises(TraceError, match="corrupt gzip"):
+        load_rank(path)
+
+
+def test_json_without_trace_events_is_not_a_trace(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "model.et.json", {"nodes": [], "schema": "1.0"})
+    with pytest.raises(NotATrace, match="no traceEvents"):
+        load_rank(path)
+
+
+def test_missing_and_negative_durations_are_repaired_with_warnings(tmp_path: Path) -> None:
+    events = [kernel("a", 10, -5, 1), kernel("b", 20, 3, 2)]
+    del events[1]["dur"]
+    rank = load_rank(write_trace(tmp_path / "rank0.json", trace_doc(events)))
+    assert rank.repaired_events == 2
+    assert rank.device["end_ns"].to_list() == rank.device["start_ns"].to_list()
+    joined = " ".join(rank.warnings)
+    assert "negative duration" in joined and "without a duration" in joined
+
+
+def test_cpu_ops_are_kept_only_for_cpu_only_traces(tmp_path: Path) -> None:
+    cpu = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 1}
+    with_gpu = load_rank(write_trace(tmp_path / "a.json", trace_doc([cpu, *simple_events()])))
+    cpu_only = load_rank(write_trace(tmp_path / "b.json", trace_doc([cpu, step(1, 0, 5)])))
+    assert with_gpu.cpu.filter(with_gpu.cpu["kind"] == "cpu_op").height == 0
+    assert cpu_only.cpu.filter(cpu_only.cpu["kind"] == "cpu_op").height == 1

@@ -1,0 +1,3 @@
+from tracecomm.cli import main
+
+main()

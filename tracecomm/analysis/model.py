@@ -1,0 +1,104 @@
+"""The Report: plain data that every renderer reads and none computes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracecomm.engine.model import Figures, RankBreakdown
+from tracecomm.ingest.model import TraceMeta
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """What the per-rank unit (parse + breakdown) sends back: small, picklable."""
+
+    path: str
+    meta: TraceMeta
+    breakdown: RankBreakdown
+    warnings: tuple[str, ...]
+    truncated: bool
+    repaired_events: int
+    first_event_abs_ns: int | None  # absolute time of the first event, when the file tells
+
+
+@dataclass(frozen=True)
+class FileFailure:
+    """A file that produced no rank: unreadable, not JSON, or not a trace at all."""
+
+    path: str
+    reason: str
+    not_a_trace: bool = False
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """Per-figure median over the included steps, and the slowest step's own figures."""
+
+    steps: int
+    median: Figures
+    worst_step: int
+    worst: Figures
+
+
+@dataclass(frozen=True)
+class RankReport:
+    rank: int
+    rank_source: str  # "distributedInfo" | "file name" | "file order"
+    path: str
+    host: str | None
+    devices: tuple[str, ...]
+    breakdown: RankBreakdown
+    step_summary: StepSummary | None
+    partial: bool  # truncated file or repaired events: figures may be low
+
+
+@dataclass(frozen=True)
+class MissingRank:
+    """A rank whose file was given but could not be used (the report is partial)."""
+
+    rank: int | None
+    path: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class TypeSummary:
+    """One collective type over all analyzed ranks (sums of per-rank analysis windows)."""
+
+    coll_type: str
+    kernels: int
+    ranks: int
+    comm_ns: int
+    exposed_comm_ns: int
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    ranks_analyzed: int
+    world_size: int | None
+    timelines: tuple[str, ...]
+    steps: tuple[int, ...]  # step numbers included on at least one rank
+    median_rank: int | None
+    worst_rank: int | None
+    worst_by: str  # what "worst" ranks by, in words
+    total: Figures | None  # sum over ranks of their analysis windows
+
+
+@dataclass(frozen=True)
+class Report:
+    tool_version: str
+    inputs: tuple[str, ...]
+    options: dict[str, Any]
+    summary: RunSummary
+    ranks: tuple[RankReport, ...]
+    by_type: tuple[TypeSummary, ...]
+    missing: tuple[MissingRank, ...]
+    skipped: tuple[FileFailure, ...]  # files that are not traces (no traceEvents)
+    absent_ranks: tuple[int, ...] = ()  # below world_size, no file at all: a warning, not an error
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def partial(self) -> bool:
+        """Some rank is missing or was only partly readable."""
+        return bool(self.missing) or any(r.partial for r in self.ranks)

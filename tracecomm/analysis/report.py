@@ -1,0 +1,204 @@
+"""Assemble per-rank results into one Report: rank identity, missing ranks, run summary."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any
+
+from tracecomm import __version__
+from tracecomm.analysis.model import (
+    FileFailure,
+    MissingRank,
+    RankReport,
+    RankResult,
+    Report,
+    RunSummary,
+    StepSummary,
+    TypeSummary,
+)
+from tracecomm.engine.classify import COLL_TYPES
+from tracecomm.engine.model import Figures, RankBreakdown
+from tracecomm.ingest.discover import RankClaim, assign_ranks, rank_from_filename
+
+# Traces of one job open their windows within minutes; hours apart means another job.
+_SAME_JOB_SPAN_NS = 3600 * 10**9
+
+
+def build_report(
+    results: Sequence[RankResult],
+    failures: Sequence[FileFailure],
+    inputs: Sequence[str],
+    options: dict[str, Any],
+) -> Report:
+    warnings: list[str] = []
+    by_path = {r.path: r for r in results}
+    assignment = assign_ranks([RankClaim(r.path, r.meta.rank) for r in results])
+    warnings.extend(assignment.warnings)
+    missing = [
+        MissingRank(rank_from_filename(f.path), f.path, f.reason)
+        for f in failures
+        if not f.not_a_trace
+    ]
+    for rank, paths in sorted(assignment.duplicates.items()):
+        reason = f"rank {rank} is claimed by {len(paths)} files: {', '.join(paths)}"
+        missing.append(MissingRank(rank, None, reason + " (pass one of them)"))
+    ranks = [
+        _rank_report(rank, assignment.source[rank], by_path[path])
+        for rank, path in sorted(assignment.ranks.items())
+    ]
+    for result in results:
+        warnings.extend(result.warnings)
+    world = _world_size(results, warnings)
+    absent = _absent_ranks(world, ranks, missing)
+    if absent:
+        warnings.append(
+            f"{len(absent)} of {world} ranks (world_size) have no trace file: "
+            + compact_ranges(absent)
+        )
+    warnings.extend(_mixed_job_warnings(results))
+    return Report(
+        tool_version=__version__,
+        inputs=tuple(inputs),
+        options=options,
+        summary=_summary(ranks, world),
+        ranks=tuple(ranks),
+        by_type=_by_type(ranks),
+        missing=tuple(sorted(missing, key=lambda m: (m.rank is None, m.rank or 0, m.path or ""))),
+        absent_ranks=tuple(absent),
+        skipped=tuple(f for f in failures if f.not_a_trace),
+        warnings=tuple(warnings),
+    )
+
+
+def _rank_report(rank: int, source: str, result: RankResult) -> RankReport:
+    bd = result.breakdown
+    return RankReport(
+        rank=rank,
+        rank_source=source,
+        path=result.path,
+        host=result.meta.host_name,
+        devices=tuple(sorted(set(result.meta.device_names.values()))),
+        breakdown=bd,
+        step_summary=step_summary(bd),
+        partial=result.truncated or result.repaired_events > 0,
+    )
+
+
+def step_summary(bd: RankBreakdown) -> StepSummary | None:
+    """Median of each figure over the included steps (rounded to whole ns) and the slowest step."""
+    steps = [(s.step, s.window.figures) for s in bd.included_steps if s.window is not None]
+    if not steps:
+        return None
+    median = Figures(
+        **{
+            f.name: round(statistics.median(getattr(fig, f.name) for _, fig in steps))
+            for f in fields(Figures)
+        }
+    )
+    worst_step, worst = max(steps, key=lambda item: (item[1].window_ns, item[0]))
+    return StepSummary(len(steps), median, worst_step, worst)
+
+
+def _world_size(results: Sequence[RankResult], warnings: list[str]) -> int | None:
+    sizes = Counter(r.meta.world_size for r in results if r.meta.world_size is not None)
+    if len(sizes) > 1:
+        warnings.append(
+            "files disagree on world_size ("
+            + ", ".join(f"{size} in {n} files" for size, n in sorted(sizes.items()))
+            + "): traces from different jobs in one folder?"
+        )
+    return max(sizes) if sizes else None
+
+
+def _absent_ranks(
+    world: int | None, ranks: Sequence[RankReport], missing: Sequence[MissingRank]
+) -> list[int]:
+    """Ranks below world_size with no file at all (profiling a subset of ranks is common)."""
+    if world is None:
+        return []
+    accounted = {r.rank for r in ranks} | {m.rank for m in missing if m.rank is not None}
+    return [r for r in range(world) if r not in accounted]
+
+
+def compact_ranges(numbers: Sequence[int]) -> str:
+    """[1, 2, 3, 7, 9, 10] -> '1–3, 7, 9–10'."""
+    parts: list[str] = []
+    run: list[int] = []
+    for n in sorted(numbers):
+        if run and n != run[-1] + 1:
+            parts.append(_span(run))
+            run = []
+        run.append(n)
+    if run:
+        parts.append(_span(run))
+    return ", ".join(parts)
+
+
+def _span(run: list[int]) -> str:
+    return str(run[0]) if len(run) == 1 else f"{run[0]}–{run[-1]}"
+
+
+def _mixed_job_warnings(results: Sequence[RankResult]) -> list[str]:
+    warnings = []
+    starts = [r.first_event_abs_ns for r in results if r.first_event_abs_ns is not None]
+    if len(starts) > 1 and max(starts) - min(starts) > _SAME_JOB_SPAN_NS:
+        hours = (max(starts) - min(starts)) / 3.6e12
+        warnings.append(
+            f"trace start times are {hours:.1f} h apart: traces from different jobs in one folder?"
+        )
+    ids = Counter(r.meta.trace_id for r in results if r.meta.trace_id)
+    # Only meaningful when ids are shared: per-process ids are all distinct in one job.
+    if len(ids) > 1 and any(n > 1 for n in ids.values()):
+        warnings.append(
+            f"files carry {len(ids)} different trace_id values: traces from different jobs?"
+        )
+    return warnings
+
+
+def _summary(ranks: Sequence[RankReport], world: int | None) -> RunSummary:
+    timed = [(r.rank, _pace(r)) for r in ranks if _pace(r) is not None]
+    timed.sort(key=lambda item: (item[1], item[0]))
+    windows = [r.breakdown.window.figures for r in ranks if r.breakdown.window is not None]
+    steps = sorted({s.step for r in ranks for s in r.breakdown.included_steps})
+    return RunSummary(
+        ranks_analyzed=len(ranks),
+        world_size=world,
+        timelines=tuple(sorted({r.breakdown.timeline for r in ranks})),
+        steps=tuple(steps),
+        median_rank=timed[(len(timed) - 1) // 2][0] if timed else None,
+        worst_rank=timed[-1][0] if timed else None,
+        worst_by="median step time" if steps else "analysis window length",
+        total=_sum_figures(windows) if windows else None,
+    )
+
+
+def _pace(rank: RankReport) -> int | None:
+    if rank.step_summary is not None:
+        return rank.step_summary.median.window_ns
+    window = rank.breakdown.window
+    return window.figures.window_ns if window is not None else None
+
+
+def _sum_figures(figures: Sequence[Figures]) -> Figures:
+    return Figures(**{f.name: sum(getattr(x, f.name) for x in figures) for f in fields(Figures)})
+
+
+def _by_type(ranks: Sequence[RankReport]) -> tuple[TypeSummary, ...]:
+    rows = [t for r in ranks if r.breakdown.window is not None for t in r.breakdown.window.by_type]
+    out = []
+    for coll in COLL_TYPES:
+        mine = [t for t in rows if t.coll_type == coll]
+        if mine:
+            out.append(
+                TypeSummary(
+                    coll_type=coll,
+                    kernels=sum(t.kernels for t in mine),
+                    ranks=len(mine),
+                    comm_ns=sum(t.comm_ns for t in mine),
+                    exposed_comm_ns=sum(t.exposed_comm_ns for t in mine),
+                )
+            )
+    return tuple(out)

@@ -1,0 +1,224 @@
+"""Command line: parse options, run the pipeline, pick a renderer, map errors to exit codes.
+
+Heavy modules (polars, numpy, the pipeline) are imported inside commands so that
+``tracecomm --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+
+from tracecomm import __version__
+
+if TYPE_CHECKING:
+    from tracecomm.analysis.model import Report
+
+EXIT_OK = 0
+EXIT_USAGE = 2  # bad option or path (also click's own usage errors)
+EXIT_NO_INPUT = 3  # nothing usable: no traces found, or every file failed
+EXIT_PARTIAL = 4  # a report was produced, but some rank is missing or was only partly readable
+EXIT_INTERNAL = 70  # a bug in tracecomm (EX_SOFTWARE)
+
+app = typer.Typer(
+    name="tracecomm",
+    help="Why is a distributed training run slower than its GPUs? Reads PyTorch profiler "
+    "(Kineto) traces and reports compute / communication overlap, exposed collectives and idle "
+    "time per rank.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+class OutputFormat(str, Enum):
+    terminal = "terminal"
+    json = "json"
+    csv = "csv"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tracecomm {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """tracecomm: compute / communication analysis of distributed training traces."""
+
+
+_STEPS = re.compile(r"^\s*(-?\d+)?\s*(:)?\s*(-?\d+)?\s*$")
+
+
+def parse_steps(text: str | None) -> tuple[int | None, int | None]:
+    """``3:7`` (inclusive), ``3:``, ``:7`` or ``5`` to (first, last) step numbers."""
+    if text is None:
+        return None, None
+    match = _STEPS.match(text)
+    if not match or (match.group(1) is None and match.group(3) is None):
+        raise typer.BadParameter(f"{text!r}: expected A:B, A:, :B or A (ProfilerStep numbers)")
+    first, colon, last = match.groups()
+    lo = int(first) if first is not None else None
+    hi = int(last) if last is not None else (None if colon else lo)
+    if lo is not None and hi is not None and lo > hi:
+        raise typer.BadParameter(f"{text!r}: first step is after the last one")
+    return lo, hi
+
+
+@app.command()
+def analyze(
+    run: Annotated[
+        list[Path],
+        typer.Argument(help="Run folder(s), searched recursively for *.json[.gz], or trace files."),
+    ],
+    output_format: Annotated[
+        OutputFormat,
+        typer.Option("--format", "-f", help="terminal report, one JSON document, or per-rank CSV."),
+    ] = OutputFormat.terminal,
+    steps: Annotated[
+        str | None,
+        typer.Option(help="ProfilerStep numbers to analyze, inclusive: 3:7, 3:, :7 or 5."),
+    ] = None,
+    all_steps: Annotated[
+        bool, typer.Option("--all-steps", help="Also analyze incomplete (cut-short) steps.")
+    ] = False,
+    comm_pattern: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--comm-pattern", help="Regex: kernels whose name matches count as communication."
+        ),
+    ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", min=1, help="Parallel parse processes (default: per core)."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No warnings on stderr.")] = False,
+) -> None:
+    """Per-rank compute / communication breakdown of a run's profiler traces.
+
+    Exit codes: 0 success; 2 usage error; 3 no usable input; 4 partial result (a rank is
+    missing or was only partly readable; the report covers the others); 70 internal error.
+    """
+    first, last = parse_steps(steps)
+    patterns = tuple(comm_pattern or ())
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise typer.BadParameter(f"{pattern!r}: {exc}", param_hint="--comm-pattern") from None
+    report = _run(
+        [str(p) for p in run],
+        first,
+        last,
+        all_steps,
+        patterns,
+        jobs,
+        show_progress=output_format is OutputFormat.terminal,
+    )
+    if not quiet:
+        for line in report.warnings:
+            _stderr(f"warning: {line}")
+        for missing in report.missing:
+            who = f"rank {missing.rank}" if missing.rank is not None else "a rank"
+            where = f"{missing.path}: " if missing.path else ""
+            _stderr(f"error: {who} missing: {where}{missing.reason}")
+        for skipped in report.skipped:
+            _stderr(f"warning: skipped {skipped.path}: {skipped.reason}")
+    _render(report, output_format)
+    raise typer.Exit(EXIT_PARTIAL if report.partial else EXIT_OK)
+
+
+def _run(
+    inputs: list[str],
+    first: int | None,
+    last: int | None,
+    all_steps: bool,
+    patterns: tuple[str, ...],
+    jobs: int | None,
+    show_progress: bool,
+) -> Report:
+    from tracecomm.engine import BreakdownOptions
+    from tracecomm.errors import NoUsableInput, UsageError
+    from tracecomm.pipeline import AnalyzeOptions
+    from tracecomm.pipeline import analyze as run_pipeline
+
+    opts = AnalyzeOptions(BreakdownOptions(first, last, all_steps, patterns), jobs)
+    try:
+        return run_pipeline(inputs, opts, _progress() if show_progress else None)
+    except UsageError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except NoUsableInput as exc:
+        _fail(str(exc), EXIT_NO_INPUT)
+
+
+def _progress() -> Callable[[int, int, str], None] | None:
+    if not sys.stderr.isatty():
+        return None
+
+    def report(done: int, total: int, path: str) -> None:
+        if total > 1:
+            end = "\n" if done == total else ""
+            sys.stderr.write(f"\r\x1b[Kparsed {done}/{total}: {os.path.basename(path)}{end}")
+            sys.stderr.flush()
+
+    return report
+
+
+def _render(report: Report, output_format: OutputFormat) -> None:
+    if output_format is OutputFormat.json:
+        from tracecomm.render.formats import render_json
+
+        sys.stdout.buffer.write(render_json(report))
+    elif output_format is OutputFormat.csv:
+        from tracecomm.render.formats import render_csv
+
+        sys.stdout.write(render_csv(report))
+    else:
+        from tracecomm.render.terminal import render_terminal
+
+        render_terminal(report, sys.stdout)
+    sys.stdout.flush()
+
+
+def _stderr(message: str) -> None:
+    sys.stderr.write(f"tracecomm: {message}\n")
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    _stderr(f"error: {message}")
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    """Console entry point: no traceback reaches the user unless TRACECOMM_DEBUG is set."""
+    try:
+        app()
+    except (KeyboardInterrupt, BrokenPipeError):
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:
+        if os.environ.get("TRACECOMM_DEBUG"):
+            raise
+        _stderr(
+            f"internal error: {type(exc).__name__}: {exc} "
+            "(a bug; rerun with TRACECOMM_DEBUG=1 for the traceback and please report it)"
+        )
+        sys.exit(EXIT_INTERNAL)
+
+
+if __name__ == "__main__":
+    main()

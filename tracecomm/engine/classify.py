@@ -1,0 +1,144 @@
+"""Classes (comm / compute / memory / sync) and collective types of device events.
+
+Definitions: metrics.md §1; name families: kineto-traces.md §11.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from tracecomm.ingest.model import RankEvents
+
+COLL_TYPES = (
+    "AllGather",
+    "ReduceScatter",
+    "AllReduce",
+    "Broadcast",
+    "Reduce",
+    "AllToAll",
+    "SendRecv",
+    "Other",
+)
+
+# NCCL / RCCL / HCCL / oneCCL name families, plus the custom all-reduce kernels of inference
+# engines (vLLM, SGLang, TensorRT-LLM) that do the same job outside NCCL.
+COMM_NAME_PATTERN = (
+    r"(?i)nccl|rccl|hccl|oneccl|cross_device_reduce|oneShotAllReduce|twoShotAllReduce"
+)
+_CUSTOM_ALLREDUCE = r"(?i)cross_device_reduce|oneShotAllReduce|twoShotAllReduce"
+_KERNEL_COLL_TOKEN = r"(?i)(?:nccl|rccl)[A-Za-z]*?Kernel_([A-Za-z]+)"
+
+# Prefixes of a normalized collective name (lower case, no '_', no 'nccl:'/'gloo:') in the
+# order they must be tried: 'allreduce' before 'reduce', 'allreducebarrier' before both.
+_TYPE_BY_PREFIX = (
+    ("allreducebarrier", "Other"),
+    ("barrier", "Other"),
+    ("allreduce", "AllReduce"),
+    ("allgather", "AllGather"),
+    ("reducescatter", "ReduceScatter"),
+    ("alltoall", "AllToAll"),
+    ("broadcast", "Broadcast"),
+    ("sendrecv", "SendRecv"),
+    ("send", "SendRecv"),
+    ("recv", "SendRecv"),
+    ("reduce", "Reduce"),
+)
+
+
+def coll_type_of(name: pl.Expr) -> pl.Expr:
+    """Collective type from a c10d op / annotation / kernel-stem name; null stays null."""
+    norm = (
+        name.str.to_lowercase()
+        .str.replace(r"^(nccl|gloo|rccl|hccl):", "")
+        .str.replace_all("_", "")
+        .str.strip_chars()
+    )
+    expr: pl.Expr = pl.lit("Other")
+    for prefix, coll in reversed(_TYPE_BY_PREFIX):
+        expr = pl.when(norm.str.starts_with(prefix)).then(pl.lit(coll)).otherwise(expr)
+    return pl.when(name.is_null()).then(pl.lit(None, dtype=pl.String)).otherwise(expr)
+
+
+def classify(rank: RankEvents, comm_patterns: Sequence[str] = ()) -> pl.DataFrame:
+    """The device frame with ``cls`` and, for comm kernels, ``coll_type`` and linked metadata."""
+    pattern = "|".join([COMM_NAME_PATTERN, *(f"(?:{p})" for p in comm_patterns)])
+    device = rank.device.with_columns(
+        pl.when(pl.col("kind") == "sync")
+        .then(pl.lit("sync"))
+        .when(pl.col("kind").is_in(["memcpy", "memset"]))
+        .then(pl.lit("memory"))
+        .when(pl.col("name").str.contains(pattern))
+        .then(pl.lit("comm"))
+        .otherwise(pl.lit("compute"))
+        .alias("cls")
+    )
+    device = _fill_metadata_from_cpu_op(device, rank.comm_ops)
+    device = _annotation_type(device, rank.comm_annotations)
+    kernel_stem = pl.col("name").str.extract(_KERNEL_COLL_TOKEN)
+    by_name = (
+        pl.when(pl.col("name").str.contains(_CUSTOM_ALLREDUCE))
+        .then(pl.lit("AllReduce"))
+        .otherwise(
+            pl.when(kernel_stem.str.to_lowercase() == "generic")
+            .then(pl.lit("Other"))
+            .otherwise(coll_type_of(kernel_stem))
+        )
+    )
+    coll_type = pl.coalesce(
+        coll_type_of(pl.col("collective_name")), pl.col("annotation_type"), by_name, pl.lit("Other")
+    )
+    return device.with_columns(
+        pl.when(pl.col("cls") == "comm").then(coll_type).alias("coll_type")
+    ).drop("annotation_type")
+
+
+def _fill_metadata_from_cpu_op(device: pl.DataFrame, comm_ops: pl.DataFrame) -> pl.DataFrame:
+    """Older traces keep collective metadata on record_param_comms only: join by External id."""
+    if comm_ops.height == 0:
+        return device
+    meta_cols = [c for c in comm_ops.columns if c not in ("external_id", "start_ns")]
+    cpu = (
+        comm_ops.filter(pl.col("external_id").is_not_null())
+        .unique("external_id", keep="first")
+        .select("external_id", *(pl.col(c).alias(f"cpu_{c}") for c in meta_cols))
+    )
+    joined = device.join(cpu, on="external_id", how="left", maintain_order="left")
+    is_comm = pl.col("cls") == "comm"
+    return joined.with_columns(
+        pl.when(is_comm).then(pl.coalesce(c, f"cpu_{c}")).otherwise(pl.col(c)).alias(c)
+        for c in meta_cols
+    ).drop(f"cpu_{c}" for c in meta_cols)
+
+
+def _annotation_type(device: pl.DataFrame, annotations: pl.DataFrame) -> pl.DataFrame:
+    """Type from the enclosing ``nccl:*`` GPU annotation on the same stream.
+
+    Kineto widens these annotations by 1 ns on each side, hence the tolerance.
+    """
+    if annotations.height == 0:
+        return device.with_columns(pl.lit(None, dtype=pl.String).alias("annotation_type"))
+    ann = annotations.select(
+        "device",
+        "stream",
+        pl.col("start_ns").alias("ann_start"),
+        pl.col("end_ns").alias("ann_end"),
+        coll_type_of(pl.col("name")).alias("ann_type"),
+    ).sort("ann_start")
+    keyed = device.with_row_index("_row").sort("start_ns")
+    matched = keyed.join_asof(
+        ann,
+        left_on="start_ns",
+        right_on="ann_start",
+        by=["device", "stream"],
+        strategy="backward",
+        check_sortedness=False,
+    )
+    inside = pl.col("end_ns") <= pl.col("ann_end") + 1
+    return (
+        matched.with_columns(pl.when(inside).then(pl.col("ann_type")).alias("annotation_type"))
+        .drop("ann_start", "ann_end", "ann_type")
+        .sort("_row")
+        .drop("_row")
+    )

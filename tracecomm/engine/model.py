@@ -1,0 +1,79 @@
+"""Plain values the engine returns: per-rank figures in integer ns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Timeline = Literal["gpu", "cpu"]
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The partition of one window (metrics.md §3)."""
+
+    window_ns: int
+    compute_ns: int
+    comm_ns: int
+    overlapped_comm_ns: int
+    exposed_comm_ns: int
+    exposed_memory_ns: int
+    idle_ns: int
+
+    @property
+    def busy_ns(self) -> int:
+        return self.window_ns - self.idle_ns
+
+    @property
+    def overlap_pct(self) -> float | None:
+        return None if self.comm_ns == 0 else 100.0 * self.overlapped_comm_ns / self.comm_ns
+
+    @property
+    def busy_pct(self) -> float | None:
+        return None if self.window_ns == 0 else 100.0 * self.busy_ns / self.window_ns
+
+
+@dataclass(frozen=True)
+class TypeFigures:
+    """One collective type inside a window; types may overlap each other (two streams)."""
+
+    coll_type: str
+    kernels: int
+    comm_ns: int
+    exposed_comm_ns: int
+
+
+@dataclass(frozen=True)
+class WindowFigures:
+    start_ns: int
+    end_ns: int
+    figures: Figures
+    by_type: tuple[TypeFigures, ...]
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """One ProfilerStep: its window when it launched device work, and whether it is analyzed."""
+
+    step: int
+    complete: bool
+    included: bool
+    incomplete_reason: str | None
+    window: WindowFigures | None
+
+
+@dataclass(frozen=True)
+class RankBreakdown:
+    """Everything the engine knows about one rank, before any cross-rank analysis."""
+
+    timeline: Timeline
+    window: WindowFigures | None  # the analysis window: first to last included step
+    steps: tuple[StepFigures, ...]
+    comm_kernels: int  # whole file, before windowing
+    device_events: int
+    unlinked_events: int  # device work with no matching runtime launch
+    notes: tuple[str, ...]
+
+    @property
+    def included_steps(self) -> tuple[StepFigures, ...]:
+        return tuple(s for s in self.steps if s.included and s.window is not None)

@@ -1,0 +1,107 @@
+"""Which files of a run folder are traces, and which rank each one is."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracecomm.errors import UsageError
+
+_TRACE_SUFFIXES = (".json", ".json.gz")
+_RANK_IN_NAME = re.compile(r"(?:^|[_\-./])(?:rank|worker)[_\-]?(\d+)(?=[_\-.]|$)", re.IGNORECASE)
+_DIGITS = re.compile(r"(\d+)")
+
+
+def find_traces(inputs: Sequence[Path | str]) -> list[Path]:
+    """Trace candidates: named files as given, folders searched recursively for *.json[.gz]."""
+    found: list[Path] = []
+    for item in map(Path, inputs):
+        if item.is_dir():
+            found.extend(_scan(item))
+        elif item.is_file():
+            found.append(item)
+        else:
+            raise UsageError(f"{item}: no such file or folder")
+    return _dedupe(sorted(found, key=_natural_key))
+
+
+def _scan(folder: Path) -> Iterable[Path]:
+    for path in folder.rglob("*"):
+        if any(part.startswith(".") for part in path.relative_to(folder).parts):
+            continue
+        if path.name.lower().endswith(_TRACE_SUFFIXES) and path.is_file():
+            yield path
+
+
+def _dedupe(paths: list[Path]) -> list[Path]:
+    seen: set[Path] = set()
+    unique = []
+    for path in paths:
+        key = path.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(path)
+    return unique
+
+
+def _natural_key(path: Path) -> list[object]:
+    # rank2 before rank10: the file-order fallback must follow what a person reads.
+    return [int(tok) if tok.isdigit() else tok for tok in _DIGITS.split(str(path))]
+
+
+def rank_from_filename(path: Path | str) -> int | None:
+    """``rank3``, ``rank-3``, ``rank_3``, ``worker3`` in the file name, then in parent folders."""
+    path = Path(path)
+    for part in (path.name, *(p.name for p in path.parents)):
+        match = _RANK_IN_NAME.search("/" + part)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+@dataclass(frozen=True)
+class RankClaim:
+    """A parsed file and the rank its contents claim (``distributedInfo.rank``), if any."""
+
+    path: str
+    declared_rank: int | None
+
+
+@dataclass(frozen=True)
+class RankAssignment:
+    ranks: dict[int, str]  # rank -> path
+    source: dict[int, str]  # rank -> "distributedInfo" | "file name" | "file order"
+    duplicates: dict[int, tuple[str, ...]]  # rank -> every path that claimed it (all excluded)
+    warnings: tuple[str, ...]
+
+
+def assign_ranks(claims: Sequence[RankClaim]) -> RankAssignment:
+    """Rank identity: distributedInfo, else the file name, else file order (with a warning)."""
+    chosen: list[tuple[int | None, str, str]] = []
+    for claim in claims:
+        if claim.declared_rank is not None:
+            chosen.append((claim.declared_rank, claim.path, "distributedInfo"))
+        else:
+            chosen.append((rank_from_filename(claim.path), claim.path, "file name"))
+    warnings: list[str] = []
+    taken = {rank for rank, _, _ in chosen if rank is not None}
+    spare = (r for r in range(len(chosen) + len(taken)) if r not in taken)
+    resolved: list[tuple[int, str, str]] = []
+    for rank, path, source in chosen:
+        if rank is None:
+            rank = next(spare)
+            source = "file order"
+            warnings.append(
+                f"{path}: no rank in distributedInfo or the file name; assumed rank {rank} "
+                "from file order"
+            )
+        resolved.append((rank, path, source))
+    by_rank: dict[int, list[tuple[str, str]]] = {}
+    for rank, path, source in resolved:
+        by_rank.setdefault(rank, []).append((path, source))
+    duplicates = {r: tuple(p for p, _ in v) for r, v in by_rank.items() if len(v) > 1}
+    ranks = {r: v[0][0] for r, v in by_rank.items() if len(v) == 1}
+    sources = {r: v[0][1] for r, v in by_rank.items() if len(v) == 1}
+    return RankAssignment(ranks, sources, duplicates, tuple(warnings))

@@ -1,0 +1,66 @@
+"""The typed values that leave the ingest layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+DEVICE_KINDS = ("kernel", "memcpy", "memset", "sync")
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    """File-level facts: who wrote the trace and on which clock."""
+
+    rank: int | None
+    world_size: int | None
+    backend: str | None
+    nccl_version: str | None
+    pg_config: tuple[dict[str, Any], ...]
+    device_names: dict[int, str]
+    base_time_ns: (
+        int | None
+    )  # baseTimeNanoseconds: absolute time of ts == 0 (None: ts is absolute or unknown)
+    host_name: str | None
+    trace_id: str | None
+
+
+@dataclass(frozen=True)
+class RankEvents:
+    """One trace file as columns; times are integer ns on the file's own ts scale.
+
+    ``device``: kernels, memcpy, memset and sync records (kind, name, device, stream, start_ns,
+    end_ns, correlation, external_id, collective metadata columns).
+    ``launches``: runtime / driver calls (name, tid, start_ns, end_ns, correlation, external_id).
+    ``steps``: ``ProfilerStep#N`` annotations (step, tid, start_ns, end_ns).
+    ``comm_annotations``: ``nccl:*`` GPU user annotations (name, device, stream, start_ns, end_ns).
+    ``comm_ops``: ``record_param_comms`` CPU ops with their collective metadata.
+    ``cpu``: CPU ops and annotations (kind, name, pid, tid, start_ns, end_ns), for CPU-only traces.
+    """
+
+    path: str
+    meta: TraceMeta
+    device: pl.DataFrame
+    launches: pl.DataFrame
+    steps: pl.DataFrame
+    comm_annotations: pl.DataFrame
+    comm_ops: pl.DataFrame
+    cpu: pl.DataFrame
+    warnings: tuple[str, ...] = ()
+    truncated: bool = False
+    repaired_events: int = field(default=0)
+
+    @property
+    def absolute_offset_ns(self) -> int | None:
+        """Add to a start_ns to get ns since the epoch (None when the file cannot tell)."""
+        if self.meta.base_time_ns is not None:
+            return self.meta.base_time_ns
+        if self.device.height or self.cpu.height:
+            first = (
+                self.device["start_ns"].min() if self.device.height else self.cpu["start_ns"].min()
+            )
+            # Pre-2024 traces carry epoch µs directly; relative ones without a base start near 0.
+            return 0 if isinstance(first, int) and first > 10**17 else None
+        return None

@@ -1,0 +1,116 @@
+"""The whole run: discover files, map the per-rank unit over them, assemble the Report.
+
+``analyze_file`` (parse + breakdown of one file) is pure and picklable: it runs in worker
+processes here and can run on remote workers later. Only its small result travels back.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tracecomm.analysis.model import FileFailure, RankResult, Report
+from tracecomm.analysis.report import build_report
+from tracecomm.engine import BreakdownOptions, breakdown
+from tracecomm.errors import NotATrace, NoUsableInput, TraceError
+from tracecomm.ingest import RankEvents, find_traces, load_rank
+
+# Below this much input a process pool costs more (interpreter + polars start) than it saves.
+_POOL_MIN_BYTES = 64 * 2**20
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    breakdown: BreakdownOptions = field(default_factory=BreakdownOptions)
+    jobs: int | None = None  # None: one per core, when the input is large enough to pay off
+
+
+def analyze_file(path: str, opts: BreakdownOptions) -> RankResult | FileFailure:
+    """Parse one trace and compute its breakdown; failures come back as values, not raises."""
+    try:
+        events = load_rank(path)
+        result = breakdown(events, opts)
+    except NotATrace as exc:
+        return FileFailure(exc.path, exc.reason, not_a_trace=True)
+    except TraceError as exc:
+        return FileFailure(exc.path, exc.reason)
+    except MemoryError:
+        return FileFailure(path, "out of memory while parsing")
+    offset = events.absolute_offset_ns
+    first = _first_event_ns(events)
+    return RankResult(
+        path=path,
+        meta=events.meta,
+        breakdown=result,
+        warnings=events.warnings,
+        truncated=events.truncated,
+        repaired_events=events.repaired_events,
+        first_event_abs_ns=None if offset is None or first is None else offset + first,
+    )
+
+
+def _first_event_ns(events: RankEvents) -> int | None:
+    frame = events.device if events.device.height else events.cpu
+    value = frame["start_ns"].min() if frame.height else None
+    return value if isinstance(value, int) else None
+
+
+def analyze(
+    inputs: Sequence[str | Path],
+    opts: AnalyzeOptions | None = None,
+    progress: Progress | None = None,
+) -> Report:
+    """Analyze a run folder (or trace files). Raises ``NoUsableInput`` when no rank is left."""
+    opts = opts or AnalyzeOptions()
+    paths = find_traces(inputs)
+    if not paths:
+        raise NoUsableInput(
+            f"{', '.join(map(str, inputs))}: no trace files (*.json, *.json.gz) found"
+        )
+    outcomes = _map_files([str(p) for p in paths], opts, progress)
+    results = [o for o in outcomes if isinstance(o, RankResult)]
+    failures = [o for o in outcomes if isinstance(o, FileFailure)]
+    if not results:
+        reasons = "; ".join(f"{f.path}: {f.reason}" for f in failures[:3])
+        more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
+        raise NoUsableInput(f"no usable trace: {reasons}{more}")
+    options = {"breakdown": asdict(opts.breakdown)}
+    report = build_report(results, failures, [str(i) for i in inputs], options)
+    if all(r.breakdown.window is None for r in report.ranks) and not report.missing:
+        notes = "; ".join(f"{r.path}: {r.breakdown.notes[-1]}" for r in report.ranks[:3])
+        raise NoUsableInput(f"nothing to analyze: {notes}")
+    return report
+
+
+def _map_files(
+    paths: list[str], opts: AnalyzeOptions, progress: Progress | None
+) -> list[RankResult | FileFailure]:
+    jobs = _jobs(paths, opts.jobs)
+    out: list[RankResult | FileFailure] = []
+    if jobs <= 1:
+        for i, path in enumerate(paths):
+            out.append(analyze_file(path, opts.breakdown))
+            if progress:
+                progress(i + 1, len(paths), path)
+        return out
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        results = pool.map(analyze_file, paths, [opts.breakdown] * len(paths))
+        for i, (path, outcome) in enumerate(zip(paths, results, strict=True)):
+            out.append(outcome)
+            if progress:
+                progress(i + 1, len(paths), path)
+    return out
+
+
+def _jobs(paths: Sequence[str], requested: int | None) -> int:
+    if requested is not None:
+        return max(1, min(requested, len(paths)))
+    total = sum(os.path.getsize(p) for p in paths)
+    if total < _POOL_MIN_BYTES or len(paths) < 2:
+        return 1
+    return max(1, min(os.cpu_count() or 1, len(paths)))

@@ -1,0 +1,117 @@
+"""The Report as one JSON-ready document (schema: tracecomm/schema/report.schema.json).
+
+Times are integer nanoseconds (``*_ns``); percentages are floats or null when undefined.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from tracecomm.analysis.model import RankReport, Report
+from tracecomm.engine.model import Figures, StepFigures, WindowFigures
+
+SCHEMA_VERSION = 1
+
+
+def report_document(report: Report) -> dict[str, Any]:
+    s = report.summary
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "tracecomm", "version": report.tool_version},
+        "inputs": list(report.inputs),
+        "options": report.options,
+        "summary": {
+            "ranks_analyzed": s.ranks_analyzed,
+            "world_size": s.world_size,
+            "timelines": list(s.timelines),
+            "steps": list(s.steps),
+            "median_rank": s.median_rank,
+            "worst_rank": s.worst_rank,
+            "worst_by": s.worst_by,
+            "total": figures_document(s.total),
+        },
+        "ranks": [_rank(r) for r in report.ranks],
+        "by_type": [
+            {
+                "coll_type": t.coll_type,
+                "kernels": t.kernels,
+                "ranks": t.ranks,
+                "comm_ns": t.comm_ns,
+                "exposed_comm_ns": t.exposed_comm_ns,
+            }
+            for t in report.by_type
+        ],
+        "missing_ranks": [
+            {"rank": m.rank, "path": m.path, "reason": m.reason} for m in report.missing
+        ],
+        "absent_ranks": list(report.absent_ranks),
+        "skipped_files": [{"path": f.path, "reason": f.reason} for f in report.skipped],
+        "warnings": list(report.warnings),
+        "partial": report.partial,
+    }
+
+
+def figures_document(figures: Figures | None) -> dict[str, Any] | None:
+    if figures is None:
+        return None
+    doc: dict[str, Any] = {f.name: getattr(figures, f.name) for f in fields(Figures)}
+    doc["overlap_pct"] = figures.overlap_pct
+    doc["busy_pct"] = figures.busy_pct
+    return doc
+
+
+def _window(window: WindowFigures | None) -> dict[str, Any] | None:
+    if window is None:
+        return None
+    return {
+        "start_ns": window.start_ns,
+        "end_ns": window.end_ns,
+        "figures": figures_document(window.figures),
+        "by_type": [
+            {
+                "coll_type": t.coll_type,
+                "kernels": t.kernels,
+                "comm_ns": t.comm_ns,
+                "exposed_comm_ns": t.exposed_comm_ns,
+            }
+            for t in window.by_type
+        ],
+    }
+
+
+def _step(step: StepFigures) -> dict[str, Any]:
+    return {
+        "step": step.step,
+        "complete": step.complete,
+        "included": step.included,
+        "incomplete_reason": step.incomplete_reason,
+        "window": _window(step.window),
+    }
+
+
+def _rank(rank: RankReport) -> dict[str, Any]:
+    bd = rank.breakdown
+    summary = rank.step_summary
+    return {
+        "rank": rank.rank,
+        "rank_source": rank.rank_source,
+        "path": rank.path,
+        "host": rank.host,
+        "devices": list(rank.devices),
+        "timeline": bd.timeline,
+        "partial": rank.partial,
+        "comm_kernels": bd.comm_kernels,
+        "device_events": bd.device_events,
+        "unlinked_events": bd.unlinked_events,
+        "window": _window(bd.window),
+        "steps_included": summary.steps if summary else 0,
+        "step_median": figures_document(summary.median) if summary else None,
+        "step_worst": (
+            {"step": summary.worst_step, "figures": figures_document(summary.worst)}
+            if summary
+            else None
+        ),
+        "steps": [_step(s) for s in bd.steps],
+        "notes": list(bd.notes),
+    }

@@ -1,0 +1,72 @@
+"""Machine-readable renderers: JSON (one document) and CSV (the per-rank table)."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import orjson
+
+from tracecomm.analysis.model import Report
+from tracecomm.engine.model import Figures
+from tracecomm.render.document import report_document
+
+_FIGURE_COLUMNS = (
+    "window_ns",
+    "compute_ns",
+    "comm_ns",
+    "overlapped_comm_ns",
+    "exposed_comm_ns",
+    "exposed_memory_ns",
+    "idle_ns",
+)
+
+
+def render_json(report: Report) -> bytes:
+    return orjson.dumps(report_document(report), option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def render_csv(report: Report) -> str:
+    """One row per analyzed rank: the analysis window's figures, then the median step's."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    median_columns = [f"step_median_{c}" for c in _FIGURE_COLUMNS]
+    writer.writerow(
+        [
+            "rank",
+            "path",
+            "timeline",
+            "steps",
+            *_FIGURE_COLUMNS,
+            "overlap_pct",
+            "busy_pct",
+            *median_columns,
+            "comm_kernels",
+        ]
+    )
+    for rank in report.ranks:
+        window = rank.breakdown.window
+        figures = window.figures if window else None
+        median = rank.step_summary.median if rank.step_summary else None
+        writer.writerow(
+            [
+                rank.rank,
+                rank.path,
+                rank.breakdown.timeline,
+                rank.step_summary.steps if rank.step_summary else 0,
+                *_values(figures),
+                _pct(figures.overlap_pct if figures else None),
+                _pct(figures.busy_pct if figures else None),
+                *_values(median),
+                rank.breakdown.comm_kernels,
+            ]
+        )
+    return out.getvalue()
+
+
+def _values(figures: Figures | None) -> list[object]:
+    return [getattr(figures, c) if figures else "" for c in _FIGURE_COLUMNS]
+
+
+def _pct(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
