@@ -10,13 +10,14 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
 from pathlib import Path
 
 from tracecomm.analysis.model import FileFailure, RankResult, Report
 from tracecomm.analysis.report import build_report
 from tracecomm.engine import BreakdownOptions, breakdown
 from tracecomm.errors import NotATrace, NoUsableInput, TraceError
-from tracecomm.ingest import RankEvents, find_traces, load_rank
+from tracecomm.ingest import find_traces, load_rank
 
 # Below this much input a process pool costs more (interpreter + polars start) than it saves.
 _POOL_MIN_BYTES = 64 * 2**20
@@ -41,8 +42,6 @@ def analyze_file(path: str, opts: BreakdownOptions) -> RankResult | FileFailure:
         return FileFailure(exc.path, exc.reason)
     except MemoryError:
         return FileFailure(path, "out of memory while parsing")
-    offset = events.absolute_offset_ns
-    first = _first_event_ns(events)
     return RankResult(
         path=path,
         meta=events.meta,
@@ -50,14 +49,8 @@ def analyze_file(path: str, opts: BreakdownOptions) -> RankResult | FileFailure:
         warnings=events.warnings,
         truncated=events.truncated,
         repaired_events=events.repaired_events,
-        first_event_abs_ns=None if offset is None or first is None else offset + first,
+        first_event_abs_ns=events.first_event_ns if events.epoch_clock else None,
     )
-
-
-def _first_event_ns(events: RankEvents) -> int | None:
-    frame = events.device if events.device.height else events.cpu
-    value = frame["start_ns"].min() if frame.height else None
-    return value if isinstance(value, int) else None
 
 
 def analyze(
@@ -98,7 +91,8 @@ def _map_files(
             if progress:
                 progress(i + 1, len(paths), path)
         return out
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    # spawn, not fork: forking a process whose polars thread pool is running can deadlock.
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
         results = pool.map(analyze_file, paths, [opts.breakdown] * len(paths))
         for i, (path, outcome) in enumerate(zip(paths, results, strict=True)):
             out.append(outcome)

@@ -75,7 +75,7 @@ def test_collective_types_of_the_metadata_trace(shared_traces: Path) -> None:
     want: Counter[str] = Counter()
     for ev in raw["traceEvents"]:
         if ev.get("cat") == "kernel" and "nccl" in ev["name"].lower():
-            start = int(Decimal(ev["ts"]) * 1000)
+            start = raw["baseTimeNanoseconds"] + int(Decimal(ev["ts"]) * 1000)
             end = start + int(Decimal(ev["dur"]) * 1000)
             if start < window["end_ns"] and end > window["start_ns"]:
                 want[names[ev["args"]["Collective name"]]] += 1

@@ -21,9 +21,11 @@ def test_parses_compact_json_and_keeps_exact_ns(tmp_path: Path) -> None:
     rank = load_rank(path)
     assert rank.meta.rank == 3 and rank.meta.world_size == 8
     assert rank.meta.base_time_ns == 1711958400000000000
+    base = 1711958400000000000  # added, so every rank is on the epoch clock
     row = rank.device.row(0, named=True)
-    assert (row["start_ns"], row["end_ns"]) == (5077185321273005, 5077185321275004)
-    assert rank.launches["start_ns"].to_list() == [5077185321270001]
+    assert (row["start_ns"], row["end_ns"]) == (base + 5077185321273005, base + 5077185321275004)
+    assert rank.launches["start_ns"].to_list() == [base + 5077185321270001]
+    assert rank.epoch_clock
 
 
 def test_old_capitalisation_and_lowercase_external_id(tmp_path: Path) -> None:

@@ -6,9 +6,12 @@ process pool today and on remote workers later. It keeps only what the engine ne
 
 from __future__ import annotations
 
+import gc
 import gzip
 import re
 import zlib
+from collections.abc import Sequence
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +47,7 @@ _KIND_OF_CAT: dict[str, str] = {
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 
 
-class _Args(msgspec.Struct):
+class _Args(msgspec.Struct, gc=False):
     correlation: Any = None
     external_id: Any = msgspec.field(default=None, name="External id")
     external_id_lc: Any = msgspec.field(default=None, name="external id")
@@ -64,7 +67,7 @@ class _Args(msgspec.Struct):
     seq: Any = msgspec.field(default=None, name="Seq")
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     ph: Any = None
     cat: Any = None
     name: Any = None
@@ -75,7 +78,7 @@ class _Event(msgspec.Struct):
     args: msgspec.Raw = msgspec.Raw(b"null")
 
 
-class _Trace(msgspec.Struct):
+class _Trace(msgspec.Struct, gc=False):
     traceEvents: list[_Event] | None = None
     distributedInfo: Any = None
     deviceProperties: Any = None
@@ -106,7 +109,18 @@ _META_FIELDS: dict[str, pl.DataType] = {
 
 def load_rank(path: Path | str) -> RankEvents:
     """Parse one trace file. Raises ``TraceError`` (or ``NotATrace``) for unusable input."""
-    path = Path(path)
+    # Millions of short-lived acyclic objects: the cyclic collector would rescan them over and
+    # over (a third of the parse time) and can reclaim nothing.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _load_rank(Path(path))
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _load_rank(path: Path) -> RankEvents:
     data = read_trace_bytes(path)
     doc, salvaged = _decode(data, path)
     del data
@@ -121,6 +135,10 @@ def load_rank(path: Path | str) -> RankEvents:
     meta = _meta(doc, path)
     events, event_warnings, repaired = _columns(doc.traceEvents, path)
     warnings.extend(event_warnings)
+    if meta.base_time_ns is not None:
+        # Relative Kineto timestamps (2024+): add the base so every rank is on the epoch clock.
+        base = pl.lit(meta.base_time_ns, dtype=pl.Int64)
+        events = events.with_columns(pl.col("start_ns") + base, pl.col("end_ns") + base)
     return RankEvents(
         path=str(path),
         meta=meta,
@@ -236,14 +254,16 @@ def _as_str(value: object) -> str | None:
 def _columns(events: list[_Event], path: Path) -> tuple[pl.DataFrame, list[str], int]:
     """One row per complete ('X') event of a category we use, with exact ns times."""
     picked = [events[i] for i in _wanted_rows(events)]
+    cats, names, pids, tids, ts, durs = _unzip(
+        picked, ("cat", "name", "pid", "tid", "ts", "dur"), 6
+    )
     frame = pl.DataFrame(
         {
-            "cat": [e.cat for e in picked],
-            "name": [e.name if isinstance(e.name, str) else str(e.name) for e in picked],
-            "pid": [None if e.pid is None else str(e.pid) for e in picked],
-            "tid": [None if e.tid is None else str(e.tid) for e in picked],
-        },
-        schema={"cat": pl.String, "name": pl.String, "pid": pl.String, "tid": pl.String},
+            "cat": _str_series("cat", cats),
+            "name": _str_series("name", names),
+            "pid": _str_series("pid", pids),
+            "tid": _str_series("tid", tids),
+        }
     ).with_columns(
         # MTIA's DMA requests are copy-engine work, not compute.
         pl.when(
@@ -253,93 +273,127 @@ def _columns(events: list[_Event], path: Path) -> tuple[pl.DataFrame, list[str],
         .then(pl.lit("memcpy"))
         .otherwise(_KIND)
         .alias("kind"),
-        us_text_to_ns([e.ts for e in picked], "ts_ns"),
-        us_text_to_ns([e.dur for e in picked], "dur_ns"),
+        us_text_to_ns(ts, "ts_ns"),
+        us_text_to_ns(durs, "dur_ns"),
     )
-    frame = _attach_args(frame, picked)
+    frame = _attach_args(frame, [e.args for e in picked])
     return _repair_times(frame, path)
+
+
+def _unzip(items: list[Any], attrs: tuple[str, ...], width: int) -> list[tuple[Any, ...]]:
+    """Columns of attributes, gathered at C speed (attrgetter + zip) rather than per field."""
+    if not items:
+        return [()] * width
+    return list(zip(*map(attrgetter(*attrs), items), strict=True))
+
+
+def _str_series(name: str, values: Sequence[object]) -> pl.Series:
+    try:
+        return pl.Series(name, values, dtype=pl.String)
+    except (TypeError, pl.exceptions.PolarsError):
+        # ints (pids, tids) or other odd values: text, so mixed files stay one column
+        return pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
 
 
 _KIND = pl.col("cat").str.to_lowercase().replace_strict(_KIND_OF_CAT, default=None)
 
 
+class _Keep(dict[object, int]):
+    """cat -> 0 skip, 1 keep, 2 CPU op; computed once per distinct spelling, then a C lookup."""
+
+    def __missing__(self, cat: object) -> int:
+        kind = _KIND_OF_CAT.get(cat.lower()) if isinstance(cat, str) else None
+        keep = 0 if kind is None else (2 if kind == "cpu_op" else 1)
+        self[cat] = keep
+        return keep
+
+
 def _wanted_rows(events: list[_Event]) -> list[int]:
-    """Rows to keep: device work, launches, annotations; CPU ops only when no device work exists
-    (CPU-only traces) or when they carry collective metadata."""
-    head = pl.DataFrame(
-        {
-            "ph": [e.ph if isinstance(e.ph, str) else None for e in events],
-            "cat": [e.cat if isinstance(e.cat, str) else None for e in events],
-        },
-        schema={"ph": pl.String, "cat": pl.String},
-    ).with_columns(_KIND.alias("kind"))
-    complete = head["ph"] == "X"
-    has_device = bool((complete & head["kind"].is_in(list(DEVICE_KINDS))).any())
-    if not has_device:
-        return (complete & head["kind"].is_not_null()).arg_true().to_list()
-    rows = (complete & head["kind"].is_not_null() & (head["kind"] != "cpu_op")).arg_true()
-    cpu_ops = (complete & (head["kind"] == "cpu_op")).arg_true().to_list()
-    comm = [i for i in cpu_ops if events[i].name == "record_param_comms"]
-    return sorted([*rows.to_list(), *comm])
-
-
-_ARGS_DECODER = msgspec.json.Decoder(_Args | None, float_hook=str)
-_LINK_FIELDS = ("correlation", "external_id", "device", "stream")
-
-
-def _attach_args(frame: pl.DataFrame, picked: list[_Event]) -> pl.DataFrame:
-    """Decode args only for the kept rows: skipping the rest is what keeps the parse fast."""
-    args = [_decode_args(e.args) for e in picked]
-    columns: dict[str, pl.Series] = {
-        f"arg_{field}" if field in ("device", "stream") else field: _int_series(
-            field, [getattr(a, field) if a else None for a in args]
-        )
-        for field in _LINK_FIELDS
+    """Rows to keep: device work, launches, annotations; CPU ops only when they carry collective
+    metadata, or when the trace has no device work at all (CPU-only traces)."""
+    keep = _Keep()
+    rows = [
+        i
+        for i, e in enumerate(events)
+        if e.ph == "X" and (keep[e.cat] == 1 or (keep[e.cat] == 2 and e.name == _COMM_OP))
+    ]
+    device_cats = {
+        c
+        for c, k in keep.items()
+        if k == 1 and isinstance(c, str) and _KIND_OF_CAT[c.lower()] in DEVICE_KINDS
     }
-    legacy_ext = _int_series("x", [a.external_id_lc if a else None for a in args])
-    columns["external_id"] = columns["external_id"].fill_null(legacy_ext)
+    if any(events[i].cat in device_cats for i in rows):
+        return rows
+    return [i for i, e in enumerate(events) if e.ph == "X" and keep[e.cat] > 0]
+
+
+_COMM_OP = "record_param_comms"
+_ARGS_DECODER = msgspec.json.Decoder(_Args | None)
+_ARGS_LIST_DECODER = msgspec.json.Decoder(list[_Args | None])
+_NO_ARGS = _Args()
+_LINK_FIELDS = ("correlation", "external_id", "external_id_lc", "device", "stream")
+
+
+def _attach_args(frame: pl.DataFrame, raw_args: list[msgspec.Raw]) -> pl.DataFrame:
+    """Decode args only for the kept rows, in one call: skipping the rest keeps the parse fast."""
+    args = [a if a is not None else _NO_ARGS for a in _decode_args(raw_args)]
+    corr, ext, ext_lc, device, stream = _unzip(args, _LINK_FIELDS, len(_LINK_FIELDS))
+    frame = frame.with_columns(
+        _int_series("correlation", corr),
+        _int_series("external_id", ext).fill_null(_int_series("external_id", ext_lc)),
+        _int_series("arg_device", device),
+        _int_series("arg_stream", stream),
+    )
     wanted = frame.select(
         (pl.col("kind") == "kernel") | (pl.col("name") == "record_param_comms")
     ).to_series()
     meta_rows = wanted.arg_true().to_list()
-    meta_args = [args[i] for i in meta_rows]
+    meta_values = _unzip([args[i] for i in meta_rows], tuple(_META_FIELDS), len(_META_FIELDS))
     meta = pl.DataFrame(
-        {
-            "row": pl.Series(meta_rows, dtype=pl.UInt32),
-            **{
-                field: _typed_series(
-                    field, [getattr(a, field) if a else None for a in meta_args], dtype
-                )
-                for field, dtype in _META_FIELDS.items()
-            },
-        }
+        [
+            pl.Series("row", meta_rows, dtype=pl.UInt32),
+            *(
+                _typed_series(field, values, dtype)
+                for (field, dtype), values in zip(_META_FIELDS.items(), meta_values, strict=True)
+            ),
+        ]
     )
     return (
-        frame.with_columns(**columns)
-        .with_row_index("row")
+        frame.with_row_index("row")
         .join(meta, on="row", how="left", maintain_order="left")
         .drop("row")
     )
 
 
-def _decode_args(raw: msgspec.Raw) -> _Args | None:
+def _decode_args(raw_args: list[msgspec.Raw]) -> list[_Args | None]:
+    try:
+        return _ARGS_LIST_DECODER.decode(b"[" + b",".join(raw_args) + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return [_decode_one_args(raw) for raw in raw_args]
+
+
+def _decode_one_args(raw: msgspec.Raw) -> _Args | None:
     try:
         return _ARGS_DECODER.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
 
 
-def _int_series(name: str, values: list[object]) -> pl.Series:
+def _int_series(name: str, values: Sequence[object]) -> pl.Series:
     try:
         return pl.Series(name, values, dtype=pl.Int64)
     except (TypeError, OverflowError, pl.exceptions.PolarsError):
         return pl.Series(name, [_arg_int(v) for v in values], dtype=pl.Int64)
 
 
-def _typed_series(name: str, values: list[object], dtype: pl.DataType) -> pl.Series:
+def _typed_series(name: str, values: Sequence[object], dtype: pl.DataType) -> pl.Series:
     if dtype == pl.Int64():
-        return _int_series(name, [_as_int(v) if isinstance(v, str) else v for v in values])
-    return pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
+        try:
+            return pl.Series(name, values, dtype=pl.Int64)
+        except (TypeError, OverflowError, pl.exceptions.PolarsError):
+            # some writers quote numbers: "Seq": "17"
+            return _int_series(name, [_as_int(v) if isinstance(v, str) else v for v in values])
+    return _str_series(name, values)
 
 
 def _arg_int(value: object) -> int | None:

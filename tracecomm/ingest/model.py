@@ -31,6 +31,8 @@ class TraceMeta:
 class RankEvents:
     """One trace file as columns; times are integer ns on the file's own ts scale.
 
+    Times are ns since the epoch when ``epoch_clock`` (baseTimeNanoseconds already added).
+
     ``device``: kernels, memcpy, memset and sync records (kind, name, device, stream, start_ns,
     end_ns, correlation, external_id, collective metadata columns).
     ``launches``: runtime / driver calls (name, tid, start_ns, end_ns, correlation, external_id).
@@ -53,14 +55,16 @@ class RankEvents:
     repaired_events: int = field(default=0)
 
     @property
-    def absolute_offset_ns(self) -> int | None:
-        """Add to a start_ns to get ns since the epoch (None when the file cannot tell)."""
-        if self.meta.base_time_ns is not None:
-            return self.meta.base_time_ns
-        if self.device.height or self.cpu.height:
-            first = (
-                self.device["start_ns"].min() if self.device.height else self.cpu["start_ns"].min()
-            )
-            # Pre-2024 traces carry epoch µs directly; relative ones without a base start near 0.
-            return 0 if isinstance(first, int) and first > 10**17 else None
-        return None
+    def first_event_ns(self) -> int | None:
+        frame = self.device if self.device.height else self.cpu
+        value = frame["start_ns"].min() if frame.height else None
+        return value if isinstance(value, int) else None
+
+    @property
+    def epoch_clock(self) -> bool:
+        """Times are ns since the epoch (a base was given, or ts was epoch µs already).
+
+        Relative traces from before Kineto wrote ``baseTimeNanoseconds`` start near 0.
+        """
+        first = self.first_event_ns
+        return self.meta.base_time_ns is not None or (first is not None and first > 10**17)

@@ -6,6 +6,7 @@ value ever passes through float64 (19-digit epoch µs with a ns fraction do not 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 
 import polars as pl
@@ -13,19 +14,37 @@ import polars as pl
 _NS_PER_US = 1000
 
 
-def us_text_to_ns(values: list[object], name: str) -> pl.Series:
+def us_text_to_ns(values: Sequence[object], name: str) -> pl.Series:
     """Convert µs values (int, or decimal text such as ``"5077185321273.005"``) to Int64 ns.
 
     Fractions beyond the ns digit are rounded half away from zero. Values that are neither a
     number nor numeric text become null.
     """
-    text = pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
+    try:
+        text = pl.Series(name, values, dtype=pl.String)
+    except (TypeError, pl.exceptions.PolarsError):
+        # integer µs (older traces, or mixed with decimal text in rewritten ones)
+        text = pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
     frame = pl.DataFrame({"t": text})
+    if frame.select(_three_decimals(pl.col("t"))).item():
+        # Kineto's own format since 2024: dropping the point gives the ns directly.
+        return (
+            frame.select(pl.col("t").str.replace(".", "", literal=True).cast(pl.Int64))
+            .to_series()
+            .alias(name)
+        )
     out = frame.select(_ns_expr(pl.col("t")).alias(name)).to_series()
     exotic = frame.select(pl.col("t").str.contains(r"[eE]").fill_null(False)).to_series()
     if exotic.any():
         out = _patch_exponents(out, text, exotic)
     return out
+
+
+def _three_decimals(col: pl.Expr) -> pl.Expr:
+    """Every value is plain decimal text with exactly three fractional digits."""
+    frac_ok = (col.str.len_bytes() - col.str.find(".", literal=True)).eq(4).fill_null(False)
+    plain = ~col.str.contains(r"[eE+ ]").fill_null(False)
+    return (col.is_null() | (frac_ok & plain)).all()
 
 
 def _ns_expr(col: pl.Expr) -> pl.Expr:

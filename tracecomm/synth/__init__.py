@@ -1,0 +1,36 @@
+"""Ground-truth trace generator: schedules, Kineto JSON writer and the figures they imply."""
+
+from __future__ import annotations
+
+from tracecomm.synth.expected import Figures, RankExpected, expected_figures, expected_run
+from tracecomm.synth.fsdp import fsdp_run, fsdp_run_of_size
+from tracecomm.synth.schedule import (
+    CollType,
+    Naming,
+    Op,
+    OpKind,
+    RankSpec,
+    RunSpec,
+    Step,
+    TimeFormat,
+)
+from tracecomm.synth.writer import render_rank, write_run
+
+__all__ = [
+    "CollType",
+    "Figures",
+    "Naming",
+    "Op",
+    "OpKind",
+    "RankExpected",
+    "RankSpec",
+    "RunSpec",
+    "Step",
+    "TimeFormat",
+    "expected_figures",
+    "expected_run",
+    "fsdp_run",
+    "fsdp_run_of_size",
+    "render_rank",
+    "write_run",
+]

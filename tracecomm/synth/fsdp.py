@@ -1,0 +1,430 @@
+"""A realistic FSDP training schedule, simulated for all ranks in lockstep.
+
+Every rank runs the same program (launch sequence). The simulation is discrete: each launch
+starts when the CPU has issued it, its stream is free and its dependencies have finished; a
+collective ends a transfer time after the last rank arrived, so fast ranks wait inside their
+NCCL kernels as they do on real hardware.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tracecomm.synth import names as kn
+from tracecomm.synth.schedule import (
+    CollType,
+    Naming,
+    Op,
+    OpKind,
+    RankSpec,
+    RunSpec,
+    Step,
+    TimeFormat,
+)
+from tracecomm.synth.writer import render_rank
+
+COMPUTE_STREAM = 7
+COMM_STREAM = 20
+SIDE_STREAM = 24
+FIRST_STEP = 12
+# Mid-November 2024, well inside one libkineto base period; sub-µs part on purpose.
+_T0_NS = 1_731_650_000_123_456_789
+_HOST_SKEW_NS = 41_000_347
+
+_FORWARD_LAYER: tuple[tuple[str, float], ...] = (
+    (kn.LAYER_NORM, 18.3),
+    (kn.GEMM_SM90, 121.7),
+    (kn.FLASH_FWD, 148.9),
+    (kn.GEMM_CUTLASS, 61.2),
+    (kn.ADD, 12.4),
+    (kn.LAYER_NORM, 18.1),
+    (kn.GEMM_SM90, 221.5),
+    (kn.GELU, 24.6),
+    (kn.GEMM_SM90, 219.8),
+    (kn.ADD, 12.2),
+)
+_BACKWARD_LAYER: tuple[tuple[str, float], ...] = (
+    (kn.ADD, 12.1),
+    (kn.GEMM_SM90, 230.4),
+    (kn.GEMM_SM90, 225.3),
+    (kn.GELU, 30.2),
+    (kn.GEMM_SM90, 232.7),
+    (kn.GEMM_SM90, 228.1),
+    (kn.LAYER_NORM_BWD, 34.6),
+    (kn.GEMM_CUTLASS, 64.3),
+    (kn.GEMM_CUTLASS, 62.9),
+    (kn.FLASH_BWD, 372.5),
+    (kn.GEMM_SM90, 125.2),
+    (kn.GEMM_SM90, 122.8),
+    (kn.LAYER_NORM_BWD, 33.4),
+)
+# µs; the forward AllGather of the middle layer outlasts the compute it should hide behind.
+_AG_FWD_US, _AG_FWD_SLOW_US, _AG_BWD_US, _RS_US, _AR_US = 420.3, 1_210.7, 650.9, 1_150.3, 38.7
+_SHARD_NELEMS = 6_291_456
+
+
+@dataclass(frozen=True, slots=True)
+class _Launch:
+    key: int
+    kind: OpKind
+    stream: int
+    dur_us: float
+    name: str = ""
+    coll: CollType | None = None
+    nelems: int = 0
+    thread: str = "main"
+    deps: tuple[int, ...] = ()
+    cost_us: float = 9.0
+    recorded: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Cpu:
+    dur_us: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Sync:
+    gap_us: float
+
+
+@dataclass(frozen=True, slots=True)
+class _StepMark:
+    number: int | None  # None closes the last step
+
+
+_Instr = _Launch | _Cpu | _Sync | _StepMark
+
+
+@dataclass
+class _Builder:
+    """Appends the program's instructions; keys are unique across the whole program."""
+
+    layers: int
+    scale: int
+    world: int
+    program: list[_Instr] = field(default_factory=list)
+    next_key: int = 0
+
+    def add(self, launch: _Launch) -> int:
+        self.program.append(launch)
+        self.next_key += 1
+        return launch.key
+
+    def kernel(
+        self,
+        name: str,
+        dur_us: float,
+        thread: str = "main",
+        deps: tuple[int, ...] = (),
+        recorded: bool = True,
+    ) -> int:
+        return self.add(
+            _Launch(
+                self.next_key,
+                "compute",
+                COMPUTE_STREAM,
+                dur_us,
+                name,
+                thread=thread,
+                deps=deps,
+                recorded=recorded,
+            )
+        )
+
+    def kernels(
+        self, pattern: tuple[tuple[str, float], ...], thread: str, deps: tuple[int, ...]
+    ) -> int:
+        last = -1
+        for rep in range(self.scale):
+            for i, (name, dur) in enumerate(pattern):
+                last = self.kernel(name, dur, thread, deps if rep == 0 and i == 0 else ())
+        return last
+
+    def comm(
+        self,
+        coll: CollType,
+        dur_us: float,
+        nelems: int,
+        thread: str = "main",
+        deps: tuple[int, ...] = (),
+    ) -> int:
+        launch = _Launch(
+            self.next_key, "comm", COMM_STREAM, dur_us, "", coll, nelems, thread, deps, cost_us=31.0
+        )
+        return self.add(launch)
+
+    def step(self, number: int, partial: bool) -> None:
+        self.program += [_StepMark(number), _Cpu(183.4)]  # data loading
+        self.add(_Launch(self.next_key, "memcpy", COMPUTE_STREAM, 47.6, cost_us=14.2))
+        self.program.append(_Cpu(71.9))
+        self.forward()
+        last_rs = self.backward()
+        self.optimizer(last_rs, partial)
+
+    def forward(self) -> None:
+        slow = self.layers // 2
+        size = self.scale * _SHARD_NELEMS
+
+        def gather(i: int) -> int:
+            return self.comm(
+                "AllGather", self.scale * (_AG_FWD_SLOW_US if i == slow else _AG_FWD_US), size
+            )
+
+        # FSDP prefetch: layer i+1's gather is queued before layer i's compute.
+        gathers = [gather(0)]
+        for i in range(self.layers):
+            if i + 1 < self.layers:
+                gathers.append(gather(i + 1))
+            self.kernels(_FORWARD_LAYER, "main", (gathers[i],))
+        loss = self.kernel(kn.GEMM_CUTLASS, 84.6)
+        self.kernel(kn.ADD, 11.8, deps=(loss,))
+        self.program.append(_Sync(93.1))  # loss.item() for logging
+
+    def backward(self) -> int:
+        size = self.scale * _SHARD_NELEMS
+        top = self.layers - 1
+        gathers = {top: self.comm("AllGather", self.scale * _AG_BWD_US, size, "autograd")}
+        reduce_scatter = -1
+        for i in range(top, -1, -1):
+            if i > 0:
+                gathers[i - 1] = self.comm("AllGather", self.scale * _AG_BWD_US, size, "autograd")
+            last = self.kernels(_BACKWARD_LAYER, "autograd", (gathers[i],))
+            reduce_scatter = self.comm(
+                "ReduceScatter", self.scale * _RS_US, size * self.world, "autograd", (last,)
+            )
+        return reduce_scatter
+
+    def optimizer(self, last_rs: int, partial: bool) -> None:
+        norm = self.kernel(kn.NORM, 14.7, deps=(last_rs,))
+        self.comm("AllReduce", _AR_US, 1, deps=(norm,))
+        self.program.append(_Sync(61.3))  # clip_grad_norm_ reads the total norm
+        count = self.layers * self.scale
+        for i in range(count):
+            self.kernel(kn.ADAM, 33.1, recorded=not (partial and i == count - 1))
+        if partial:
+            # The window closed while the step ran: its tail never reached the trace.
+            self.program.append(_Cpu(43.0))
+            return
+        self.add(_Launch(self.next_key, "memset", COMPUTE_STREAM, 8.9, cost_us=6.1))
+        self.program.append(_Sync(118.6))  # end-of-step logging
+
+
+class _RankSim:
+    """One rank's CPU cursor, stream queues and finished ops while the program runs."""
+
+    def __init__(self, rank: int, seed: int, slow: bool, epoch_us: bool) -> None:
+        self.rank = rank
+        self.rng = random.Random(seed * 1000 + rank)
+        self.epoch_us = epoch_us
+        self.factor = 1.06 if slow else 1.0
+        # Ranks on other hosts read a skewed clock; simulated time itself is shared.
+        self.offset = self.floor((rank // 8) * _HOST_SKEW_NS)
+        self.cpu = self.floor(_T0_NS) + self.ns(180.0)
+        self.free: dict[int, int] = {}
+        self.ends: dict[int, int] = {}
+        self.steps: list[Step] = []
+        self.ops: list[Op] = []
+        self.open: tuple[int, int] | None = None
+
+    def floor(self, t: int) -> int:
+        return t - t % 1000 if self.epoch_us else t
+
+    def ns(self, us: float, spread: float = 0.03) -> int:
+        """A jittered duration, whole µs for epoch_us files, never a whole µs otherwise."""
+        value = us * 1000 * self.rng.uniform(1 - spread, 1 + spread)
+        if self.epoch_us:
+            return max(1000, round(value / 1000) * 1000)
+        n = max(1, int(value))
+        return n + 7 if n % 1000 == 0 else n
+
+    def ready(self, launch: _Launch) -> tuple[int, int]:
+        """(launch time, earliest device start) of the next launch; advances the CPU."""
+        at = self.cpu
+        start = max(
+            [at + self.ns(3.1), self.free.get(launch.stream, 0)]
+            + [self.ends[d] for d in launch.deps]
+        )
+        self.cpu += self.ns(launch.cost_us)
+        return at, start
+
+    def finish(self, launch: _Launch, at: int, start: int, end: int) -> None:
+        self.free[launch.stream] = self.ends[launch.key] = end
+        o = self.offset
+        self.ops.append(
+            Op(
+                launch.kind,
+                launch.stream,
+                start + o,
+                end - start,
+                at + o,
+                launch.name,
+                launch.coll,
+                recorded=launch.recorded,
+                nelems=launch.nelems,
+                launch_thread=launch.thread,
+            )
+        )
+
+    def mark(self, number: int | None) -> None:
+        if self.open is not None:
+            self.steps.append(
+                Step(
+                    self.open[0],
+                    self.open[1] + self.offset,
+                    self.cpu + self.offset,
+                    tuple(self.ops),
+                )
+            )
+            self.ops = []
+        self.open = None if number is None else (number, self.cpu)
+
+    def sync(self, gap_us: float) -> None:
+        self.cpu = max([self.cpu, *self.free.values()]) + self.ns(gap_us)
+
+
+def _run_program(program: list[_Instr], sims: list[_RankSim]) -> None:
+    for instr in program:
+        if isinstance(instr, _Launch):
+            _run_launch(instr, sims)
+        elif isinstance(instr, _Cpu):
+            for sim in sims:
+                sim.cpu += sim.ns(instr.dur_us)
+        elif isinstance(instr, _Sync):
+            for sim in sims:
+                sim.sync(instr.gap_us)
+        else:
+            for sim in sims:
+                sim.mark(instr.number)
+
+
+def _run_launch(launch: _Launch, sims: list[_RankSim]) -> None:
+    timing = [sim.ready(launch) for sim in sims]
+    if launch.kind == "comm":
+        # Nobody finishes before the last rank has arrived.
+        last = max(start for _, start in timing)
+        for sim, (at, start) in zip(sims, timing, strict=True):
+            sim.finish(launch, at, start, last + sim.ns(launch.dur_us, spread=0.002))
+        return
+    for sim, (at, start) in zip(sims, timing, strict=True):
+        scale = sim.factor if launch.kind == "compute" else 1.0
+        sim.finish(launch, at, start, start + sim.ns(launch.dur_us * scale))
+
+
+def _extras(sim: _RankSim) -> tuple[Op, ...]:
+    """Device events outside every step: an early copy and two unlinked side-stream kernels."""
+    steps = sim.steps
+    launch = steps[0].cpu_start_ns - sim.ns(310.0)
+    start = launch + sim.ns(12.3)
+    early = Op(
+        "memcpy", COMPUTE_STREAM, start, sim.ns(25.7), launch, "Memcpy DtoH (Device -> Pinned)"
+    )
+    extras = [early]
+    gap = _largest_gap(steps[1 % len(steps)])
+    if gap is not None:
+        length = gap[1] - gap[0]
+        at = sim.floor(gap[0] + 3 * length // 10)
+        dur = sim.floor(length // 5)
+        if dur > 0:
+            extras.append(Op("compute", SIDE_STREAM, at, dur, at, kn.ADD, launched=False))
+    longest = max(
+        (op for op in steps[2 % len(steps)].ops if op.kind == "compute"),
+        key=lambda op: op.dur_ns,
+        default=None,
+    )
+    if longest is not None and sim.floor(longest.dur_ns // 4) > 0:
+        at = sim.floor(longest.start_ns + longest.dur_ns // 4)
+        extras.append(
+            Op(
+                "compute",
+                SIDE_STREAM,
+                at,
+                sim.floor(longest.dur_ns // 4),
+                at,
+                kn.ADD,
+                launched=False,
+            )
+        )
+    return tuple(extras)
+
+
+def _largest_gap(step: Step) -> tuple[int, int] | None:
+    spans = sorted((op.start_ns, op.end_ns) for op in step.ops if op.recorded)
+    best: tuple[int, int] | None = None
+    cursor = spans[0][1] if spans else 0
+    for start, end in spans[1:]:
+        if start > cursor and (best is None or start - cursor > best[1] - best[0]):
+            best = (cursor, start)
+        cursor = max(cursor, end)
+    return best
+
+
+def fsdp_run(
+    world_size: int = 8,
+    steps: int = 4,
+    layers: int = 6,
+    seed: int = 0,
+    naming: Naming = "dev",
+    time_format: TimeFormat = "relative",
+    gzip: bool = True,
+    partial_last_step: bool = True,
+    scale: int = 1,
+) -> RunSpec:
+    """An FSDP-style run: steps complete steps (plus one incomplete one) on every rank."""
+    if world_size < 1 or steps < 1 or layers < 1 or scale < 1:
+        raise ValueError("world_size, steps, layers and scale must all be >= 1")
+    builder = _Builder(layers, scale, world_size)
+    total = steps + (1 if partial_last_step else 0)
+    for i in range(total):
+        builder.step(FIRST_STEP + i, partial=partial_last_step and i == total - 1)
+    builder.program.append(_StepMark(None))
+    slow_rank = (seed + 3) % world_size
+    sims = [_RankSim(r, seed, r == slow_rank, time_format == "epoch_us") for r in range(world_size)]
+    _run_program(builder.program, sims)
+    ranks = tuple(
+        RankSpec(
+            sim.rank, tuple(sim.steps), _extras(sim), f"node{sim.rank // 8}", naming, time_format
+        )
+        for sim in sims
+    )
+    return RunSpec(world_size, ranks, gzip)
+
+
+def fsdp_run_of_size(
+    target_mb_per_rank: float, world_size: int = 8, seed: int = 0, gzip: bool = False
+) -> RunSpec:
+    """An fsdp_run whose uncompressed rank files are each about target_mb_per_rank MB (1e6 B).
+
+    Within ±20% from about 0.1 MB up; below that the smallest schedule (one layer, one step)
+    is returned.
+    """
+    if target_mb_per_rank <= 0:
+        raise ValueError("target_mb_per_rank must be > 0")
+    target = target_mb_per_rank * 1e6
+    layers, steps, scale = 6, 4, 1
+    # File size is close to affine in each knob (fixed header plus per-event text): fit it.
+    small = _probe_size(world_size, scale=1)
+    if target >= small:
+        per_scale = (_probe_size(world_size, scale=3) - small) / 2
+        scale = max(1, round((target - small) / per_scale) + 1)
+    else:
+        layers = _fit(target, lambda n: _probe_size(world_size, layers=n), 6)
+        if layers == 1:
+            steps = _fit(target, lambda n: _probe_size(world_size, layers=1, steps=n), 4)
+    return fsdp_run(world_size, steps=steps, layers=layers, seed=seed, gzip=gzip, scale=scale)
+
+
+def _fit(target: float, size_of: Callable[[int], int], top: int) -> int:
+    """The n in 1..top whose size comes closest to target."""
+    sizes = {n: size_of(n) for n in range(1, top + 1)}
+    return min(sizes, key=lambda n: abs(sizes[n] - target))
+
+
+def _probe_size(world_size: int, scale: int = 1, layers: int = 6, steps: int = 4) -> int:
+    run = fsdp_run(
+        world_size=min(world_size, 2), steps=steps, layers=layers, scale=scale, gzip=False
+    )
+    probe = RunSpec(world_size, run.ranks[:1], gzip=False)
+    return sum(len(chunk.encode()) for chunk in render_rank(probe, probe.ranks[0]))

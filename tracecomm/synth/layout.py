@@ -1,0 +1,168 @@
+"""Where the writer puts the CPU side of each launch: ids, nesting and span times.
+
+The spec fixes only the instant of each runtime call. Around it the writer invents the CPU ops
+that a real trace shows; they must nest properly, stay inside their ProfilerStep and never cross
+the next launch on the same thread, whatever spacing the spec uses.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+
+from tracecomm.synth.names import COLLECTIVES, has_metadata, kernel_name, profile_for
+from tracecomm.synth.schedule import Op, RankSpec
+from tracecomm.synth.timefmt import Clock
+
+_FAR = 10**12
+# libkineto ids start small and grow by one per record; gaps mimic other recorded API calls.
+_FIRST_CORRELATION = 1_001
+_CORRELATION_STRIDE = 3
+
+
+@dataclass(slots=True)
+class CpuSpan:
+    """One CPU-side X event that encloses a launch."""
+
+    name: str
+    cat: str
+    ext: int
+    metadata: bool
+    start: int = 0
+    end: int = 0
+
+
+@dataclass(slots=True)
+class Launch:
+    """A launched op with everything the writer needs to render both sides of it."""
+
+    op: Op
+    ordinal: int
+    name: str
+    corr: int = 0
+    ext: int = 0
+    seq: int = 0
+    rt_dur: int = 0
+    spans: list[CpuSpan] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Plan:
+    """Ids and CPU times for one rank's file."""
+
+    launches: list[Launch]
+    unlinked: list[Launch]
+    step_ext: dict[int, int]
+    next_corr: int
+
+
+def plan_rank(spec: RankSpec, clock: Clock) -> Plan:
+    """Assign ids in CPU time order and lay out the CPU spans of every launch."""
+    ops = spec.all_ops()
+    launches = [
+        Launch(op, i, kernel_name(op, spec.naming, i)) for i, op in enumerate(ops) if op.launched
+    ]
+    launches.sort(key=lambda x: (x.op.launch_ns, x.op.launch_thread != "main"))
+    for i, launch in enumerate(launches):
+        launch.corr = _FIRST_CORRELATION + _CORRELATION_STRIDE * i
+    next_corr = _FIRST_CORRELATION + _CORRELATION_STRIDE * len(launches)
+    unlinked = [
+        Launch(op, i, kernel_name(op, spec.naming, i))
+        for i, op in enumerate(ops)
+        if not op.launched
+    ]
+    for launch in unlinked:
+        # A correlation id that no runtime call carries: the kernel came from an untraced thread.
+        launch.corr = next_corr
+        next_corr += _CORRELATION_STRIDE
+    step_ext = _assign_external_ids(spec, launches)
+    _assign_seq(spec, launches)
+    _place(spec, launches, clock)
+    return Plan(launches, unlinked, step_ext, next_corr)
+
+
+def _levels(launch: Launch) -> list[tuple[str, str, bool]]:
+    """(name, cat, carries collective args) of the CPU ops around a launch, outermost first."""
+    op = launch.op
+    if op.kind == "memcpy":
+        return [("aten::copy_", "cpu_op", False)]
+    if op.kind == "memset":
+        return [("aten::zero_", "cpu_op", False)]
+    if op.kind == "compute":
+        return [(profile_for(launch.name).cpu_op, "cpu_op", False)]
+    info = COLLECTIVES[op.coll or "Other"]
+    if has_metadata(op):
+        return [
+            (info.c10d_op, "cpu_op", False),
+            ("record_param_comms", "cpu_op", True),
+            (info.annotation, "user_annotation", False),
+        ]
+    # Coalesced paths launch from an op that carries no collective args (pytorch #131462).
+    return [("record_param_comms", "cpu_op", False), ("nccl:coalesced", "user_annotation", False)]
+
+
+def _assign_external_ids(spec: RankSpec, launches: list[Launch]) -> dict[int, int]:
+    items: list[tuple[int, int, int, Launch | None]] = [
+        (s.cpu_start_ns, 0, s.number, None) for s in spec.steps
+    ]
+    items.extend((x.op.launch_ns, 1, i, x) for i, x in enumerate(launches))
+    items.sort(key=lambda item: item[:3])
+    step_ext: dict[int, int] = {}
+    ext = 1
+    for _, _, number, launch in items:
+        if launch is None:
+            step_ext[number] = ext
+            ext += 1
+            continue
+        launch.spans = [
+            CpuSpan(name, cat, ext + j, meta) for j, (name, cat, meta) in enumerate(_levels(launch))
+        ]
+        # The kernel links to the innermost cpu_op: record_param_comms for collectives.
+        launch.ext = next(s.ext for s in reversed(launch.spans) if s.cat == "cpu_op")
+        ext += len(launch.spans)
+    return step_ext
+
+
+def _assign_seq(spec: RankSpec, launches: list[Launch]) -> None:
+    comms = [x for x in launches if x.op.kind == "comm"]
+    first_step = spec.steps[0] if spec.steps else None
+    per_step = (
+        sum(1 for op in first_step.ops if op.kind == "comm" and op.launched) if first_step else 0
+    )
+    # A counter that already ran before the window opened, identical on every rank of the run.
+    base = (first_step.number * per_step if first_step else 0) + 1
+    for i, launch in enumerate(comms):
+        launch.seq = base + i
+
+
+def _place(spec: RankSpec, launches: list[Launch], clock: Clock) -> None:
+    bounds = {t for s in spec.steps for t in (s.cpu_start_ns, s.cpu_end_ns)}
+    for thread in ("main", "autograd"):
+        mine = [x for x in launches if x.op.launch_thread == thread]
+        walls = sorted(bounds | {x.op.launch_ns for x in mine})
+        for launch in mine:
+            t = launch.op.launch_ns
+            after = bisect_right(walls, t)
+            next_gap = walls[after] - t if after < len(walls) else _FAR
+            before = bisect_left(walls, t)
+            prev_gap = 0 if t in bounds else (t - walls[before - 1] if before else _FAR)
+            _place_one(launch, prev_gap, next_gap, clock)
+
+
+def _place_one(launch: Launch, prev_gap: int, next_gap: int, clock: Clock) -> None:
+    # Each launch owns at most a third of the gap on either side, so neighbours never touch
+    # and the spans stay inside the step even when the spec packs launches 1 ns apart.
+    is_comm = launch.op.kind == "comm"
+    c = launch.corr
+    rt_cap = 3_000 + (c * 7_919) % 5_000
+    pre_cap = (18_000 if is_comm else 2_500) + (c * 131) % 4_000
+    post_cap = (9_000 if is_comm else 1_200) + (c * 37) % 1_500
+    rt = max(clock.unit, clock.floor(min(rt_cap, next_gap // 3)))
+    pre = clock.floor(min(pre_cap, prev_gap // 3))
+    post = clock.floor(min(post_cap, (next_gap - rt) // 3))
+    t = launch.op.launch_ns
+    launch.rt_dur = rt
+    n = len(launch.spans)
+    for depth, span in enumerate(launch.spans):
+        span.start = t - pre + clock.floor(pre * depth // n)
+        span.end = t + rt + post - clock.floor(post * depth // n)

@@ -1,0 +1,231 @@
+"""Frozen description of what each rank's GPU did: the single source of truth.
+
+Both the writer (which turns a spec into Kineto JSON) and the expected figures (which the
+engine is tested against) read these objects and nothing else, so the two cannot disagree
+about what happened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Literal, get_args
+
+from tracecomm.synth.names import has_metadata, kernel_name, type_from_name
+
+OpKind = Literal["compute", "comm", "memcpy", "memset"]
+CollType = Literal[
+    "AllGather",
+    "ReduceScatter",
+    "AllReduce",
+    "Broadcast",
+    "Reduce",
+    "AllToAll",
+    "SendRecv",
+    "Other",
+]
+Naming = Literal["dev", "legacy"]
+TimeFormat = Literal["relative", "epoch_us"]
+LaunchThread = Literal["main", "autograd"]
+
+OP_KINDS: frozenset[str] = frozenset(get_args(OpKind))
+COLL_TYPES: frozenset[str] = frozenset(get_args(CollType))
+NAMINGS: frozenset[str] = frozenset(get_args(Naming))
+TIME_FORMATS: frozenset[str] = frozenset(get_args(TimeFormat))
+LAUNCH_THREADS: frozenset[str] = frozenset(get_args(LaunchThread))
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One device event (kernel, memcpy or memset) and the CPU call that launched it."""
+
+    kind: OpKind
+    stream: int
+    start_ns: int
+    dur_ns: int
+    launch_ns: int
+    name: str = ""
+    coll: CollType | None = None
+    launched: bool = True
+    recorded: bool = True
+    metadata: bool = True
+    nelems: int = 0
+    launch_thread: str = "main"
+
+    def __post_init__(self) -> None:
+        # Runs once per op of 100 MB benchmark specs: test first, format a message only on error.
+        problem = _op_problem(self)
+        if problem:
+            raise ValueError(f"{self.kind} op starting at {self.start_ns} ns: {problem}")
+
+    @property
+    def end_ns(self) -> int:
+        return self.start_ns + self.dur_ns
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A ProfilerStep#number annotation and the ops launched inside it."""
+
+    number: int
+    cpu_start_ns: int
+    cpu_end_ns: int
+    ops: tuple[Op, ...]
+
+    def __post_init__(self) -> None:
+        _check(
+            self.cpu_end_ns > self.cpu_start_ns,
+            f"step {self.number}: cpu_end_ns must be > cpu_start_ns",
+        )
+        for op in self.ops:
+            if op.launched and not self.cpu_start_ns <= op.launch_ns < self.cpu_end_ns:
+                raise ValueError(
+                    f"step {self.number}: op launched at {op.launch_ns} ns lies outside the step "
+                    f"span [{self.cpu_start_ns}, {self.cpu_end_ns})"
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class RankSpec:
+    """Everything one rank's trace file shows."""
+
+    rank: int
+    steps: tuple[Step, ...]
+    extra_ops: tuple[Op, ...] = ()
+    host: str = "node0"
+    naming: Naming = "dev"
+    time_format: TimeFormat = "relative"
+
+    def __post_init__(self) -> None:
+        _check(self.rank >= 0, f"rank must be >= 0, got {self.rank}")
+        _check(self.naming in NAMINGS, f"unknown naming {self.naming!r}")
+        _check(self.time_format in TIME_FORMATS, f"unknown time_format {self.time_format!r}")
+        _check_steps_disjoint(self)
+        _check_extras_outside_steps(self)
+        _check_thread_order(self)
+        if self.time_format == "epoch_us":
+            _check_whole_us(self)
+        _check_comm_names(self)
+
+    def all_ops(self) -> list[Op]:
+        """Every op of the file: the steps' ops in step order, then the extra ops."""
+        ops = [op for step in self.steps for op in step.ops]
+        ops.extend(self.extra_ops)
+        return ops
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """One trace file per rank of a distributed run."""
+
+    world_size: int
+    ranks: tuple[RankSpec, ...]
+    gzip: bool = True
+    device_name: str = "NVIDIA H100 80GB HBM3"
+
+    def __post_init__(self) -> None:
+        _check(self.world_size >= 1, f"world_size must be >= 1, got {self.world_size}")
+        seen = [r.rank for r in self.ranks]
+        _check(len(set(seen)) == len(seen), f"duplicate ranks in {seen}")
+        _check(
+            all(r < self.world_size for r in seen),
+            f"ranks {seen} not all < world_size {self.world_size}",
+        )
+
+
+def _op_problem(op: Op) -> str:
+    """What is wrong with one op on its own, or "" when nothing is."""
+    if op.kind not in OP_KINDS:
+        return f"unknown kind {op.kind!r}"
+    if op.dur_ns <= 0:
+        return f"dur_ns must be > 0, got {op.dur_ns}"
+    if op.start_ns < 0 or op.stream < 0 or op.nelems < 0:
+        return "start_ns, stream and nelems must be >= 0"
+    if not (op.launched or op.recorded):
+        return "neither launched nor recorded: nothing would be written"
+    if op.launched and op.launch_ns > op.start_ns:
+        return f"launch_ns {op.launch_ns} is after start_ns"
+    if op.launch_thread not in LAUNCH_THREADS:
+        return f"unknown launch_thread {op.launch_thread!r}"
+    if (op.kind == "comm") != (op.coll is not None) or (op.coll and op.coll not in COLL_TYPES):
+        return f"coll {op.coll!r}: comm ops need a collective type, other kinds must have None"
+    return ""
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+def _check_steps_disjoint(spec: RankSpec) -> None:
+    numbers = [s.number for s in spec.steps]
+    _check(len(set(numbers)) == len(numbers), f"rank {spec.rank}: duplicate step numbers {numbers}")
+    spans = sorted((s.cpu_start_ns, s.cpu_end_ns, s.number) for s in spec.steps)
+    for (_, end, a), (start, _, b) in pairwise(spans):
+        _check(start >= end, f"rank {spec.rank}: steps {a} and {b} overlap on the CPU")
+
+
+def _check_extras_outside_steps(spec: RankSpec) -> None:
+    for op in spec.extra_ops:
+        if not op.launched:
+            continue
+        for step in spec.steps:
+            _check(
+                not step.cpu_start_ns <= op.launch_ns < step.cpu_end_ns,
+                f"rank {spec.rank}: extra op launched at {op.launch_ns} ns lies inside step "
+                f"{step.number}; "
+                "put it in that step's ops",
+            )
+
+
+def _check_thread_order(spec: RankSpec) -> None:
+    # One CPU thread cannot issue two runtime calls at the same instant, and the writer needs a
+    # strict order to nest each call inside its own CPU op.
+    for thread in LAUNCH_THREADS:
+        launches = sorted(
+            op.launch_ns for op in spec.all_ops() if op.launched and op.launch_thread == thread
+        )
+        for a, b in pairwise(launches):
+            if b == a:
+                raise ValueError(f"rank {spec.rank}: two launches at {a} ns on the {thread} thread")
+
+
+def _check_whole_us(spec: RankSpec) -> None:
+    # Integer-µs files cannot express sub-µs times, so the spec must not contain any.
+    for step in spec.steps:
+        for t in (step.cpu_start_ns, step.cpu_end_ns):
+            _check(
+                t % 1000 == 0,
+                f"rank {spec.rank}: step {step.number} time {t} ns is not whole µs (epoch_us)",
+            )
+    for op in spec.all_ops():
+        times = (op.start_ns, op.dur_ns, op.launch_ns) if op.launched else (op.start_ns, op.dur_ns)
+        for t in times:
+            if t % 1000:
+                raise ValueError(f"rank {spec.rank}: op time {t} ns is not whole µs (epoch_us)")
+
+
+def _check_comm_names(spec: RankSpec) -> None:
+    # The engine classifies by kernel name, so a spec whose names would be classified otherwise
+    # than its kinds say would make the expected figures unreachable.
+    # Many ops share a name: check each (kind, name) once.
+    seen: set[tuple[str, str]] = set()
+    for op in spec.all_ops():
+        name = kernel_name(op, spec.naming)
+        if op.kind != "comm":
+            if (op.kind, name) not in seen:
+                _check(not _is_nccl(name), f"{op.kind} op {name!r} looks like an NCCL kernel")
+                seen.add((op.kind, name))
+            continue
+        _check(_is_nccl(name), f"comm kernel {name!r} has no nccl/rccl in its name")
+        implied = type_from_name(name)
+        _check(
+            has_metadata(op) or implied is None or implied == op.coll,
+            f"comm op {name!r} without metadata: the name implies {implied}, coll says {op.coll}; "
+            "set metadata=True or give a matching name",
+        )
+
+
+def _is_nccl(name: str) -> bool:
+    lower = name.lower()
+    return "nccl" in lower or "rccl" in lower
