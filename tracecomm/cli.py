@@ -165,14 +165,22 @@ def _run(
 
 
 def _progress() -> Callable[[int, int, str], None] | None:
+    """A rich progress bar on stderr, only when stderr is a terminal (never in pipes or CI logs)."""
     if not sys.stderr.isatty():
         return None
+    from rich.console import Console
+    from rich.progress import Progress
+
+    progress = Progress(console=Console(stderr=True), transient=True)
+    task = progress.add_task("parsing traces", total=None)
 
     def report(done: int, total: int, path: str) -> None:
-        if total > 1:
-            end = "\n" if done == total else ""
-            sys.stderr.write(f"\r\x1b[Kparsed {done}/{total}: {os.path.basename(path)}{end}")
-            sys.stderr.flush()
+        if done == 0:
+            progress.start()
+        name = os.path.basename(path) if path else "parsing traces"
+        progress.update(task, completed=done, total=total, description=name)
+        if done == total:
+            progress.stop()
 
     return report
 

@@ -85,6 +85,8 @@ def _map_files(
 ) -> list[RankResult | FileFailure]:
     jobs = _jobs(paths, opts.jobs)
     out: list[RankResult | FileFailure] = []
+    if progress:
+        progress(0, len(paths), "")
     if jobs <= 1:
         for i, path in enumerate(paths):
             out.append(analyze_file(path, opts.breakdown))
