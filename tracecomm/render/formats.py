@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import fields
 
 import orjson
 
@@ -11,15 +12,7 @@ from tracecomm.analysis.model import Report
 from tracecomm.engine.model import Figures
 from tracecomm.render.document import report_document
 
-_FIGURE_COLUMNS = (
-    "window_ns",
-    "compute_ns",
-    "comm_ns",
-    "overlapped_comm_ns",
-    "exposed_comm_ns",
-    "exposed_memory_ns",
-    "idle_ns",
-)
+_FIGURE_COLUMNS = tuple(f.name for f in fields(Figures))
 
 
 def render_json(report: Report) -> bytes:
