@@ -254,15 +254,14 @@ def _as_str(value: object) -> str | None:
 def _columns(events: list[_Event], path: Path) -> tuple[pl.DataFrame, list[str], int]:
     """One row per complete ('X') event of a category we use, with exact ns times."""
     picked = [events[i] for i in _wanted_rows(events)]
-    cats, names, pids, tids, ts, durs = _unzip(
-        picked, ("cat", "name", "pid", "tid", "ts", "dur"), 6
-    )
+    cats, names, pids, tids, ts, durs, args = _unzip(picked, _EVENT_FIELDS, len(_EVENT_FIELDS))
+    del picked
     frame = pl.DataFrame(
         {
             "cat": _str_series("cat", cats),
             "name": _str_series("name", names),
-            "pid": _str_series("pid", pids),
-            "tid": _str_series("tid", tids),
+            "pid": _num_series("pid", pids),
+            "tid": _num_series("tid", tids),
         }
     ).with_columns(
         # MTIA's DMA requests are copy-engine work, not compute.
@@ -276,8 +275,11 @@ def _columns(events: list[_Event], path: Path) -> tuple[pl.DataFrame, list[str],
         us_text_to_ns(ts, "ts_ns"),
         us_text_to_ns(durs, "dur_ns"),
     )
-    frame = _attach_args(frame, [e.args for e in picked])
+    frame = _attach_args(frame, list(args))
     return _repair_times(frame, path)
+
+
+_EVENT_FIELDS = ("cat", "name", "pid", "tid", "ts", "dur", "args")
 
 
 def _unzip(items: list[Any], attrs: tuple[str, ...], width: int) -> list[tuple[Any, ...]]:
@@ -293,6 +295,15 @@ def _str_series(name: str, values: Sequence[object]) -> pl.Series:
     except (TypeError, pl.exceptions.PolarsError):
         # ints (pids, tids) or other odd values: text, so mixed files stay one column
         return pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
+
+
+def _num_series(name: str, values: Sequence[object]) -> pl.Series:
+    """pid / tid as numbers: ints, or the digits of old spellings such as ``"stream 7"``."""
+    try:
+        return pl.Series(name, values, dtype=pl.Int64)
+    except (TypeError, OverflowError, pl.exceptions.PolarsError):
+        text = _str_series(name, values)
+        return text.str.extract(r"(-?\d+)").cast(pl.Int64, strict=False)
 
 
 _KIND = pl.col("cat").str.to_lowercase().replace_strict(_KIND_OF_CAT, default=None)
@@ -428,16 +439,11 @@ def _repair_times(frame: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[s
 
 
 def _device_frame(events: pl.DataFrame) -> pl.DataFrame:
-    digits = r"(-?\d+)"
     return events.filter(pl.col("kind").is_in(list(DEVICE_KINDS))).select(
         "kind",
         "name",
-        pl.coalesce(
-            "arg_device", pl.col("pid").str.extract(digits).cast(pl.Int64, strict=False)
-        ).alias("device"),
-        pl.coalesce(
-            "arg_stream", pl.col("tid").str.extract(digits).cast(pl.Int64, strict=False)
-        ).alias("stream"),
+        pl.coalesce("arg_device", pl.col("pid")).alias("device"),
+        pl.coalesce("arg_stream", pl.col("tid")).alias("stream"),
         "start_ns",
         "end_ns",
         "correlation",
@@ -471,12 +477,8 @@ def _gpu_annotation_frame(events: pl.DataFrame) -> pl.DataFrame:
         (pl.col("kind") == "gpu_annotation") & pl.col("name").str.starts_with("nccl:")
     ).select(
         "name",
-        pl.coalesce(
-            "arg_device", pl.col("pid").str.extract(r"(\d+)").cast(pl.Int64, strict=False)
-        ).alias("device"),
-        pl.coalesce(
-            "arg_stream", pl.col("tid").str.extract(r"(\d+)").cast(pl.Int64, strict=False)
-        ).alias("stream"),
+        pl.coalesce("arg_device", pl.col("pid")).alias("device"),
+        pl.coalesce("arg_stream", pl.col("tid")).alias("stream"),
         "start_ns",
         "end_ns",
     )
