@@ -10,7 +10,6 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import SHARED_TRACES
 from tracecomm.cli import EXIT_OK, app
 
 SCHEMA = json.loads(
@@ -90,8 +89,3 @@ def test_gloo_trace_reports_the_cpu_timeline(shared_traces: Path) -> None:
     doc = json.loads(result.stdout)
     assert doc["summary"]["timelines"] == ["cpu"]
     assert {t["coll_type"] for t in doc["by_type"]} == {"AllReduce", "Broadcast"}
-
-
-def test_shared_folder_location_is_beside_the_repo() -> None:
-    # The conformance tests above skip only when this folder is absent.
-    assert SHARED_TRACES.name == "traces"
