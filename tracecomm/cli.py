@@ -98,7 +98,9 @@ def analyze(
     comm_pattern: Annotated[
         list[str] | None,
         typer.Option(
-            "--comm-pattern", help="Regex: kernels whose name matches count as communication."
+            "--comm-pattern",
+            help="Regex (case-sensitive, Rust syntax): kernels whose name matches count as "
+            "communication. Repeatable.",
         ),
     ] = None,
     jobs: Annotated[
@@ -114,11 +116,13 @@ def analyze(
     """
     first, last = parse_steps(steps)
     patterns = tuple(comm_pattern or ())
-    for pattern in patterns:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise typer.BadParameter(f"{pattern!r}: {exc}", param_hint="--comm-pattern") from None
+    if patterns:
+        from tracecomm.engine.classify import check_pattern
+
+        for pattern in patterns:
+            problem = check_pattern(pattern)
+            if problem:
+                raise typer.BadParameter(f"{pattern!r}: {problem}", param_hint="--comm-pattern")
     report = _run(
         [str(p) for p in run],
         first,

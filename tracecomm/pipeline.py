@@ -42,6 +42,8 @@ def analyze_file(path: str, opts: BreakdownOptions) -> RankResult | FileFailure:
         return FileFailure(exc.path, exc.reason)
     except MemoryError:
         return FileFailure(path, "out of memory while parsing")
+    except Exception as exc:  # one odd file must never take the other ranks down with it
+        return FileFailure(path, f"could not be analyzed ({type(exc).__name__}: {exc})")
     return RankResult(
         path=path,
         meta=events.meta,
@@ -74,6 +76,9 @@ def analyze(
         raise NoUsableInput(f"no usable trace: {reasons}{more}")
     options = {"breakdown": asdict(opts.breakdown)}
     report = build_report(results, failures, [str(i) for i in inputs], options)
+    if not report.ranks:
+        reasons = "; ".join(m.reason for m in report.missing[:3])
+        raise NoUsableInput(f"no usable rank: {reasons}")
     if all(r.breakdown.window is None for r in report.ranks) and not report.missing:
         notes = "; ".join(f"{r.path}: {r.breakdown.notes[-1]}" for r in report.ranks[:3])
         raise NoUsableInput(f"nothing to analyze: {notes}")

@@ -32,11 +32,28 @@ class FileFailure:
 
 
 @dataclass(frozen=True)
+class MedianFigures:
+    """Each figure's own median over the included steps (rounded to whole ns; percentages are
+    medians of the per-step percentages). Being separate medians, the parts need not add up to
+    the window the way one step's figures do."""
+
+    window_ns: int
+    compute_ns: int
+    comm_ns: int
+    overlapped_comm_ns: int
+    exposed_comm_ns: int
+    exposed_memory_ns: int
+    idle_ns: int
+    overlap_pct: float | None
+    busy_pct: float | None
+
+
+@dataclass(frozen=True)
 class StepSummary:
-    """Per-figure median over the included steps, and the slowest step's own figures."""
+    """Median of each figure over the included steps, and the slowest step's own figures."""
 
     steps: int
-    median: Figures
+    median: MedianFigures
     worst_step: int
     worst: Figures
 
@@ -51,6 +68,14 @@ class RankReport:
     breakdown: RankBreakdown
     step_summary: StepSummary | None
     partial: bool  # truncated file or repaired events: figures may be low
+
+
+@dataclass(frozen=True)
+class RankNote:
+    """One engine note (an excluded step, unlinked events, …) and every rank it applies to."""
+
+    text: str
+    ranks: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -82,6 +107,7 @@ class RunSummary:
     median_rank: int | None
     worst_rank: int | None
     worst_by: str  # what "worst" ranks by, in words
+    slowest_first: tuple[int, ...]  # ranks ordered by that measure, slowest first
     total: Figures | None  # sum over ranks of their analysis windows
 
 
@@ -97,6 +123,7 @@ class Report:
     skipped: tuple[FileFailure, ...]  # files that are not traces (no traceEvents)
     absent_ranks: tuple[int, ...] = ()  # below world_size, no file at all: a warning, not an error
     warnings: tuple[str, ...] = field(default=())
+    notes: tuple[RankNote, ...] = ()  # engine notes, each with the ranks it applies to
 
     @property
     def partial(self) -> bool:

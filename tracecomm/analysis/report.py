@@ -11,7 +11,9 @@ from typing import Any
 from tracecomm import __version__
 from tracecomm.analysis.model import (
     FileFailure,
+    MedianFigures,
     MissingRank,
+    RankNote,
     RankReport,
     RankResult,
     Report,
@@ -68,6 +70,7 @@ def build_report(
         by_type=_by_type(ranks),
         missing=tuple(sorted(missing, key=lambda m: (m.rank is None, m.rank or 0, m.path or ""))),
         absent_ranks=tuple(absent),
+        notes=_grouped_notes(ranks),
         skipped=tuple(f for f in failures if f.not_a_trace),
         warnings=tuple(warnings),
     )
@@ -92,14 +95,30 @@ def step_summary(bd: RankBreakdown) -> StepSummary | None:
     steps = [(s.step, s.window.figures) for s in bd.included_steps if s.window is not None]
     if not steps:
         return None
-    median = Figures(
-        **{
-            f.name: round(statistics.median(getattr(fig, f.name) for _, fig in steps))
-            for f in fields(Figures)
-        }
+    medians = {
+        f.name: round(statistics.median(getattr(fig, f.name) for _, fig in steps))
+        for f in fields(Figures)
+    }
+    median = MedianFigures(
+        **medians,
+        overlap_pct=_median_pct([fig.overlap_pct for _, fig in steps]),
+        busy_pct=_median_pct([fig.busy_pct for _, fig in steps]),
     )
     worst_step, worst = max(steps, key=lambda item: (item[1].window_ns, item[0]))
     return StepSummary(len(steps), median, worst_step, worst)
+
+
+def _median_pct(values: list[float | None]) -> float | None:
+    defined = [v for v in values if v is not None]
+    return statistics.median(defined) if defined else None
+
+
+def _grouped_notes(ranks: Sequence[RankReport]) -> tuple[RankNote, ...]:
+    by_text: dict[str, list[int]] = {}
+    for rank in ranks:
+        for note in rank.breakdown.notes:
+            by_text.setdefault(note, []).append(rank.rank)
+    return tuple(RankNote(text, tuple(r)) for text, r in by_text.items())
 
 
 def _world_size(results: Sequence[RankResult], warnings: list[str]) -> int | None:
@@ -159,7 +178,7 @@ def _mixed_job_warnings(results: Sequence[RankResult]) -> list[str]:
 
 
 def _summary(ranks: Sequence[RankReport], world: int | None) -> RunSummary:
-    timed = [(r.rank, _pace(r)) for r in ranks if _pace(r) is not None]
+    timed = [(r.rank, pace) for r in ranks if (pace := _pace(r)) is not None]
     timed.sort(key=lambda item: (item[1], item[0]))
     windows = [r.breakdown.window.figures for r in ranks if r.breakdown.window is not None]
     steps = sorted({s.step for r in ranks for s in r.breakdown.included_steps})
@@ -171,11 +190,13 @@ def _summary(ranks: Sequence[RankReport], world: int | None) -> RunSummary:
         median_rank=timed[(len(timed) - 1) // 2][0] if timed else None,
         worst_rank=timed[-1][0] if timed else None,
         worst_by="median step time" if steps else "analysis window length",
+        slowest_first=tuple(rank for rank, _ in reversed(timed)),
         total=_sum_figures(windows) if windows else None,
     )
 
 
 def _pace(rank: RankReport) -> int | None:
+    """What ranks are ordered by: median step time, else the analysis window's length."""
     if rank.step_summary is not None:
         return rank.step_summary.median.window_ns
     window = rank.breakdown.window

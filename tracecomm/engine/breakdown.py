@@ -104,47 +104,68 @@ def _figures_for(
     unlinked: int,
     notes: list[str],
 ) -> RankBreakdown:
+    if work.height == 0:
+        notes.append(f"no {timeline.upper()} activity to analyze")
+        return RankBreakdown(
+            timeline, None, (), comm_kernels, device_events, unlinked, tuple(notes)
+        )
     included = _select_steps(steps, opts, notes)
     types = [t for t in COLL_TYPES if t in set(work["coll_type"].drop_nulls().to_list())]
-    cov = _coverage(work, types)
-    starts = np.asarray(work["start_ns"].to_numpy(), dtype=np.int64)
-    ends = np.asarray(work["end_ns"].to_numpy(), dtype=np.int64)
-    comm_types = work["coll_type"].fill_null("").to_numpy()
-
+    events = _Events.of(work, types)
     step_spans = [
-        (row["start_ns"], row["end_ns"])
-        if row["events"] > 0 and row["start_ns"] is not None
-        else None
+        [(row["start_ns"], row["end_ns"])] if row["events"] and row["start_ns"] is not None else []
         for row in steps.iter_rows(named=True)
     ]
-    spans = [span for span in step_spans if span is not None]
-    included_spans = [
-        span
-        for span, step in zip(step_spans, steps["step"].to_list(), strict=True)
-        if span and step in included
-    ]
-    if included_spans:
-        spans.append((min(s for s, _ in included_spans), max(e for _, e in included_spans)))
-    elif steps.height == 0:
+    if steps.height == 0:
         notes.append("no ProfilerStep annotations: one window from the first to the last event")
-        spans.append((int(starts.min()), int(ends.max())))
+        rank_spans = [(int(events.starts.min()), int(events.ends.max()))]
     else:
-        notes.append("no step in the selection launched device work: nothing to analyze")
-    computed = iter(_window_figures(cov, types, spans, starts, ends, comm_types))
+        rank_spans = _rank_spans(steps, included)
+        if not rank_spans:
+            notes.append(
+                "no complete step to analyze (--all-steps includes the incomplete ones)"
+                if not opts.all_steps
+                else "no step in the selection launched device work: nothing to analyze"
+            )
+    windows = _window_figures(events, types, [*step_spans, rank_spans])
     step_rows = [
         StepFigures(
             step=row["step"],
             complete=bool(row["complete"]),
             included=row["step"] in included,
             incomplete_reason=row["incomplete_reason"],
-            window=next(computed) if span is not None else None,
+            window=window,
         )
-        for row, span in zip(steps.iter_rows(named=True), step_spans, strict=True)
+        for row, window in zip(steps.iter_rows(named=True), windows, strict=False)
     ]
-    rank_window = next(computed, None)
     return RankBreakdown(
-        timeline, rank_window, tuple(step_rows), comm_kernels, device_events, unlinked, tuple(notes)
+        timeline, windows[-1], tuple(step_rows), comm_kernels, device_events, unlinked, tuple(notes)
     )
+
+
+def _rank_spans(steps: pl.DataFrame, included: set[int]) -> list[tuple[int, int]]:
+    """The analysis window: each run of consecutive included steps spans from its first step's
+    window start to its last one's end (gaps between steps are idle); an excluded step breaks
+    the run, so its work is not counted. Overlapping runs are merged."""
+    runs: list[tuple[int, int]] = []
+    open_run: tuple[int, int] | None = None
+    for row in steps.sort("step").iter_rows(named=True):
+        if row["step"] in included and row["start_ns"] is not None:
+            start, end = row["start_ns"], row["end_ns"]
+            open_run = (open_run[0], max(open_run[1], end)) if open_run else (start, end)
+            continue
+        if open_run:
+            runs.append(open_run)
+            open_run = None
+    if open_run:
+        runs.append(open_run)
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(runs):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _select_steps(steps: pl.DataFrame, opts: BreakdownOptions, notes: list[str]) -> set[int]:
@@ -153,15 +174,30 @@ def _select_steps(steps: pl.DataFrame, opts: BreakdownOptions, notes: list[str])
         & (pl.col("step") >= (opts.first_step if opts.first_step is not None else -(2**62)))
         & (pl.col("step") <= (opts.last_step if opts.last_step is not None else 2**62))
     )
-    complete = in_range.filter(pl.col("complete"))
-    if opts.all_steps or (complete.height == 0 and in_range.height > 0):
-        if not opts.all_steps:
-            notes.append("no complete step: analyzing the partial ones (their figures may be low)")
+    if opts.all_steps:
         return set(in_range["step"].to_list())
-    skipped = steps.filter(~pl.col("complete"))
-    for row in skipped.iter_rows(named=True):
+    for row in steps.filter(~pl.col("complete")).iter_rows(named=True):
         notes.append(f"step {row['step']} excluded: {row['incomplete_reason']}")
-    return set(complete["step"].to_list())
+    return set(in_range.filter(pl.col("complete"))["step"].to_list())
+
+
+@dataclass(frozen=True)
+class _Events:
+    """The rank's work as arrays, plus the one sweep every window is measured against."""
+
+    cov: Coverage
+    starts: IntArray
+    ends: IntArray
+    comm_types: np.ndarray
+
+    @classmethod
+    def of(cls, work: pl.DataFrame, types: Sequence[str]) -> _Events:
+        return cls(
+            cov=_coverage(work, types),
+            starts=np.asarray(work["start_ns"].to_numpy(), dtype=np.int64),
+            ends=np.asarray(work["end_ns"].to_numpy(), dtype=np.int64),
+            comm_types=work["coll_type"].fill_null("").to_numpy(),
+        )
 
 
 def _coverage(work: pl.DataFrame, types: Sequence[str]) -> Coverage:
@@ -190,50 +226,51 @@ def _coverage(work: pl.DataFrame, types: Sequence[str]) -> Coverage:
 
 
 def _window_figures(
-    cov: Coverage,
-    types: Sequence[str],
-    spans: Sequence[tuple[int, int]],
-    starts: IntArray,
-    ends: IntArray,
-    comm_types: np.ndarray,
-) -> list[WindowFigures]:
-    """Figures of every window at once: one cumulative sum per set expression."""
-    lo = np.array([s for s, _ in spans], dtype=np.int64)
-    hi = np.array([e for _, e in spans], dtype=np.int64)
+    events: _Events, types: Sequence[str], windows: Sequence[Sequence[tuple[int, int]]]
+) -> list[WindowFigures | None]:
+    """Figures of every window at once (one cumulative sum per set expression); a window may
+    be several disjoint spans, whose measures add up. An empty window gives None."""
+    owner = np.array([w for w, spans in enumerate(windows) for _ in spans], dtype=np.int64)
+    lo = np.array([s for spans in windows for s, _ in spans], dtype=np.int64)
+    hi = np.array([e for spans in windows for _, e in spans], dtype=np.int64)
 
-    def size(mask: np.ndarray) -> list[int]:
-        return [int(v) for v in measure(cov, mask, lo, hi)]
+    def size(mask: np.ndarray) -> IntArray:
+        per_window = np.zeros(len(windows), dtype=np.int64)
+        np.add.at(per_window, owner, measure(events.cov, mask, lo, hi))
+        return per_window
 
-    c = cov.covered
+    c = events.cov.covered
     compute, comm, memory = c[:, _COMPUTE], c[:, _COMM], c[:, _MEMORY]
-    columns = {
-        "compute": size(compute),
-        "comm": size(comm),
-        "overlapped": size(comm & compute),
-        "compute_or_comm": size(compute | comm),
-        "busy": size(compute | comm | memory),
-    }
+    window_ns = np.zeros(len(windows), dtype=np.int64)
+    np.add.at(window_ns, owner, hi - lo)
+    compute_ns, comm_ns, overlapped = size(compute), size(comm), size(comm & compute)
+    compute_or_comm, busy = size(compute | comm), size(compute | comm | memory)
     per_type = [
         (size(c[:, _FIRST_TYPE + i]), size(c[:, _FIRST_TYPE + i] & compute))
         for i in range(len(types))
     ]
-    out = []
-    for w, (start, end) in enumerate(spans):
+    out: list[WindowFigures | None] = []
+    for w, spans in enumerate(windows):
+        if not spans:
+            out.append(None)
+            continue
         figures = Figures(
-            window_ns=end - start,
-            compute_ns=columns["compute"][w],
-            comm_ns=columns["comm"][w],
-            overlapped_comm_ns=columns["overlapped"][w],
-            exposed_comm_ns=columns["comm"][w] - columns["overlapped"][w],
-            exposed_memory_ns=columns["busy"][w] - columns["compute_or_comm"][w],
-            idle_ns=(end - start) - columns["busy"][w],
+            window_ns=int(window_ns[w]),
+            compute_ns=int(compute_ns[w]),
+            comm_ns=int(comm_ns[w]),
+            overlapped_comm_ns=int(overlapped[w]),
+            exposed_comm_ns=int(comm_ns[w] - overlapped[w]),
+            exposed_memory_ns=int(busy[w] - compute_or_comm[w]),
+            idle_ns=int(window_ns[w] - busy[w]),
         )
-        hits = (starts < end) & (ends > start)
+        hits = np.zeros(events.starts.size, dtype=bool)
+        for start, end in spans:
+            hits |= (events.starts < end) & (events.ends > start)
         by_type = []
         for i, coll in enumerate(types):
-            kernels = int(np.count_nonzero(hits & (comm_types == coll)))
-            type_ns, type_overlap = per_type[i][0][w], per_type[i][1][w]
+            kernels = int(np.count_nonzero(hits & (events.comm_types == coll)))
+            type_ns, type_overlap = int(per_type[i][0][w]), int(per_type[i][1][w])
             if kernels or type_ns:
                 by_type.append(TypeFigures(coll, kernels, type_ns, type_ns - type_overlap))
-        out.append(WindowFigures(start, end, figures, tuple(by_type)))
+        out.append(WindowFigures(spans[0][0], spans[-1][1], figures, tuple(by_type)))
     return out

@@ -25,7 +25,7 @@ COLL_TYPES = (
 # NCCL / RCCL / HCCL / oneCCL name families, plus the custom all-reduce kernels of inference
 # engines (vLLM, SGLang, TensorRT-LLM) that do the same job outside NCCL.
 COMM_NAME_PATTERN = (
-    r"(?i)nccl|rccl|hccl|oneccl|cross_device_reduce|oneShotAllReduce|twoShotAllReduce"
+    r"(?i:nccl|rccl|hccl|oneccl|cross_device_reduce|oneShotAllReduce|twoShotAllReduce)"
 )
 _CUSTOM_ALLREDUCE = r"(?i)cross_device_reduce|oneShotAllReduce|twoShotAllReduce"
 _KERNEL_COLL_TOKEN = r"(?i)(?:nccl|rccl)[A-Za-z]*?Kernel_([A-Za-z]+)"
@@ -61,6 +61,16 @@ def coll_type_of(name: pl.Expr) -> pl.Expr:
     return pl.when(name.is_null()).then(pl.lit(None, dtype=pl.String)).otherwise(expr)
 
 
+def check_pattern(pattern: str) -> str | None:
+    """Why a user regex cannot be used (polars' Rust syntax: no look-around), or None."""
+    try:
+        pl.select(pl.lit("").str.contains(pattern))
+    except pl.exceptions.PolarsError as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        return " ".join(lines)[:300]
+    return None
+
+
 def classify(rank: RankEvents, comm_patterns: Sequence[str] = ()) -> pl.DataFrame:
     """The device frame with ``cls`` and, for comm kernels, ``coll_type`` and linked metadata."""
     pattern = "|".join([COMM_NAME_PATTERN, *(f"(?:{p})" for p in comm_patterns)])
@@ -86,18 +96,28 @@ def classify(rank: RankEvents, comm_patterns: Sequence[str] = ()) -> pl.DataFram
             .otherwise(coll_type_of(kernel_stem))
         )
     )
+    # kineto-traces.md §11: the kernel's own metadata, the enclosing nccl:* GPU annotation, the
+    # linked CPU op, and only then the kernel name (a hint: NCCL runs grouped work anywhere).
     coll_type = pl.coalesce(
-        coll_type_of(pl.col("collective_name")), pl.col("annotation_type"), by_name, pl.lit("Other")
+        coll_type_of(pl.col("collective_name")),
+        pl.col("annotation_type"),
+        coll_type_of(pl.col("cpu_collective_name")),
+        by_name,
+        pl.lit("Other"),
     )
     return device.with_columns(
-        pl.when(pl.col("cls") == "comm").then(coll_type).alias("coll_type")
-    ).drop("annotation_type")
+        pl.when(pl.col("cls") == "comm").then(coll_type).alias("coll_type"),
+        pl.coalesce("collective_name", "cpu_collective_name").alias("collective_name"),
+    ).drop("annotation_type", "cpu_collective_name")
 
 
 def _fill_metadata_from_cpu_op(device: pl.DataFrame, comm_ops: pl.DataFrame) -> pl.DataFrame:
-    """Older traces keep collective metadata on record_param_comms only: join by External id."""
+    """Older traces keep collective metadata on record_param_comms only: join by External id.
+
+    The CPU op's collective name is kept apart (``cpu_collective_name``): it ranks below the
+    GPU annotation when choosing the type."""
     if comm_ops.height == 0:
-        return device
+        return device.with_columns(pl.lit(None, dtype=pl.String).alias("cpu_collective_name"))
     meta_cols = [c for c in comm_ops.columns if c not in ("external_id", "start_ns")]
     cpu = (
         comm_ops.filter(pl.col("external_id").is_not_null())
@@ -106,10 +126,14 @@ def _fill_metadata_from_cpu_op(device: pl.DataFrame, comm_ops: pl.DataFrame) -> 
     )
     joined = device.join(cpu, on="external_id", how="left", maintain_order="left")
     is_comm = pl.col("cls") == "comm"
+    filled = [c for c in meta_cols if c != "collective_name"]
     return joined.with_columns(
-        pl.when(is_comm).then(pl.coalesce(c, f"cpu_{c}")).otherwise(pl.col(c)).alias(c)
-        for c in meta_cols
-    ).drop(f"cpu_{c}" for c in meta_cols)
+        *(
+            pl.when(is_comm).then(pl.coalesce(c, f"cpu_{c}")).otherwise(pl.col(c)).alias(c)
+            for c in filled
+        ),
+        pl.when(is_comm).then(pl.col("cpu_collective_name")).alias("cpu_collective_name"),
+    ).drop(f"cpu_{c}" for c in filled)
 
 
 def _annotation_type(device: pl.DataFrame, annotations: pl.DataFrame) -> pl.DataFrame:

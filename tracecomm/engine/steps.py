@@ -59,7 +59,9 @@ def step_windows(linked: pl.DataFrame, rank: RankEvents) -> pl.DataFrame:
         .with_columns(pl.col("events").fill_null(0), pl.col("missing").fill_null(0))
     )
     reason = (
-        pl.when(pl.col("events") == 0)
+        pl.when(pl.col("cpu_end_ns") <= pl.col("cpu_start_ns"))
+        .then(pl.lit("its ProfilerStep annotation never closed (no duration)"))
+        .when(pl.col("events") == 0)
         .then(pl.lit("no device activity launched in the step"))
         .when(pl.col("missing") > 0)
         .then(pl.format("{} launched kernels missing from the trace", pl.col("missing")))

@@ -122,11 +122,11 @@ def load_rank(path: Path | str) -> RankEvents:
 
 def _load_rank(path: Path) -> RankEvents:
     data = read_trace_bytes(path)
-    doc, salvaged = _decode(data, path)
+    warnings: list[str] = []
+    doc, salvaged = _decode(data, path, warnings)
     del data
     if doc.traceEvents is None:
         raise NotATrace(path, "no traceEvents list: not a Kineto trace")
-    warnings: list[str] = []
     if salvaged is not None:
         warnings.append(
             f"{path}: truncated file (job killed while writing?): salvaged the first {salvaged} "
@@ -174,21 +174,35 @@ def read_trace_bytes(path: Path) -> bytes:
 def _gunzip_prefix(raw: bytes, path: Path) -> bytes:
     # A .gz cut short still holds a usable prefix; the JSON salvage below takes it from there.
     try:
-        return zlib.decompressobj(wbits=31).decompress(raw)
+        prefix = zlib.decompressobj(wbits=31).decompress(raw)
     except zlib.error as exc:
         raise TraceError(path, f"corrupt gzip data ({exc})") from None
+    if not prefix:
+        raise TraceError(path, "truncated gzip file: no complete data")
+    return prefix
 
 
-def _decode(data: bytes, path: Path) -> tuple[_Trace, int | None]:
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def _decode(data: bytes, path: Path, warnings: list[str]) -> tuple[_Trace, int | None]:
+    data = data.removeprefix(_UTF8_BOM)
+    if data.lstrip()[:1] == b"[":
+        # The Chrome trace format's bare-array form: the same events without the envelope.
+        data = b'{"traceEvents":' + data + b"}"
     try:
         return _DECODER.decode(data), None
     except msgspec.ValidationError as exc:
         raise TraceError(path, f"unexpected trace structure: {exc}") from None
+    except UnicodeDecodeError:
+        # Older Kineto wrote raw bytes of kernel names; keep the events, mark the bytes.
+        warnings.append(f"{path}: invalid UTF-8 bytes in the file were replaced with U+FFFD")
+        return _decode(data.decode("utf-8", "replace").encode(), path, warnings)
     except msgspec.DecodeError as exc:
         if not data.strip():
             raise TraceError(path, "empty file") from None
-        if data.lstrip()[:1] not in (b"{", b"["):
-            raise TraceError(path, "not JSON (does not start with '{')") from None
+        if data.lstrip()[:1] != b"{":
+            raise TraceError(path, "not JSON (does not start with '{' or '[')") from None
         salvaged = _salvage(data)
         if salvaged is None:
             raise TraceError(path, f"invalid JSON: {exc}") from None
@@ -220,8 +234,9 @@ def _meta(doc: _Trace, path: Path) -> TraceMeta:
     info = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
     props = doc.deviceProperties if isinstance(doc.deviceProperties, list) else []
     base = doc.baseTimeNanoseconds
+    rank = _as_int(info.get("rank"))
     return TraceMeta(
-        rank=_as_int(info.get("rank")),
+        rank=rank if rank is not None and rank >= 0 else None,
         world_size=_as_int(info.get("world_size")),
         backend=_as_str(info.get("backend")),
         nccl_version=_as_str(info.get("nccl_version")),
@@ -394,7 +409,12 @@ def _int_series(name: str, values: Sequence[object]) -> pl.Series:
     try:
         return pl.Series(name, values, dtype=pl.Int64)
     except (TypeError, OverflowError, pl.exceptions.PolarsError):
-        return pl.Series(name, [_arg_int(v) for v in values], dtype=pl.Int64)
+        # quoted numbers ("correlation": "17") still link; anything else is null
+        return pl.Series(
+            name,
+            [_arg_int(_as_int(v) if isinstance(v, str) else v) for v in values],
+            dtype=pl.Int64,
+        )
 
 
 def _typed_series(name: str, values: Sequence[object], dtype: pl.DataType) -> pl.Series:

@@ -12,6 +12,7 @@ from decimal import Decimal, InvalidOperation
 import polars as pl
 
 _NS_PER_US = 1000
+_MAX_WHOLE_US = (2**63 - 1) // _NS_PER_US - 1
 
 
 def us_text_to_ns(values: Sequence[object], name: str) -> pl.Series:
@@ -56,7 +57,10 @@ def _ns_expr(col: pl.Expr) -> pl.Expr:
     frac_ns = frac.str.slice(0, 3).str.pad_end(3, "0").cast(pl.Int64, strict=False)
     round_up = (frac.str.slice(3, 1).cast(pl.Int64, strict=False).fill_null(0) >= 5).cast(pl.Int64)
     magnitude = whole * _NS_PER_US + frac_ns + round_up
-    return pl.when(negative).then(-magnitude).otherwise(magnitude)
+    # Beyond int64 ns (year 2262, or ns written where µs belong): null, reported as dropped.
+    in_range = whole.abs() < _MAX_WHOLE_US
+    signed = pl.when(negative).then(-magnitude).otherwise(magnitude)
+    return pl.when(in_range).then(signed)
 
 
 def _patch_exponents(out: pl.Series, text: pl.Series, exotic: pl.Series) -> pl.Series:
@@ -71,6 +75,7 @@ def _decimal_us_to_ns(text: str | None) -> int | None:
     if text is None:
         return None
     try:
-        return int((Decimal(text) * _NS_PER_US).to_integral_value(rounding="ROUND_HALF_UP"))
-    except (InvalidOperation, ValueError):
+        ns = int((Decimal(text) * _NS_PER_US).to_integral_value(rounding="ROUND_HALF_UP"))
+    except (InvalidOperation, ValueError, OverflowError):
         return None
+    return ns if -(2**63) <= ns < 2**63 else None

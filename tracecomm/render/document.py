@@ -5,7 +5,7 @@ Times are integer nanoseconds (``*_ns``); percentages are floats or null when un
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any
 
 from tracecomm.analysis.model import RankReport, Report
@@ -29,6 +29,7 @@ def report_document(report: Report) -> dict[str, Any]:
             "median_rank": s.median_rank,
             "worst_rank": s.worst_rank,
             "worst_by": s.worst_by,
+            "slowest_first": list(s.slowest_first),
             "total": figures_document(s.total),
         },
         "ranks": [_rank(r) for r in report.ranks],
@@ -48,6 +49,7 @@ def report_document(report: Report) -> dict[str, Any]:
         "absent_ranks": list(report.absent_ranks),
         "skipped_files": [{"path": f.path, "reason": f.reason} for f in report.skipped],
         "warnings": list(report.warnings),
+        "notes": [{"text": n.text, "ranks": list(n.ranks)} for n in report.notes],
         "partial": report.partial,
     }
 
@@ -106,7 +108,7 @@ def _rank(rank: RankReport) -> dict[str, Any]:
         "unlinked_events": bd.unlinked_events,
         "window": _window(bd.window),
         "steps_included": summary.steps if summary else 0,
-        "step_median": figures_document(summary.median) if summary else None,
+        "step_median": asdict(summary.median) if summary else None,
         "step_worst": (
             {"step": summary.worst_step, "figures": figures_document(summary.worst)}
             if summary

@@ -8,7 +8,7 @@ from dataclasses import fields
 
 import orjson
 
-from tracecomm.analysis.model import Report
+from tracecomm.analysis.model import MedianFigures, Report
 from tracecomm.engine.model import Figures
 from tracecomm.render.document import report_document
 
@@ -57,7 +57,7 @@ def render_csv(report: Report) -> str:
     return out.getvalue()
 
 
-def _values(figures: Figures | None) -> list[object]:
+def _values(figures: Figures | MedianFigures | None) -> list[object]:
     return [getattr(figures, c) if figures else "" for c in _FIGURE_COLUMNS]
 
 

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tracecomm.analysis.model import RankReport, Report
-from tracecomm.engine.model import Figures
+from tracecomm.analysis.report import compact_ranges
 
 # Beyond this many ranks the table shows the slowest ones; JSON and CSV always hold them all.
 MAX_RANK_ROWS = 32
@@ -24,8 +24,6 @@ def render_terminal(report: Report, file: IO[str], color: bool | None = None) ->
         highlight=False,
     )
     console.print(_headline(report))
-    if report.summary.total is not None:
-        console.print(_total_line(report.summary.total))
     console.print()
     console.print(_rank_table(report))
     if report.by_type:
@@ -34,6 +32,9 @@ def render_terminal(report: Report, file: IO[str], color: bool | None = None) ->
     if report.missing:
         console.print()
         console.print(_missing_table(report))
+    if report.notes:
+        console.print()
+        console.print(_notes(report))
 
 
 def _ms(ns: int | float | None) -> str:
@@ -42,10 +43,6 @@ def _ms(ns: int | float | None) -> str:
 
 def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value:.1f}"
-
-
-def _share(part: int, whole: int) -> str:
-    return "–" if whole == 0 else f"{100 * part / whole:.1f}%"
 
 
 def _headline(report: Report) -> Text:
@@ -68,26 +65,12 @@ def _headline(report: Report) -> Text:
     return text
 
 
-def _total_line(total: Figures) -> Text:
-    w = total.window_ns
-    text = Text("all ranks: ")
-    text.append(f"compute {_share(total.compute_ns, w)}", style="green")
-    text.append(" · ")
-    text.append(f"exposed comm {_share(total.exposed_comm_ns, w)}", style="red")
-    text.append(f" · exposed memory {_share(total.exposed_memory_ns, w)}")
-    text.append(f" · idle {_share(total.idle_ns, w)}", style="yellow")
-    text.append(f"  (of {_ms(w)} ms rank-time; comm overlapped {_pct(total.overlap_pct)}%)")
-    return text
-
-
 def _rank_rows(report: Report) -> tuple[list[RankReport], str | None]:
     ranks = list(report.ranks)
     if len(ranks) <= MAX_RANK_ROWS:
         return ranks, None
-    slowest = sorted(
-        ranks,
-        key=lambda r: -(r.step_summary.median.window_ns if r.step_summary else 0),
-    )[:MAX_RANK_ROWS]
+    shown = set(report.summary.slowest_first[:MAX_RANK_ROWS])
+    slowest = [r for r in ranks if r.rank in shown]
     note = (
         f"{MAX_RANK_ROWS} slowest of {len(ranks)} ranks shown; "
         "--format json or csv lists every rank"
@@ -97,9 +80,10 @@ def _rank_rows(report: Report) -> tuple[list[RankReport], str | None]:
 
 def _rank_table(report: Report) -> Table:
     rows, note = _rank_rows(report)
+    caption = "busy % = share of the window with any GPU activity; it is not MFU"
     table = Table(
         title="Per rank, ms over the analysis window (first to last included step)",
-        caption=note,
+        caption=f"{note}\n{caption}" if note else caption,
         title_justify="left",
     )
     for name in ("Rank", "Steps", "Window", "Step med"):
@@ -147,18 +131,22 @@ def _type_table(report: Report) -> Table:
         "to more than the exposed comm total",
         title_justify="left",
     )
-    for name in ("Type", "Kernels", "Ranks", "Comm", "Exposed", "Exposed share"):
+    for name in ("Type", "Kernels", "Ranks", "Comm", "Exposed"):
         table.add_column(name, justify="left" if name == "Type" else "right")
     for t in report.by_type:
         table.add_row(
-            t.coll_type,
-            f"{t.kernels:,}",
-            str(t.ranks),
-            _ms(t.comm_ns),
-            _ms(t.exposed_comm_ns),
-            _share(t.exposed_comm_ns, t.comm_ns),
+            t.coll_type, f"{t.kernels:,}", str(t.ranks), _ms(t.comm_ns), _ms(t.exposed_comm_ns)
         )
     return table
+
+
+def _notes(report: Report) -> Text:
+    text = Text("Notes\n", style="bold")
+    everyone = len(report.ranks)
+    for note in report.notes:
+        who = "all ranks" if len(note.ranks) == everyone else f"ranks {compact_ranges(note.ranks)}"
+        text.append(f"  {who}: {note.text}\n")
+    return text
 
 
 def _missing_table(report: Report) -> Table:
