@@ -165,3 +165,120 @@ def test_the_input_folder_is_never_written(tmp_path: Path) -> None:
     for fmt in ("terminal", "json", "csv"):
         run(str(tmp_path), "--format", fmt)
     assert sorted((p.name, p.stat().st_mtime_ns) for p in tmp_path.rglob("*")) == before
+
+
+def _bad_rank_texts() -> dict[str, bytes]:
+    base = trace_doc(simple_events(), rank=1, world=2)
+
+    def with_event(**changes: object) -> bytes:
+        doc = json.loads(json.dumps(base))
+        doc["traceEvents"][4].update(changes)
+        return json.dumps(doc).encode()
+
+    return {
+        "unhashable category": with_event(cat=["kernel"]),
+        "invalid UTF-8 in a name": with_event(name="gemm_NAME").replace(b"NAME", b"\xff\xfe"),
+        "non-numeric timestamp": with_event(ts="abc.xyz"),
+        "overflowing duration": with_event(dur=1e400).replace(b"Infinity", b"1e400"),
+        "timestamp beyond int64 ns": with_event(ts=10**17),
+        "args as a list": with_event(args=[1, 2]),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_bad_rank_texts()))
+def test_odd_values_in_one_rank_never_crash_the_run(tmp_path: Path, case: str) -> None:
+    good_rank(tmp_path, 0)
+    (tmp_path / "rank1.json").write_bytes(_bad_rank_texts()[case])
+    code, out, err = run(str(tmp_path), "--format", "json")
+    assert code in (EXIT_OK, EXIT_PARTIAL), err
+    doc = json.loads(out)
+    assert 0 in [r["rank"] for r in doc["ranks"]]
+    rank0 = next(r for r in doc["ranks"] if r["rank"] == 0)
+    assert rank0["window"]["figures"]["compute_ns"] == 150_000
+    if code == EXIT_PARTIAL:
+        assert "rank1.json" in err
+
+
+def test_invalid_utf8_is_replaced_and_the_rank_kept(tmp_path: Path) -> None:
+    (tmp_path / "rank1.json").write_bytes(_bad_rank_texts()["invalid UTF-8 in a name"])
+    code, out, err = run(str(tmp_path), "--format", "json")
+    assert code == EXIT_OK and "invalid UTF-8 bytes" in err
+    assert json.loads(out)["ranks"][0]["window"]["figures"]["compute_ns"] == 150_000
+
+
+def test_timestamps_beyond_int64_are_dropped_with_a_warning(tmp_path: Path) -> None:
+    good_rank(tmp_path, 0)
+    (tmp_path / "rank1.json").write_bytes(_bad_rank_texts()["timestamp beyond int64 ns"])
+    code, out, err = run(str(tmp_path), "--format", "json")
+    assert code == EXIT_PARTIAL and "1 events without a timestamp were dropped" in err
+    rank1 = json.loads(out)["ranks"][1]
+    # its dropped kernel leaves step 1 incomplete: said so, not silently analyzed
+    assert rank1["partial"] is True and rank1["window"] is None
+    assert rank1["steps"][0]["incomplete_reason"] == "1 launched kernels missing from the trace"
+
+
+def test_bom_and_bare_array_traces_are_read(tmp_path: Path) -> None:
+    text = json.dumps(trace_doc(simple_events(), rank=0, world=1))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "rank0.json").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    code, out, _ = run(str(tmp_path / "a"), "--format", "json")
+    assert code == EXIT_OK
+    assert json.loads(out)["ranks"][0]["window"]["figures"]["compute_ns"] == 150_000
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "rank0.json").write_text(json.dumps(simple_events()))
+    code, out, _ = run(str(tmp_path / "b"), "--format", "json")
+    assert code == EXIT_OK
+    assert json.loads(out)["ranks"][0]["window"]["figures"]["comm_ns"] == 100_000
+
+
+def test_negative_rank_falls_back_to_the_file_name(tmp_path: Path) -> None:
+    write_trace(tmp_path / "rank5.json", trace_doc(simple_events(), rank=-1, world=None))
+    code, out, _ = run(str(tmp_path), "--format", "json")
+    assert code == EXIT_OK
+    rank = json.loads(out)["ranks"][0]
+    assert (rank["rank"], rank["rank_source"]) == (5, "file name")
+
+
+def test_quoted_correlation_ids_still_link(tmp_path: Path) -> None:
+    events = simple_events()
+    for ev in events:
+        if "correlation" in ev.get("args", {}):
+            ev["args"]["correlation"] = str(ev["args"]["correlation"])
+    write_trace(tmp_path / "rank0.json", trace_doc(events, world=1))
+    code, out, _ = run(str(tmp_path), "--format", "json")
+    rank = json.loads(out)["ranks"][0]
+    assert code == EXIT_OK and rank["unlinked_events"] == 0
+    assert rank["steps"][0]["included"] is True
+
+
+def test_no_complete_step_is_no_usable_input_unless_all_steps(tmp_path: Path) -> None:
+    events = [*simple_events(), kernel_launch_without_kernel()]
+    write_trace(tmp_path / "rank0.json", trace_doc(events, world=1))
+    code, _, err = run(str(tmp_path))
+    assert code == EXIT_NO_INPUT and "no complete step" in err and "--all-steps" in err
+    code, out, _ = run(str(tmp_path), "--all-steps", "--format", "json")
+    assert code == EXIT_OK
+    assert json.loads(out)["ranks"][0]["window"]["figures"]["window_ns"] == 250_000
+
+
+def kernel_launch_without_kernel() -> dict:
+    from tests.conftest import launch
+
+    return launch(999, 99)
+
+
+def test_user_comm_patterns_are_case_sensitive_and_checked(tmp_path: Path) -> None:
+    write_trace(tmp_path / "rank0.json", trace_doc(simple_events(), world=1))
+    code, _, err = run(str(tmp_path), "--comm-pattern", "gemm(?=x)")
+    assert code == EXIT_USAGE and "look-around" in err
+    code, out, _ = run(str(tmp_path), "--comm-pattern", "SM90_GEMM", "--format", "json")
+    assert json.loads(out)["ranks"][0]["comm_kernels"] == 1  # no match: case matters
+    code, out, _ = run(str(tmp_path), "--comm-pattern", "sm90_gemm", "--format", "json")
+    assert json.loads(out)["ranks"][0]["comm_kernels"] == 2
+
+
+def test_two_copies_of_the_only_rank_is_no_usable_input(tmp_path: Path) -> None:
+    good_rank(tmp_path / "a", 0)
+    good_rank(tmp_path / "b", 0)
+    code, _, err = run(str(tmp_path))
+    assert code == EXIT_NO_INPUT and "claimed by 2 files" in err

@@ -149,3 +149,63 @@ def test_trace_with_no_device_or_cpu_events(tmp_path: Path) -> None:
     bd = breakdown(load_rank(write_trace(tmp_path / "rank0.json", trace_doc([]))))
     assert bd.window is None
     assert any("no device events" in n for n in bd.notes)
+
+
+def test_an_excluded_step_in_the_middle_splits_the_analysis_window(tmp_path: Path) -> None:
+    events = [
+        step(1, 0, 100),
+        launch(1, 1),
+        kernel("gemm", 10, 50, 1),  # step 1 window [10, 60)
+        step(2, 100, 100),
+        launch(101, 2),
+        launch(102, 3),  # never recorded: step 2 incomplete
+        kernel("gemm", 110, 50, 2),
+        step(3, 200, 100),
+        launch(201, 4),
+        kernel("gemm", 210, 40, 4),  # step 3 window [210, 250)
+    ]
+    bd = breakdown(load_rank(write_trace(tmp_path / "rank0.json", trace_doc(events))))
+    assert [s.included for s in bd.steps] == [True, False, True]
+    assert bd.window is not None
+    f = bd.window.figures
+    # two pieces, 50 + 40 µs: step 2's work and the gaps around it are not counted
+    assert (f.window_ns, f.compute_ns, f.idle_ns) == (90 * US, 90 * US, 0)
+    assert (bd.window.start_ns, bd.window.end_ns) == (10 * US, 250 * US)
+
+
+def test_a_step_whose_annotation_never_closed_is_incomplete(tmp_path: Path) -> None:
+    events = [*simple_events(), step(2, 1400, None), launch(1405, 11), kernel("g", 1500, 10, 11)]
+    del events[-3]["dur"]
+    bd = breakdown(load_rank(write_trace(tmp_path / "rank0.json", trace_doc(events))))
+    s2 = bd.steps[1]
+    assert not s2.complete and s2.incomplete_reason is not None
+    assert "never closed" in s2.incomplete_reason
+
+
+def test_gpu_annotation_outranks_the_cpu_op_for_the_type(tmp_path: Path) -> None:
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "record_param_comms",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 3,
+            "args": {"External id": 5, "Collective name": "allreduce", "Group size": 4},
+        },
+        {
+            "ph": "X",
+            "cat": "gpu_user_annotation",
+            "name": "nccl:reduce_scatter",
+            "pid": 0,
+            "tid": 20,
+            "ts": 9.999,
+            "dur": 10.002,
+            "args": {"device": 0, "stream": 20},
+        },
+        kernel("ncclDevKernel_Generic(x)", 10, 10, None, stream=20, **{"External id": 5}),
+    ]
+    bd = breakdown(load_rank(write_trace(tmp_path / "rank0.json", trace_doc(events))))
+    assert bd.window is not None
+    assert [t.coll_type for t in bd.window.by_type] == ["ReduceScatter"]

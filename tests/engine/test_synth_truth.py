@@ -95,20 +95,24 @@ def test_committed_sample_run_matches_its_schedule() -> None:
     assert_run_matches(fsdp_run(world_size=8, steps=4, seed=0), analyze_json(SAMPLE_RUN))
 
 
-def test_step_medians_and_worst_step_follow_the_steps(tmp_path: Path) -> None:
-    spec = fsdp_run(world_size=2, steps=5, seed=7)
+@pytest.mark.parametrize("steps", [4, 5])
+def test_step_medians_and_worst_step_follow_the_steps(tmp_path: Path, steps: int) -> None:
+    spec = fsdp_run(world_size=2, steps=steps, seed=7)
     write_run(spec, tmp_path / "run")
     doc = analyze_json(tmp_path / "run")
     for rank in doc["ranks"]:
         want = expected_run(spec)[rank["rank"]]
-        steps = [want.steps[n] for n in want.complete_steps]
-        assert rank["steps_included"] == len(steps)
+        figures = [want.steps[n] for n in want.complete_steps]
+        assert rank["steps_included"] == len(figures) == steps
         for field in FIELDS:
-            values = sorted(getattr(s, field) for s in steps)
-            assert rank["step_median"][field] == values[len(values) // 2]  # 5 steps: odd count
+            values = sorted(getattr(f, field) for f in figures)
+            mid = len(values) // 2
+            median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid] + 1) // 2
+            assert rank["step_median"][field] == median, field
         slowest = max(want.complete_steps, key=lambda n: (want.steps[n].window_ns, n))
         assert rank["step_worst"]["step"] == slowest
-        assert rank["step_worst"]["figures"]["idle_ns"] == want.steps[slowest].idle_ns
+        worst = rank["step_worst"]["figures"]
+        assert {f: worst[f] for f in FIELDS} == {f: getattr(want.steps[slowest], f) for f in FIELDS}
 
 
 def test_step_selection_and_all_steps(tmp_path: Path) -> None:
@@ -119,6 +123,15 @@ def test_step_selection_and_all_steps(tmp_path: Path) -> None:
     doc = analyze_json(tmp_path / "run", "--steps", f"{first + 1}:{last - 1}")
     rank0 = doc["ranks"][0]
     assert [s["step"] for s in rank0["steps"] if s["included"]] == list(range(first + 1, last))
+    middle = want.steps[first + 1]
+    assert_window_matches(rank0["steps"][1]["window"], middle)
+    # the range's own analysis window: the included steps' windows, first to last
+    lo = rank0["steps"][1]["window"]["start_ns"]
+    hi = rank0["steps"][len(want.complete_steps) - 2]["window"]["end_ns"]
+    assert (rank0["window"]["start_ns"], rank0["window"]["end_ns"]) == (lo, hi)
+    assert rank0["window"]["figures"]["window_ns"] == hi - lo
     partial = want.incomplete_steps[0]
     doc = analyze_json(tmp_path / "run", "--all-steps")
-    assert partial in [s["step"] for s in doc["ranks"][0]["steps"] if s["included"]]
+    steps = {s["step"]: s for s in doc["ranks"][0]["steps"]}
+    assert steps[partial]["included"] and not steps[partial]["complete"]
+    assert doc["ranks"][0]["window"]["end_ns"] == steps[partial]["window"]["end_ns"]

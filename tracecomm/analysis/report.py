@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -96,7 +97,8 @@ def step_summary(bd: RankBreakdown) -> StepSummary | None:
     if not steps:
         return None
     medians = {
-        f.name: round(statistics.median(getattr(fig, f.name) for _, fig in steps))
+        # an even count averages two ns values: halves round up
+        f.name: math.floor(statistics.median(getattr(fig, f.name) for _, fig in steps) + 0.5)
         for f in fields(Figures)
     }
     median = MedianFigures(
