@@ -72,9 +72,25 @@ def check_pattern(pattern: str) -> str | None:
 
 
 def classify(rank: RankEvents, comm_patterns: Sequence[str] = ()) -> pl.DataFrame:
-    """The device frame with ``cls`` and, for comm kernels, ``coll_type`` and linked metadata."""
+    """The device frame with ``cls`` and, for comm kernels, ``coll_type`` and linked metadata.
+
+    Row order is kept. Types are resolved on the comm rows alone: a few thousand kernels,
+    not the hundreds of thousands of compute ones."""
+    device = rank.device.with_row_index("_row").with_columns(_cls(comm_patterns))
+    is_comm = pl.col("cls") == "comm"
+    comm = _fill_metadata_from_cpu_op(device.filter(is_comm), rank.comm_ops)
+    comm = _annotation_type(comm, rank.comm_annotations)
+    comm = comm.with_columns(
+        _coll_type().alias("coll_type"),
+        pl.coalesce("collective_name", "cpu_collective_name").alias("collective_name"),
+    ).drop("annotation_type", "cpu_collective_name")
+    rest = device.filter(~is_comm).with_columns(pl.lit(None, dtype=pl.String).alias("coll_type"))
+    return pl.concat([comm, rest.select(comm.columns)]).sort("_row").drop("_row")
+
+
+def _cls(comm_patterns: Sequence[str]) -> pl.Expr:
     pattern = "|".join([COMM_NAME_PATTERN, *(f"(?:{p})" for p in comm_patterns)])
-    device = rank.device.with_columns(
+    return (
         pl.when(pl.col("kind") == "sync")
         .then(pl.lit("sync"))
         .when(pl.col("kind").is_in(["memcpy", "memset"]))
@@ -84,8 +100,11 @@ def classify(rank: RankEvents, comm_patterns: Sequence[str] = ()) -> pl.DataFram
         .otherwise(pl.lit("compute"))
         .alias("cls")
     )
-    device = _fill_metadata_from_cpu_op(device, rank.comm_ops)
-    device = _annotation_type(device, rank.comm_annotations)
+
+
+def _coll_type() -> pl.Expr:
+    """kineto-traces.md §11: the kernel's own metadata, the enclosing nccl:* GPU annotation,
+    the linked CPU op, and only then the kernel name (a hint: NCCL runs grouped work anywhere)."""
     kernel_stem = pl.col("name").str.extract(_KERNEL_COLL_TOKEN)
     by_name = (
         pl.when(pl.col("name").str.contains(_CUSTOM_ALLREDUCE))
@@ -96,19 +115,13 @@ def classify(rank: RankEvents, comm_patterns: Sequence[str] = ()) -> pl.DataFram
             .otherwise(coll_type_of(kernel_stem))
         )
     )
-    # kineto-traces.md §11: the kernel's own metadata, the enclosing nccl:* GPU annotation, the
-    # linked CPU op, and only then the kernel name (a hint: NCCL runs grouped work anywhere).
-    coll_type = pl.coalesce(
+    return pl.coalesce(
         coll_type_of(pl.col("collective_name")),
         pl.col("annotation_type"),
         coll_type_of(pl.col("cpu_collective_name")),
         by_name,
         pl.lit("Other"),
     )
-    return device.with_columns(
-        pl.when(pl.col("cls") == "comm").then(coll_type).alias("coll_type"),
-        pl.coalesce("collective_name", "cpu_collective_name").alias("collective_name"),
-    ).drop("annotation_type", "cpu_collective_name")
 
 
 def _fill_metadata_from_cpu_op(device: pl.DataFrame, comm_ops: pl.DataFrame) -> pl.DataFrame:
@@ -125,15 +138,10 @@ def _fill_metadata_from_cpu_op(device: pl.DataFrame, comm_ops: pl.DataFrame) -> 
         .select("external_id", *(pl.col(c).alias(f"cpu_{c}") for c in meta_cols))
     )
     joined = device.join(cpu, on="external_id", how="left", maintain_order="left")
-    is_comm = pl.col("cls") == "comm"
     filled = [c for c in meta_cols if c != "collective_name"]
-    return joined.with_columns(
-        *(
-            pl.when(is_comm).then(pl.coalesce(c, f"cpu_{c}")).otherwise(pl.col(c)).alias(c)
-            for c in filled
-        ),
-        pl.when(is_comm).then(pl.col("cpu_collective_name")).alias("cpu_collective_name"),
-    ).drop(f"cpu_{c}" for c in filled)
+    return joined.with_columns(pl.coalesce(c, f"cpu_{c}").alias(c) for c in filled).drop(
+        f"cpu_{c}" for c in filled
+    )
 
 
 def _annotation_type(device: pl.DataFrame, annotations: pl.DataFrame) -> pl.DataFrame:
@@ -150,7 +158,7 @@ def _annotation_type(device: pl.DataFrame, annotations: pl.DataFrame) -> pl.Data
         pl.col("end_ns").alias("ann_end"),
         coll_type_of(pl.col("name")).alias("ann_type"),
     ).sort("ann_start")
-    keyed = device.with_row_index("_row").sort("start_ns")
+    keyed = device.with_row_index("_ann_row").sort("start_ns")
     matched = keyed.join_asof(
         ann,
         left_on="start_ns",
@@ -163,6 +171,6 @@ def _annotation_type(device: pl.DataFrame, annotations: pl.DataFrame) -> pl.Data
     return (
         matched.with_columns(pl.when(inside).then(pl.col("ann_type")).alias("annotation_type"))
         .drop("ann_start", "ann_end", "ann_type")
-        .sort("_row")
-        .drop("_row")
+        .sort("_ann_row")
+        .drop("_ann_row")
     )
