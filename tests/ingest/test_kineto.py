@@ -159,3 +159,16 @@ def test_cpu_ops_are_kept_only_for_cpu_only_traces(tmp_path: Path) -> None:
     cpu_only = load_rank(write_trace(tmp_path / "b.json", trace_doc([cpu, step(1, 0, 5)])))
     assert with_gpu.cpu.filter(with_gpu.cpu["kind"] == "cpu_op").height == 0
     assert cpu_only.cpu.filter(cpu_only.cpu["kind"] == "cpu_op").height == 1
+
+
+def test_unknown_or_missing_phases_fall_back_to_the_untagged_decoder(tmp_path: Path) -> None:
+    events = simple_events()
+    odd = [{"ph": "Z", "name": "vendor extension"}, {"name": "no phase at all", "ts": 1}]
+    flows = [
+        {"ph": "s", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 1},
+        {"ph": "f", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 2, "bp": "e"},
+    ]
+    tagged = load_rank(write_trace(tmp_path / "a.json", trace_doc([*events, *flows])))
+    untagged = load_rank(write_trace(tmp_path / "b.json", trace_doc([*events, *flows, *odd])))
+    assert tagged.device.equals(untagged.device)
+    assert tagged.device.height == 3 and tagged.launches.height == 3
