@@ -108,10 +108,23 @@ def _map_files(
     return out
 
 
+def json_size(path: str) -> int:
+    """Bytes of JSON to parse: a gzip member's trailer holds its uncompressed size (mod 2**32)."""
+    size = os.path.getsize(path)
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(2) != b"\x1f\x8b" or size < 18:
+                return size
+            handle.seek(-4, os.SEEK_END)
+            return max(size, int.from_bytes(handle.read(4), "little"))
+    except OSError:
+        return size
+
+
 def _jobs(paths: Sequence[str], requested: int | None) -> int:
     if requested is not None:
         return max(1, min(requested, len(paths)))
-    total = sum(os.path.getsize(p) for p in paths)
+    total = sum(json_size(p) for p in paths)
     if total < _POOL_MIN_BYTES or len(paths) < 2:
         return 1
     return max(1, min(os.cpu_count() or 1, len(paths)))
