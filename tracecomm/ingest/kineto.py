@@ -67,8 +67,7 @@ class _Args(msgspec.Struct, gc=False):
     seq: Any = msgspec.field(default=None, name="Seq")
 
 
-class _Event(msgspec.Struct, gc=False):
-    ph: Any = None
+class _EventFields(msgspec.Struct, gc=False):
     cat: Any = None
     name: Any = None
     pid: Any = None
@@ -78,17 +77,16 @@ class _Event(msgspec.Struct, gc=False):
     args: msgspec.Raw = msgspec.Raw(b"null")
 
 
-class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+class _Event(_EventFields, gc=False):
+    """Any event, its phase read as a field (the fallback for files with unusual phases)."""
+
+    ph: Any = None
+
+
+class _Complete(_EventFields, tag_field="ph", tag="X", gc=False):
     """A complete ('X') event: the only phase whose fields are decoded."""
 
     ph: ClassVar[str] = "X"
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
-    args: msgspec.Raw = msgspec.Raw(b"null")
 
 
 def _skipped_phase(phase: str) -> type:
