@@ -175,8 +175,9 @@ def _load_rank(path: Path) -> RankEvents:
             f"{path}: truncated file (job killed while writing?): salvaged the first {salvaged} "
             "events; steps cut short are excluded"
         )
-    meta = _meta(doc, path)
+    meta = _meta(doc)
     events, event_warnings, repaired = _columns(doc.traceEvents, path)
+    del doc  # the decoded events are columns now: free them before building the frames
     warnings.extend(event_warnings)
     if meta.base_time_ns is not None:
         # Relative Kineto timestamps (2024+): add the base so every rank is on the epoch clock.
@@ -273,7 +274,7 @@ def _salvage(data: bytes, tries: int = 20) -> _Trace | None:
     return None
 
 
-def _meta(doc: _Trace, path: Path) -> TraceMeta:
+def _meta(doc: _Trace) -> TraceMeta:
     info = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
     props = doc.deviceProperties if isinstance(doc.deviceProperties, list) else []
     base = doc.baseTimeNanoseconds
