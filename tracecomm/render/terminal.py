@@ -126,9 +126,8 @@ def _rank_table(report: Report) -> Table:
 
 def _type_table(report: Report) -> Table:
     table = Table(
-        title="Per collective type, all ranks (ms, summed over ranks)",
-        caption="types can run at once on two streams, so their exposed times may add up "
-        "to more than the exposed comm total",
+        title="Per collective type (ms, sum over ranks)",
+        caption="types on two streams can overlap:\nexposed times may sum past the total",
         title_justify="left",
     )
     for name in ("Type", "Kernels", "Ranks", "Comm", "Exposed"):
