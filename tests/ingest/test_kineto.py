@@ -163,7 +163,10 @@ def test_cpu_ops_are_kept_only_for_cpu_only_traces(tmp_path: Path) -> None:
 
 def test_unknown_or_missing_phases_fall_back_to_the_untagged_decoder(tmp_path: Path) -> None:
     events = simple_events()
-    odd = [{"ph": "Z", "name": "vendor extension"}, {"name": "no phase at all", "ts": 1}]
+    odd: list[dict] = [
+        {"ph": "Z", "name": "vendor extension"},
+        {"name": "no phase at all", "ts": 1},
+    ]
     flows = [
         {"ph": "s", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 1},
         {"ph": "f", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 2, "bp": "e"},
