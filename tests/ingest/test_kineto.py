@@ -1,6 +1,7 @@
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from tests.conftest import kernel, launch, simple_events, step, trace_doc, write_trace
@@ -175,3 +176,34 @@ def test_unknown_or_missing_phases_fall_back_to_the_untagged_decoder(tmp_path: P
     untagged = load_rank(write_trace(tmp_path / "b.json", trace_doc([*events, *flows, *odd])))
     assert tagged.device.equals(untagged.device)
     assert tagged.device.height == 3 and tagged.launches.height == 3
+
+
+def test_truncation_at_random_offsets_salvages_or_fails_cleanly(tmp_path: Path) -> None:
+    import random
+
+    from tracecomm.synth import fsdp_run, render_rank
+
+    spec = fsdp_run(world_size=1, steps=2, layers=2, seed=9, gzip=False)
+    text = "".join(render_rank(spec, spec.ranks[0])).encode()
+    full = load_rank(write_trace(tmp_path / "full.json", text=text.decode()))
+    rng = random.Random(11)
+    salvaged = 0
+    for cut in sorted(rng.sample(range(1, len(text)), 40)):
+        path = tmp_path / f"cut{cut}.json"
+        path.write_bytes(text[:cut])
+        try:
+            rank = load_rank(path)
+        except TraceError as exc:
+            assert str(path) in str(exc)
+            continue
+        salvaged += 1
+        assert rank.device.height <= full.device.height
+        # whatever was kept are the file's own events with the same times (baseTimeNanoseconds
+        # is written last, so a cut file keeps relative times)
+        lost_base = full.meta.base_time_ns if rank.meta.base_time_ns is None else 0
+        shifted = rank.device.with_columns(
+            pl.col("start_ns") + lost_base, pl.col("end_ns") + lost_base
+        )
+        kept = full.device.join(shifted, on=["start_ns", "end_ns", "name"], how="semi")
+        assert kept.height == rank.device.height
+    assert salvaged > 30

@@ -176,6 +176,11 @@ def _load_rank(path: Path) -> RankEvents:
             "events; steps cut short are excluded"
         )
     meta = _meta(doc)
+    if salvaged is not None and meta.base_time_ns is None:
+        warnings.append(
+            f"{path}: no baseTimeNanoseconds (Kineto writes it last): if the trace had one, "
+            "this rank's times are relative and cannot be compared with other ranks'"
+        )
     events, event_warnings, repaired = _columns(doc.traceEvents, path)
     del doc  # the decoded events are columns now: free them before building the frames
     warnings.extend(event_warnings)
