@@ -107,6 +107,10 @@ def analyze(
         int | None,
         typer.Option("--jobs", "-j", min=1, help="Parallel parse processes (default: per core)."),
     ] = None,
+    no_clock_align: Annotated[
+        bool,
+        typer.Option("--no-clock-align", help="Do not estimate per-host clock offsets."),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No warnings on stderr.")] = False,
 ) -> None:
     """Per-rank compute / communication breakdown of a run's profiler traces.
@@ -130,6 +134,7 @@ def analyze(
         all_steps,
         patterns,
         jobs,
+        not no_clock_align,
         show_progress=output_format is OutputFormat.terminal,
     )
     if not quiet:
@@ -152,6 +157,7 @@ def _run(
     all_steps: bool,
     patterns: tuple[str, ...],
     jobs: int | None,
+    align_clocks: bool,
     show_progress: bool,
 ) -> Report:
     from tracecomm.engine import BreakdownOptions
@@ -159,7 +165,7 @@ def _run(
     from tracecomm.pipeline import AnalyzeOptions
     from tracecomm.pipeline import analyze as run_pipeline
 
-    opts = AnalyzeOptions(BreakdownOptions(first, last, all_steps, patterns), jobs)
+    opts = AnalyzeOptions(BreakdownOptions(first, last, all_steps, patterns), jobs, align_clocks)
     try:
         return run_pipeline(inputs, opts, _progress() if show_progress else None)
     except UsageError as exc:

@@ -29,6 +29,7 @@ Progress = Callable[[int, int, str], None]
 class AnalyzeOptions:
     breakdown: BreakdownOptions = field(default_factory=BreakdownOptions)
     jobs: int | None = None  # None: one per core, when the input is large enough to pay off
+    align_clocks: bool = True  # metrics.md §5; --no-clock-align turns it off
 
 
 def analyze_file(path: str, opts: BreakdownOptions) -> RankResult | FileFailure:
@@ -74,8 +75,8 @@ def analyze(
         reasons = "; ".join(f"{f.path}: {f.reason}" for f in failures[:3])
         more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
         raise NoUsableInput(f"no usable trace: {reasons}{more}")
-    options = {"breakdown": asdict(opts.breakdown)}
-    report = build_report(results, failures, [str(i) for i in inputs], options)
+    options = {"breakdown": asdict(opts.breakdown), "align_clocks": opts.align_clocks}
+    report = build_report(results, failures, [str(i) for i in inputs], options, opts.align_clocks)
     if not report.ranks:
         reasons = "; ".join(m.reason for m in report.missing[:3])
         raise NoUsableInput(f"no usable rank: {reasons}")

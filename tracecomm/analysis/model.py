@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.engine.model import Figures, RankBreakdown
 from tracecomm.ingest.model import TraceMeta
 
@@ -124,6 +125,7 @@ class Report:
     absent_ranks: tuple[int, ...] = ()  # below world_size, no file at all: a warning, not an error
     warnings: tuple[str, ...] = field(default=())
     notes: tuple[RankNote, ...] = ()  # engine notes, each with the ranks it applies to
+    cross_rank: CrossRank | None = None  # matching and clocks, when two or more ranks are analyzed
 
     @property
     def partial(self) -> bool:

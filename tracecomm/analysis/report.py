@@ -7,9 +7,11 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 from tracecomm import __version__
+from tracecomm.analysis.crossrank import CrossRank, cross_rank
 from tracecomm.analysis.model import (
     FileFailure,
     MedianFigures,
@@ -35,6 +37,7 @@ def build_report(
     failures: Sequence[FileFailure],
     inputs: Sequence[str],
     options: dict[str, Any],
+    align_clocks: bool = True,
 ) -> Report:
     warnings: list[str] = []
     by_path = {r.path: r for r in results}
@@ -72,6 +75,7 @@ def build_report(
         missing=tuple(sorted(missing, key=lambda m: (m.rank is None, m.rank or 0, m.path or ""))),
         absent_ranks=tuple(absent),
         notes=_grouped_notes(ranks),
+        cross_rank=_cross_rank(ranks, align_clocks),
         skipped=tuple(f for f in failures if f.not_a_trace),
         warnings=tuple(warnings),
     )
@@ -113,6 +117,18 @@ def step_summary(bd: RankBreakdown) -> StepSummary | None:
 def _median_pct(values: list[float | None]) -> float | None:
     defined = [v for v in values if v is not None]
     return statistics.median(defined) if defined else None
+
+
+def _cross_rank(ranks: Sequence[RankReport], align_clocks: bool) -> CrossRank | None:
+    gpu = [r for r in ranks if r.breakdown.collectives is not None]
+    if len(gpu) < 2:
+        return None
+    collectives = {
+        r.rank: r.breakdown.collectives for r in gpu if r.breakdown.collectives is not None
+    }
+    # metrics.md §5: ranks that share a host share one clock (host_name, else the file name)
+    hosts = {r.rank: r.host or Path(r.path).name for r in gpu}
+    return cross_rank(collectives, hosts, align_clocks)
 
 
 def _grouped_notes(ranks: Sequence[RankReport]) -> tuple[RankNote, ...]:

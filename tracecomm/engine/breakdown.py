@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
 
 from tracecomm.engine.classify import COLL_TYPES, classify, coll_type_of
+from tracecomm.engine.collectives import collective_instances
 from tracecomm.engine.intervals import Coverage, IntArray, coverage, measure
 from tracecomm.engine.model import (
     Figures,
@@ -45,7 +46,8 @@ def breakdown(rank: RankEvents, opts: BreakdownOptions | None = None) -> RankBre
         return _cpu_breakdown(rank, opts)
     linked = link_launches(device, rank)
     steps = step_windows(linked, rank)
-    return _gpu_breakdown(linked.filter(pl.col("cls") != "sync"), steps, device, opts)
+    result = _gpu_breakdown(linked.filter(pl.col("cls") != "sync"), steps, device, opts)
+    return replace(result, collectives=collective_instances(linked))
 
 
 def _gpu_breakdown(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+import polars as pl
 
 Timeline = Literal["gpu", "cpu"]
 
@@ -73,6 +75,8 @@ class RankBreakdown:
     device_events: int
     unlinked_events: int  # device work with no matching runtime launch
     notes: tuple[str, ...]
+    # comm kernels keyed for cross-rank matching (engine.collectives.INSTANCE_SCHEMA)
+    collectives: pl.DataFrame | None = field(default=None, compare=False, repr=False)
 
     @property
     def included_steps(self) -> tuple[StepFigures, ...]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, fields
 from typing import Any
 
+from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.model import RankReport, Report
 from tracecomm.engine.model import Figures, StepFigures, WindowFigures
 
@@ -50,7 +51,37 @@ def report_document(report: Report) -> dict[str, Any]:
         "skipped_files": [{"path": f.path, "reason": f.reason} for f in report.skipped],
         "warnings": list(report.warnings),
         "notes": [{"text": n.text, "ranks": list(n.ranks)} for n in report.notes],
+        "cross_rank": _cross_rank(report.cross_rank),
         "partial": report.partial,
+    }
+
+
+def _cross_rank(cr: CrossRank | None) -> dict[str, Any] | None:
+    if cr is None:
+        return None
+    return {
+        "instances": cr.instances,
+        "matched": cr.matched,
+        "unmatched": cr.unmatched,
+        "point_to_point": cr.point_to_point,
+        "keyed_by": cr.keyed_by,
+        "mismatches": [
+            {
+                "group": m.group,
+                "members": list(m.members),
+                "unmatched": m.unmatched,
+                "first_instance": m.first_instance,
+                "missing_ranks": list(m.missing_ranks),
+                "sizes_disagree": m.sizes_disagree,
+                "counts": {str(r): n for r, n in m.counts.items()},
+            }
+            for m in cr.mismatches
+        ],
+        "clocks": {
+            "aligned": cr.clock_aligned,
+            "reference_rank": cr.reference_rank,
+            "hosts": [asdict(c) | {"ranks": list(c.ranks)} for c in cr.clocks],
+        },
     }
 
 

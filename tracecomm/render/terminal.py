@@ -29,6 +29,9 @@ def render_terminal(report: Report, file: IO[str], color: bool | None = None) ->
     if report.by_type:
         console.print()
         console.print(_type_table(report))
+    if report.cross_rank is not None:
+        console.print()
+        console.print(_cross_rank(report))
     if report.missing:
         console.print()
         console.print(_missing_table(report))
@@ -137,6 +140,41 @@ def _type_table(report: Report) -> Table:
             t.coll_type, f"{t.kernels:,}", str(t.ranks), _ms(t.comm_ns), _ms(t.exposed_comm_ns)
         )
     return table
+
+
+def _cross_rank(report: Report) -> Text:
+    cr = report.cross_rank
+    assert cr is not None
+    text = Text("Collectives across ranks\n", style="bold")
+    keys = sorted(set(cr.keyed_by.values())) or ["–"]
+    text.append(
+        f"  {cr.matched} of {cr.instances} instances matched on every member rank "
+        f"(keyed by {' / '.join(keys)})"
+    )
+    if cr.point_to_point:
+        text.append(f"; {cr.point_to_point} send/recv kernels are not matched by group")
+    text.append("\n")
+    for m in cr.mismatches:
+        missing = f", missing on ranks {compact_ranges(m.missing_ranks)}" if m.missing_ranks else ""
+        sizes = ", message sizes differ" if m.sizes_disagree else ""
+        text.append(
+            f"  group {m.group}: {m.unmatched} unmatched, first at {m.first_instance}"
+            f"{missing}{sizes}\n",
+            style="yellow",
+        )
+    if len(cr.clocks) > 1:
+        text.append(f"  clock offsets against rank {cr.reference_rank}'s host:\n")
+        for c in cr.clocks:
+            if c.offset_ns is None:
+                text.append(f"    {c.host}: unknown (no collective shared with the reference)\n")
+            else:
+                text.append(
+                    f"    {c.host} (ranks {compact_ranges(c.ranks)}): {c.offset_ns / 1e6:+,.3f} ms "
+                    f"± {(c.error_ns or 0) / 1e3:,.1f} µs over {c.instances} instance ends\n"
+                )
+    elif not cr.clock_aligned:
+        text.append("  clock alignment off (--no-clock-align)\n")
+    return text
 
 
 def _notes(report: Report) -> Text:

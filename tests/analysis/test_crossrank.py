@@ -1,0 +1,136 @@
+"""Matching collective instances across ranks (metrics.md §4) and host clock offsets (§5)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from tracecomm.analysis.crossrank import cross_rank
+from tracecomm.cli import EXIT_OK, app
+from tracecomm.engine import breakdown
+from tracecomm.ingest import load_rank
+from tracecomm.synth import fsdp_run, write_run
+from tracecomm.synth.fsdp import _HOST_SKEW_NS
+
+
+@pytest.fixture(scope="module")
+def sixteen(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[int, pl.DataFrame], dict[int, str]]:
+    """16 ranks on two hosts whose clocks differ by the generator's host skew."""
+    run = tmp_path_factory.mktemp("run16")
+    write_run(fsdp_run(world_size=16, steps=2, layers=3, seed=4), run)
+    collectives, hosts = {}, {}
+    for path in sorted(run.iterdir()):
+        events = load_rank(path)
+        assert events.meta.rank is not None and events.meta.host_name is not None
+        found = breakdown(events).collectives
+        assert found is not None
+        collectives[events.meta.rank] = found
+        hosts[events.meta.rank] = events.meta.host_name
+    return run, collectives, hosts
+
+
+def test_every_instance_matches_and_host_offsets_are_recovered(sixteen) -> None:
+    _, collectives, hosts = sixteen
+    cr = cross_rank(collectives, hosts)
+    per_rank = collectives[0].height
+    assert all(df.height == per_rank for df in collectives.values())
+    assert (cr.instances, cr.matched, cr.unmatched) == (per_rank, per_rank, 0)
+    assert cr.keyed_by == {"0": "seq"} and cr.mismatches == ()
+    node0, node1 = cr.clocks
+    assert (node0.host, node0.ranks, node0.offset_ns) == ("node0", tuple(range(8)), 0)
+    assert node1.ranks == tuple(range(8, 16))
+    assert node1.offset_ns is not None and abs(node1.offset_ns - _HOST_SKEW_NS) < 1_000
+    assert node1.error_ns is not None and node1.error_ns < 2_000
+    assert node1.instances == 8 * per_rank
+
+
+def test_without_seq_instances_are_keyed_by_type_and_ordinal(sixteen) -> None:
+    _, collectives, hosts = sixteen
+    no_seq = {
+        r: df.with_columns(pl.lit(None, dtype=pl.Int64).alias("seq"))
+        for r, df in collectives.items()
+    }
+    cr = cross_rank(no_seq, hosts)
+    assert cr.keyed_by == {"0": "ordinal"}
+    assert cr.unmatched == 0 and cr.matched == collectives[0].height
+
+
+def test_a_rank_that_skips_a_collective_is_named(sixteen) -> None:
+    _, collectives, hosts = sixteen
+    skipped_seq = collectives[5]["seq"][7]
+    broken = dict(collectives)
+    broken[5] = collectives[5].filter(pl.col("seq") != skipped_seq)
+    cr = cross_rank(broken, hosts)
+    assert cr.unmatched == 1
+    (mismatch,) = cr.mismatches
+    assert (mismatch.group, mismatch.first_instance, mismatch.missing_ranks) == (
+        "0",
+        f"seq {skipped_seq}",
+        (5,),
+    )
+    assert mismatch.counts[5] == collectives[5].height - 1
+    assert mismatch.counts[0] == collectives[0].height
+
+
+def test_disagreeing_message_sizes_fail_the_match(sixteen) -> None:
+    _, collectives, hosts = sixteen
+    broken = dict(collectives)
+    first_seq = collectives[3]["seq"].min()
+    broken[3] = collectives[3].with_columns(
+        pl.when(pl.col("seq") == first_seq)
+        .then(pl.col("nelems") + 1)
+        .otherwise("nelems")
+        .alias("nelems")
+    )
+    cr = cross_rank(broken, hosts)
+    (mismatch,) = cr.mismatches
+    assert mismatch.sizes_disagree and mismatch.missing_ranks == ()
+    assert mismatch.first_instance == f"seq {first_seq}"
+
+
+def test_group_members_come_from_the_rank_list(sixteen) -> None:
+    _, collectives, hosts = sixteen
+    # a group listing only ranks 0-3: ranks 4-15 are not expected to join it
+    sub = {
+        r: df.with_columns(pl.lit("tp").alias("pg"), pl.lit("[0, 1, 2, 3]").alias("pg_ranks"))
+        for r, df in collectives.items()
+        if r < 4
+    }
+    cr = cross_rank(sub, {r: hosts[r] for r in sub})
+    assert cr.unmatched == 0 and cr.keyed_by == {"tp": "seq"}
+
+
+def test_cli_json_carries_matching_and_clocks(sixteen) -> None:
+    run, collectives, _ = sixteen
+    result = CliRunner().invoke(app, ["analyze", str(run), "--format", "json"])
+    assert result.exit_code == EXIT_OK
+    doc = json.loads(result.stdout)["cross_rank"]
+    assert doc["matched"] == collectives[0].height and doc["mismatches"] == []
+    hosts = {h["host"]: h for h in doc["clocks"]["hosts"]}
+    assert abs(hosts["node1"]["offset_ns"] - _HOST_SKEW_NS) < 1_000
+    off = CliRunner().invoke(app, ["analyze", str(run), "--format", "json", "--no-clock-align"])
+    assert json.loads(off.stdout)["cross_rank"]["clocks"] == {
+        "aligned": False,
+        "reference_rank": 0,
+        "hosts": [],
+    }
+
+
+def test_single_rank_has_no_cross_rank_section(tmp_path: Path) -> None:
+    write_run(fsdp_run(world_size=1, steps=2, seed=1), tmp_path)
+    result = CliRunner().invoke(app, ["analyze", str(tmp_path), "--format", "json"])
+    assert json.loads(result.stdout)["cross_rank"] is None
+
+
+def test_point_to_point_kernels_are_counted_not_matched(shared_traces: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["analyze", str(shared_traces / "hta-trace_filter"), "--format", "json"]
+    )
+    doc = json.loads(result.stdout)["cross_rank"]
+    assert doc["point_to_point"] == 20 and doc["instances"] == 0
