@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -48,6 +48,8 @@ class CrossRank:
     reference_rank: int | None
     clocks: tuple[HostClock, ...]
     clock_aligned: bool
+    # matched instances per rank with clock-aligned times (rank, pg, key, step, start_ns, end_ns)
+    aligned: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
 
 
 def cross_rank(
@@ -66,7 +68,8 @@ def cross_rank(
     verdicts = _verdicts(keyed, members)
     matched = verdicts.filter(pl.col("valid"))
     reference = min(collectives) if collectives else None
-    clocks = _clocks(keyed.join(matched.select("pg", "key"), on=["pg", "key"]), hosts, reference)
+    on_all = keyed.join(matched.select("pg", "key"), on=["pg", "key"])
+    clocks = _clocks(on_all, hosts, reference) if align_clocks else ()
     return CrossRank(
         instances=verdicts.height,
         matched=matched.height,
@@ -75,8 +78,32 @@ def cross_rank(
         keyed_by=keyed_by,
         mismatches=_mismatches(keyed, verdicts, members),
         reference_rank=reference,
-        clocks=clocks if align_clocks else (),
+        clocks=clocks,
         clock_aligned=align_clocks,
+        aligned=_aligned(on_all, clocks),
+    )
+
+
+def _aligned(matched: pl.DataFrame, clocks: tuple[HostClock, ...]) -> pl.DataFrame:
+    """Matched instances on the reference clock: each host's offset subtracted (§5)."""
+    offsets = pl.DataFrame(
+        {
+            "rank": [r for c in clocks for r in c.ranks],
+            "offset": [c.offset_ns or 0 for c in clocks for _ in c.ranks],
+        },
+        schema={"rank": pl.Int64, "offset": pl.Int64},
+    )
+    return (
+        matched.join(offsets, on="rank", how="left")
+        .with_columns(pl.col("offset").fill_null(0))
+        .select(
+            "rank",
+            "pg",
+            "key",
+            "step",
+            (pl.col("start_ns") - pl.col("offset")).alias("start_ns"),
+            (pl.col("end_ns") - pl.col("offset")).alias("end_ns"),
+        )
     )
 
 

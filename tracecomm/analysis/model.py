@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracecomm.analysis.crossrank import CrossRank
+from tracecomm.analysis.stragglers import Stragglers
 from tracecomm.engine.model import Figures, RankBreakdown
 from tracecomm.ingest.model import TraceMeta
 
@@ -126,6 +127,7 @@ class Report:
     warnings: tuple[str, ...] = field(default=())
     notes: tuple[RankNote, ...] = ()  # engine notes, each with the ranks it applies to
     cross_rank: CrossRank | None = None  # matching and clocks, when two or more ranks are analyzed
+    stragglers: Stragglers | None = None  # metrics.md §6, from the matched instances
 
     @property
     def partial(self) -> bool:

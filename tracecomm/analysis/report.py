@@ -24,6 +24,7 @@ from tracecomm.analysis.model import (
     StepSummary,
     TypeSummary,
 )
+from tracecomm.analysis.stragglers import Stragglers, stragglers
 from tracecomm.engine.classify import COLL_TYPES
 from tracecomm.engine.model import Figures, RankBreakdown
 from tracecomm.ingest.discover import RankClaim, assign_ranks, rank_from_filename
@@ -75,7 +76,8 @@ def build_report(
         missing=tuple(sorted(missing, key=lambda m: (m.rank is None, m.rank or 0, m.path or ""))),
         absent_ranks=tuple(absent),
         notes=_grouped_notes(ranks),
-        cross_rank=_cross_rank(ranks, align_clocks),
+        cross_rank=(cr := _cross_rank(ranks, align_clocks)),
+        stragglers=_stragglers(ranks, cr),
         skipped=tuple(f for f in failures if f.not_a_trace),
         warnings=tuple(warnings),
     )
@@ -129,6 +131,22 @@ def _cross_rank(ranks: Sequence[RankReport], align_clocks: bool) -> CrossRank | 
     # metrics.md §5: ranks that share a host share one clock (host_name, else the file name)
     hosts = {r.rank: r.host or Path(r.path).name for r in gpu}
     return cross_rank(collectives, hosts, align_clocks)
+
+
+def _stragglers(ranks: Sequence[RankReport], cr: CrossRank | None) -> Stragglers | None:
+    timed = [r for r in ranks if r.step_summary is not None]
+    if cr is None or cr.matched == 0 or len(timed) < 2:
+        return None
+    return stragglers(
+        cr.aligned,
+        compute_per_step={
+            r.rank: r.step_summary.median.compute_ns for r in timed if r.step_summary
+        },
+        step_time={r.rank: r.step_summary.median.window_ns for r in timed if r.step_summary},
+        included_steps={
+            r.rank: frozenset(s.step for s in r.breakdown.included_steps) for r in timed
+        },
+    )
 
 
 def _grouped_notes(ranks: Sequence[RankReport]) -> tuple[RankNote, ...]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.model import RankReport, Report
+from tracecomm.analysis.stragglers import Stragglers
 from tracecomm.engine.model import Figures, StepFigures, WindowFigures
 
 SCHEMA_VERSION = 1
@@ -52,7 +53,26 @@ def report_document(report: Report) -> dict[str, Any]:
         "warnings": list(report.warnings),
         "notes": [{"text": n.text, "ranks": list(n.ranks)} for n in report.notes],
         "cross_rank": _cross_rank(report.cross_rank),
+        "stragglers": _stragglers(report.stragglers),
         "partial": report.partial,
+    }
+
+
+def _stragglers(st: Stragglers | None) -> dict[str, Any] | None:
+    if st is None:
+        return None
+    return {
+        "ranks": [asdict(r) for r in st.ranks],
+        "flagged": list(st.flagged),
+        "median_step_ns": st.median_step_ns,
+        "threshold_ns": st.threshold_ns,
+        "step_if_no_straggler_ns": st.step_if_no_straggler_ns,
+        "recoverable_pct": st.recoverable_pct,
+        "delay_by_step": [
+            {"rank": rank, "step": step, "delay_caused_ns": delay}
+            for rank, steps in sorted(st.delay_by_step.items())
+            for step, delay in sorted(steps.items())
+        ],
     }
 
 

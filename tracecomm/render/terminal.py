@@ -29,6 +29,10 @@ def render_terminal(report: Report, file: IO[str], color: bool | None = None) ->
     if report.by_type:
         console.print()
         console.print(_type_table(report))
+    if report.stragglers is not None:
+        console.print()
+        console.print(_straggler_table(report))
+        console.print(_heat_map(report))
     if report.cross_rank is not None:
         console.print()
         console.print(_cross_rank(report))
@@ -140,6 +144,70 @@ def _type_table(report: Report) -> Table:
             t.coll_type, f"{t.kernels:,}", str(t.ranks), _ms(t.comm_ns), _ms(t.exposed_comm_ns)
         )
     return table
+
+
+MAX_STRAGGLER_ROWS = 8
+_SHADES = " ░▒▓█"
+
+
+def _straggler_table(report: Report) -> Table:
+    st = report.stragglers
+    assert st is not None
+    flagged = ", ".join(map(str, st.flagged)) or "none"
+    caption = f"flagged: {flagged}"
+    if st.flagged and st.recoverable_pct is not None:
+        caption += (
+            f" · without them a step would take ≈ {_ms(st.step_if_no_straggler_ns)} ms instead of "
+            f"{_ms(st.median_step_ns)} ms ({st.recoverable_pct:.1f}% back; first-order estimate)"
+        )
+    table = Table(
+        title="Stragglers, ms per step (root delay = compute excess + delay caused)",
+        caption=caption,
+        title_justify="left",
+    )
+    for name in (
+        "Rank",
+        "Root delay",
+        "Compute excess",
+        "Delay caused",
+        "Last",
+        "Waited",
+        "Compute ratio",
+    ):
+        table.add_column(name, justify="right")
+    for r in st.ranks[:MAX_STRAGGLER_ROWS]:
+        table.add_row(
+            f"{r.rank}{' ⚑' if r.flagged else ''}",
+            _ms(r.root_delay_ns),
+            _ms(r.compute_excess_ns),
+            _ms(r.delay_caused_per_step_ns),
+            f"{r.times_last} ({_pct(_share_pct(r.times_last_share))}%)",
+            _ms(r.wait_per_step_ns),
+            "–" if r.compute_ratio is None else f"{r.compute_ratio:.3f}",
+        )
+    return table
+
+
+def _share_pct(share: float | None) -> float | None:
+    return None if share is None else 100 * share
+
+
+def _heat_map(report: Report) -> Text:
+    """Ranks × steps, shaded by the delay each rank alone caused: a bad rank shows as a row."""
+    st = report.stragglers
+    assert st is not None
+    steps = sorted({s for row in st.delay_by_step.values() for s in row})
+    ranks = [r.rank for r in report.ranks]
+    peak = max((d for row in st.delay_by_step.values() for d in row.values()), default=0)
+    text = Text("delay caused per step (darker = more; ranks by host order):\n")
+    if not steps or peak == 0:
+        return text.append("  no delay caused\n")
+    text.append(f"  step {' '.join(str(s)[-3:].rjust(3) for s in steps)}\n")
+    for rank in ranks:
+        row = st.delay_by_step.get(rank, {})
+        cells = " ".join(_SHADES[min(4, round(4 * row.get(s, 0) / peak))] * 3 for s in steps)
+        text.append(f"  {str(rank).rjust(4)} {cells}\n")
+    return text.append(f"  █ = {_ms(peak)} ms\n")
 
 
 def _cross_rank(report: Report) -> Text:

@@ -215,11 +215,11 @@ class _Builder:
 class _RankSim:
     """One rank's CPU cursor, stream queues and finished ops while the program runs."""
 
-    def __init__(self, rank: int, seed: int, slow: bool, epoch_us: bool) -> None:
+    def __init__(self, rank: int, seed: int, factor: float, epoch_us: bool) -> None:
         self.rank = rank
         self.rng = random.Random(seed * 1000 + rank)
         self.epoch_us = epoch_us
-        self.factor = 1.06 if slow else 1.0
+        self.factor = factor
         # Ranks on other hosts read a skewed clock; simulated time itself is shared.
         self.offset = self.floor((rank // 8) * _HOST_SKEW_NS)
         self.cpu = self.floor(_T0_NS) + self.ns(180.0)
@@ -371,8 +371,13 @@ def fsdp_run(
     gzip: bool = True,
     partial_last_step: bool = True,
     scale: int = 1,
+    slow_rank: int | None = None,
+    slowdown: float = 0.06,
 ) -> RunSpec:
-    """An FSDP-style run: steps complete steps (plus one incomplete one) on every rank."""
+    """An FSDP-style run: steps complete steps (plus one incomplete one) on every rank.
+
+    One rank, ``slow_rank`` (default ``(seed + 3) % world_size``), runs its compute kernels
+    ``slowdown`` slower (0.06 = 6 %; 0 = no straggler)."""
     if world_size < 1 or steps < 1 or layers < 1 or scale < 1:
         raise ValueError("world_size, steps, layers and scale must all be >= 1")
     builder = _Builder(layers, scale, world_size)
@@ -380,8 +385,11 @@ def fsdp_run(
     for i in range(total):
         builder.step(FIRST_STEP + i, partial=partial_last_step and i == total - 1)
     builder.program.append(_StepMark(None))
-    slow_rank = (seed + 3) % world_size
-    sims = [_RankSim(r, seed, r == slow_rank, time_format == "epoch_us") for r in range(world_size)]
+    slow = (seed + 3) % world_size if slow_rank is None else slow_rank
+    sims = [
+        _RankSim(r, seed, 1.0 + slowdown if r == slow else 1.0, time_format == "epoch_us")
+        for r in range(world_size)
+    ]
     _run_program(builder.program, sims)
     ranks = tuple(
         RankSpec(

@@ -1,0 +1,82 @@
+"""Stragglers (metrics.md §6) on generated runs with one injected slow rank."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import SAMPLE_RUN
+from tracecomm.cli import EXIT_OK, app
+from tracecomm.synth import expected_run, fsdp_run, write_run
+
+
+def analyze(path: Path, *extra: str) -> dict[str, Any]:
+    result = CliRunner().invoke(app, ["analyze", str(path), "--format", "json", *extra])
+    assert result.exit_code == EXIT_OK, result.stderr
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+@pytest.mark.parametrize("slowdown", [0.05, 0.2, 0.5])
+def test_the_injected_straggler_is_ranked_first_and_alone_flagged(
+    tmp_path: Path, slowdown: float
+) -> None:
+    spec = fsdp_run(world_size=8, steps=3, layers=4, seed=2, slow_rank=5, slowdown=slowdown)
+    write_run(spec, tmp_path)
+    doc = analyze(tmp_path)
+    st = doc["stragglers"]
+    assert st["flagged"] == [5]
+    first = st["ranks"][0]
+    assert first["rank"] == 5 and first["flagged"]
+    # its compute excess is what the schedule says: its compute over the others' median
+    expected = expected_run(spec)
+    own = sorted(expected[5].steps[n].compute_ns for n in expected[5].complete_steps)
+    assert first["compute_per_step_ns"] == own[len(own) // 2]
+    others = sorted(
+        sorted(e.steps[n].compute_ns for n in e.complete_steps)[1] for r, e in expected.items()
+    )
+    assert (
+        first["compute_excess_ns"]
+        == first["compute_per_step_ns"] - (others[3] + others[4] + 1) // 2
+    )
+    assert first["compute_ratio"] < 1 / (1 + slowdown) + 0.02
+    # it arrives last at most collectives and the others wait for it
+    assert first["times_last_share"] > 0.4
+    assert all(r["wait_per_step_ns"] > first["wait_per_step_ns"] for r in st["ranks"][1:])
+    assert 0 < st["recoverable_pct"] < 100
+    assert st["step_if_no_straggler_ns"] == st["median_step_ns"] - first["delay_caused_per_step_ns"]
+
+
+def test_no_injected_straggler_flags_nobody(tmp_path: Path) -> None:
+    write_run(fsdp_run(world_size=8, steps=3, layers=4, seed=2, slowdown=0.0), tmp_path)
+    st = analyze(tmp_path)["stragglers"]
+    assert st["flagged"] == []
+    assert st["recoverable_pct"] == 0.0
+
+
+def test_clock_offsets_do_not_change_who_is_blamed(tmp_path: Path) -> None:
+    # 16 ranks on two hosts 41 ms apart; the straggler sits on the second host
+    write_run(
+        fsdp_run(world_size=16, steps=2, layers=3, seed=1, slow_rank=12, slowdown=0.2), tmp_path
+    )
+    aligned = analyze(tmp_path)["stragglers"]
+    assert aligned["flagged"] == [12]
+    raw = analyze(tmp_path, "--no-clock-align")["stragglers"]
+    # without alignment host 0 seems to wait 41 ms at every collective for host 1
+    wait = {r["rank"]: r["wait_per_step_ns"] for r in aligned["ranks"]}
+    raw_wait = {r["rank"]: r["wait_per_step_ns"] for r in raw["ranks"]}
+    assert raw_wait[0] > wait[0] + 40_000_000
+    assert wait[0] < 10_000_000
+
+
+def test_heat_map_and_table_in_the_terminal_report() -> None:
+    result = CliRunner().invoke(app, ["analyze", str(SAMPLE_RUN)])
+    out = result.stdout
+    assert "Stragglers" in out and "delay caused per step" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("3 ") and "█" in line)
+    assert row.count("███") == 4  # rank 3 (the sample's slow rank) is dark in every step
+    assert "flagged: 3" in out

@@ -1,0 +1,153 @@
+"""Stragglers (metrics.md §6): who arrived last at each collective, how long everyone waited,
+and which ranks caused the delay rather than inherited it."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import polars as pl
+
+# A rank is flagged when its root delay exceeds both of these (metrics.md §6).
+FLAG_SHARE_OF_STEP = 0.05
+FLAG_TIMES_MEDIAN_RANK = 3.0
+
+
+@dataclass(frozen=True)
+class RankStraggle:
+    """One rank's figures; ``*_per_step_ns`` are sums over the included steps' instances
+    divided by the number of included steps."""
+
+    rank: int
+    times_last: int
+    times_last_share: float | None  # of the matched instances the rank took part in
+    delay_caused_per_step_ns: int
+    wait_per_step_ns: int
+    compute_per_step_ns: int | None  # median over included steps
+    compute_excess_ns: int  # over the peers' median, negative clipped to 0
+    compute_ratio: float | None  # peers' median / own (1.0 = on par)
+    root_delay_ns: int  # compute excess + delay caused, per step
+    flagged: bool
+
+
+@dataclass(frozen=True)
+class Stragglers:
+    ranks: tuple[RankStraggle, ...]  # by root delay, largest first
+    flagged: tuple[int, ...]
+    median_step_ns: int | None
+    threshold_ns: int | None  # the root delay a rank must exceed to be flagged
+    step_if_no_straggler_ns: int | None  # first-order estimate (metrics.md §6)
+    recoverable_pct: float | None
+    delay_by_step: dict[int, dict[int, int]]  # rank -> step -> delay caused (the heat map)
+
+
+def stragglers(
+    aligned: pl.DataFrame,
+    compute_per_step: Mapping[int, int | None],
+    step_time: Mapping[int, int | None],
+    included_steps: Mapping[int, frozenset[int]],
+) -> Stragglers:
+    """``aligned``: matched instances on one clock (rank, pg, key, step, start_ns, end_ns);
+    ``compute_per_step`` / ``step_time``: each rank's median over its included steps."""
+    per_instance = _per_instance(aligned)
+    in_steps = _in_included_steps(per_instance, included_steps)
+    caused = _sum_by_rank(in_steps.filter(pl.col("is_last")), "delay", included_steps)
+    waited = _sum_by_rank(in_steps, "wait", included_steps)
+    last_counts = dict(per_instance.filter(pl.col("is_last")).group_by("rank").len().iter_rows())
+    taken = dict(per_instance.group_by("rank").len().iter_rows())
+    peers_median = _median([v for v in compute_per_step.values() if v is not None])
+    rows = []
+    for rank in sorted(compute_per_step):
+        own = compute_per_step[rank]
+        excess = max(0, own - peers_median) if own is not None and peers_median is not None else 0
+        delay = caused.get(rank, 0)
+        rows.append(
+            RankStraggle(
+                rank=rank,
+                times_last=last_counts.get(rank, 0),
+                times_last_share=(last_counts.get(rank, 0) / taken[rank])
+                if taken.get(rank)
+                else None,
+                delay_caused_per_step_ns=delay,
+                wait_per_step_ns=waited.get(rank, 0),
+                compute_per_step_ns=own,
+                compute_excess_ns=excess,
+                compute_ratio=(peers_median / own) if own and peers_median is not None else None,
+                root_delay_ns=excess + delay,
+                flagged=False,
+            )
+        )
+    median_step = _median([v for v in step_time.values() if v is not None])
+    median_root = _median([r.root_delay_ns for r in rows]) or 0
+    threshold = (
+        max(FLAG_SHARE_OF_STEP * median_step, FLAG_TIMES_MEDIAN_RANK * median_root)
+        if median_step is not None
+        else None
+    )
+    flagged = {r.rank for r in rows if threshold is not None and r.root_delay_ns > threshold}
+    rows = [
+        RankStraggle(**{**r.__dict__, "flagged": r.rank in flagged})
+        for r in sorted(rows, key=lambda r: (-r.root_delay_ns, r.rank))
+    ]
+    saved = sum(r.delay_caused_per_step_ns for r in rows if r.flagged)
+    step_if = None if median_step is None else median_step - saved
+    return Stragglers(
+        ranks=tuple(rows),
+        flagged=tuple(sorted(flagged)),
+        median_step_ns=median_step,
+        threshold_ns=None if threshold is None else round(threshold),
+        step_if_no_straggler_ns=step_if,
+        recoverable_pct=(100.0 * saved / median_step) if median_step else None,
+        delay_by_step=_delay_by_step(in_steps),
+    )
+
+
+def _per_instance(aligned: pl.DataFrame) -> pl.DataFrame:
+    """Per (instance, rank): wait = latest start − own start; the last rank carries the delay
+    it alone caused, latest start − second-latest start."""
+    instance = ["pg", "key"]
+    return aligned.with_columns(
+        (pl.col("start_ns").max().over(instance) - pl.col("start_ns")).alias("wait"),
+        (pl.col("start_ns").rank("ordinal", descending=True).over(instance) == 1).alias("is_last"),
+        (
+            pl.col("start_ns").max().over(instance)
+            - pl.col("start_ns").top_k(2).min().over(instance)
+        ).alias("delay"),
+    )
+
+
+def _in_included_steps(
+    per_instance: pl.DataFrame, included_steps: Mapping[int, frozenset[int]]
+) -> pl.DataFrame:
+    included = pl.DataFrame(
+        {
+            "rank": [r for r, steps in included_steps.items() for _ in steps],
+            "step": [s for steps in included_steps.values() for s in steps],
+        },
+        schema={"rank": pl.Int64, "step": pl.Int64},
+    )
+    return per_instance.join(included, on=["rank", "step"], how="semi")
+
+
+def _sum_by_rank(
+    frame: pl.DataFrame, column: str, included_steps: Mapping[int, frozenset[int]]
+) -> dict[int, int]:
+    totals = dict(frame.group_by("rank").agg(pl.col(column).sum()).iter_rows())
+    return {
+        rank: round(total / len(included_steps[rank]))
+        for rank, total in totals.items()
+        if included_steps.get(rank)
+    }
+
+
+def _delay_by_step(in_steps: pl.DataFrame) -> dict[int, dict[int, int]]:
+    out: dict[int, dict[int, int]] = {}
+    last = in_steps.filter(pl.col("is_last"))
+    for rank, step, delay in last.group_by("rank", "step").agg(pl.col("delay").sum()).iter_rows():
+        out.setdefault(rank, {})[step] = delay
+    return out
+
+
+def _median(values: list[int]) -> int | None:
+    return round(statistics.median(values)) if values else None
