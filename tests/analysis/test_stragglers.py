@@ -80,3 +80,13 @@ def test_heat_map_and_table_in_the_terminal_report() -> None:
     row = next(line for line in out.splitlines() if line.strip().startswith("3 ") and "█" in line)
     assert row.count("███") == 4  # rank 3 (the sample's slow rank) is dark in every step
     assert "flagged: 3" in out
+
+
+def test_delay_by_group_and_type_adds_up_to_the_ranks() -> None:
+    st = analyze(SAMPLE_RUN)["stragglers"]
+    groups = st["by_group_type"]
+    assert groups[0]["top_rank"] == 3
+    assert {g["coll_type"] for g in groups} == {"AllGather", "ReduceScatter", "AllReduce"}
+    assert sum(g["delay_caused_ns"] for g in groups) == sum(
+        cell["delay_caused_ns"] for cell in st["delay_by_step"]
+    )

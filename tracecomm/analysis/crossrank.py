@@ -48,7 +48,7 @@ class CrossRank:
     reference_rank: int | None
     clocks: tuple[HostClock, ...]
     clock_aligned: bool
-    # matched instances per rank with clock-aligned times (rank, pg, key, step, start_ns, end_ns)
+    # matched instances per rank, clock-aligned (rank, pg, key, coll_type, step, start_ns, end_ns)
     aligned: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
 
 
@@ -100,6 +100,7 @@ def _aligned(matched: pl.DataFrame, clocks: tuple[HostClock, ...]) -> pl.DataFra
             "rank",
             "pg",
             "key",
+            "coll_type",
             "step",
             (pl.col("start_ns") - pl.col("offset")).alias("start_ns"),
             (pl.col("end_ns") - pl.col("offset")).alias("end_ns"),

@@ -32,6 +32,18 @@ class RankStraggle:
 
 
 @dataclass(frozen=True)
+class GroupTypeDelay:
+    """Where the delay happened: one process group and collective type, over included steps."""
+
+    group: str
+    coll_type: str
+    instances: int
+    arrival_skew_ns: int  # median over instances of latest − earliest aligned start
+    delay_caused_ns: int  # sum over instances
+    top_rank: int | None  # the rank that caused most of it
+
+
+@dataclass(frozen=True)
 class Stragglers:
     ranks: tuple[RankStraggle, ...]  # by root delay, largest first
     flagged: tuple[int, ...]
@@ -40,6 +52,7 @@ class Stragglers:
     step_if_no_straggler_ns: int | None  # first-order estimate (metrics.md §6)
     recoverable_pct: float | None
     delay_by_step: dict[int, dict[int, int]]  # rank -> step -> delay caused (the heat map)
+    by_group_type: tuple[GroupTypeDelay, ...] = ()
 
 
 def stragglers(
@@ -100,6 +113,39 @@ def stragglers(
         step_if_no_straggler_ns=step_if,
         recoverable_pct=(100.0 * saved / median_step) if median_step else None,
         delay_by_step=_delay_by_step(in_steps),
+        by_group_type=_by_group_type(in_steps),
+    )
+
+
+def _by_group_type(in_steps: pl.DataFrame) -> tuple[GroupTypeDelay, ...]:
+    per_instance = in_steps.group_by("pg", "key", "coll_type").agg(
+        (pl.col("start_ns").max() - pl.col("start_ns").min()).alias("skew"),
+        pl.col("delay").filter(pl.col("is_last")).sum().alias("delay"),
+        pl.col("rank").filter(pl.col("is_last")).first().alias("last"),
+    )
+    by_rank = (
+        per_instance.group_by("pg", "coll_type", "last")
+        .agg(pl.col("delay").sum())
+        .sort("delay", "last", descending=[True, False])
+        .group_by("pg", "coll_type", maintain_order=True)
+        .agg(pl.col("last").first().alias("top_rank"), pl.col("delay").first().alias("top"))
+    )
+    rows = (
+        per_instance.group_by("pg", "coll_type")
+        .agg(pl.len().alias("instances"), pl.col("skew").median(), pl.col("delay").sum())
+        .join(by_rank, on=["pg", "coll_type"], how="left")
+        .sort("delay", "pg", "coll_type", descending=[True, False, False])
+    )
+    return tuple(
+        GroupTypeDelay(
+            group=r["pg"],
+            coll_type=r["coll_type"],
+            instances=r["instances"],
+            arrival_skew_ns=round(r["skew"]),
+            delay_caused_ns=r["delay"],
+            top_rank=r["top_rank"] if r["top"] else None,
+        )
+        for r in rows.iter_rows(named=True)
     )
 
 

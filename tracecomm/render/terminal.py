@@ -32,6 +32,7 @@ def render_terminal(report: Report, file: IO[str], color: bool | None = None) ->
     if report.stragglers is not None:
         console.print()
         console.print(_straggler_table(report))
+        console.print(_group_type_delays(report))
         console.print(_heat_map(report))
     if report.cross_rank is not None:
         console.print()
@@ -188,6 +189,21 @@ def _straggler_table(report: Report) -> Table:
     return table
 
 
+def _group_type_delays(report: Report) -> Text:
+    st = report.stragglers
+    assert st is not None
+    text = Text(
+        "where the delay happened (group, type: instances, median arrival skew, delay caused):\n"
+    )
+    for g in st.by_group_type[:6]:
+        top = f", mostly rank {g.top_rank}" if g.top_rank is not None else ""
+        text.append(
+            f"  group {g.group} {g.coll_type}: {g.instances}, {_ms(g.arrival_skew_ns)} ms, "
+            f"{_ms(g.delay_caused_ns)} ms{top}\n"
+        )
+    return text
+
+
 def _share_pct(share: float | None) -> float | None:
     return None if share is None else 100 * share
 
@@ -197,13 +213,18 @@ def _heat_map(report: Report) -> Text:
     st = report.stragglers
     assert st is not None
     steps = sorted({s for row in st.delay_by_step.values() for s in row})
-    ranks = [r.rank for r in report.ranks]
+    by_host = sorted(report.ranks, key=lambda r: (r.host or "", r.rank))
     peak = max((d for row in st.delay_by_step.values() for d in row.values()), default=0)
-    text = Text("delay caused per step (darker = more; ranks by host order):\n")
+    text = Text("delay caused per step (darker = more), ranks grouped by host:\n")
     if not steps or peak == 0:
         return text.append("  no delay caused\n")
     text.append(f"  step {' '.join(str(s)[-3:].rjust(3) for s in steps)}\n")
-    for rank in ranks:
+    host: str | None = None
+    for report_rank in by_host:
+        if report_rank.host and report_rank.host != host:
+            host = report_rank.host
+            text.append(f"  {host}\n", style="dim")
+        rank = report_rank.rank
         row = st.delay_by_step.get(rank, {})
         cells = " ".join(_SHADES[min(4, round(4 * row.get(s, 0) / peak))] * 3 for s in steps)
         text.append(f"  {str(rank).rjust(4)} {cells}\n")
