@@ -38,6 +38,10 @@ app = typer.Typer(
 )
 
 
+class Detail(str, Enum):
+    instances = "instances"
+
+
 class OutputFormat(str, Enum):
     terminal = "terminal"
     json = "json"
@@ -111,6 +115,10 @@ def analyze(
         bool,
         typer.Option("--no-clock-align", help="Do not estimate per-host clock offsets."),
     ] = False,
+    detail: Annotated[
+        list[Detail] | None,
+        typer.Option(help="Add bulky records to the JSON: 'instances' (every matched collective)."),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No warnings on stderr.")] = False,
 ) -> None:
     """Per-rank compute / communication breakdown of a run's profiler traces.
@@ -135,6 +143,7 @@ def analyze(
         patterns,
         jobs,
         not no_clock_align,
+        Detail.instances in (detail or ()),
         show_progress=output_format is OutputFormat.terminal,
     )
     if not quiet:
@@ -158,6 +167,7 @@ def _run(
     patterns: tuple[str, ...],
     jobs: int | None,
     align_clocks: bool,
+    detail_instances: bool,
     show_progress: bool,
 ) -> Report:
     from tracecomm.engine import BreakdownOptions
@@ -165,7 +175,9 @@ def _run(
     from tracecomm.pipeline import AnalyzeOptions
     from tracecomm.pipeline import analyze as run_pipeline
 
-    opts = AnalyzeOptions(BreakdownOptions(first, last, all_steps, patterns), jobs, align_clocks)
+    opts = AnalyzeOptions(
+        BreakdownOptions(first, last, all_steps, patterns), jobs, align_clocks, detail_instances
+    )
     try:
         return run_pipeline(inputs, opts, _progress() if show_progress else None)
     except UsageError as exc:

@@ -30,6 +30,7 @@ class AnalyzeOptions:
     breakdown: BreakdownOptions = field(default_factory=BreakdownOptions)
     jobs: int | None = None  # None: one per core, when the input is large enough to pay off
     align_clocks: bool = True  # metrics.md §5; --no-clock-align turns it off
+    detail_instances: bool = False  # per-instance straggler records (--detail instances)
 
 
 def analyze_file(path: str, opts: BreakdownOptions) -> RankResult | FileFailure:
@@ -75,8 +76,19 @@ def analyze(
         reasons = "; ".join(f"{f.path}: {f.reason}" for f in failures[:3])
         more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
         raise NoUsableInput(f"no usable trace: {reasons}{more}")
-    options = {"breakdown": asdict(opts.breakdown), "align_clocks": opts.align_clocks}
-    report = build_report(results, failures, [str(i) for i in inputs], options, opts.align_clocks)
+    options = {
+        "breakdown": asdict(opts.breakdown),
+        "align_clocks": opts.align_clocks,
+        "detail_instances": opts.detail_instances,
+    }
+    report = build_report(
+        results,
+        failures,
+        [str(i) for i in inputs],
+        options,
+        opts.align_clocks,
+        opts.detail_instances,
+    )
     if not report.ranks:
         reasons = "; ".join(m.reason for m in report.missing[:3])
         raise NoUsableInput(f"no usable rank: {reasons}")

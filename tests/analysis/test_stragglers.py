@@ -90,3 +90,19 @@ def test_delay_by_group_and_type_adds_up_to_the_ranks() -> None:
     assert sum(g["delay_caused_ns"] for g in groups) == sum(
         cell["delay_caused_ns"] for cell in st["delay_by_step"]
     )
+
+
+def test_detail_instances_lists_every_matched_instance() -> None:
+    from collections import Counter
+
+    doc = analyze(SAMPLE_RUN, "--detail", "instances")
+    st, cr = doc["stragglers"], doc["cross_rank"]
+    records = st["instances"]
+    assert len(records) == cr["matched"] > 0
+    assert Counter(r["last_rank"] for r in records) == {
+        r["rank"]: r["times_last"] for r in st["ranks"] if r["times_last"]
+    }
+    for r in records:
+        assert r["ranks"] == 8 and 0 <= r["delay_caused_ns"] <= r["arrival_skew_ns"]
+        assert r["transfer_ns"] > 0
+    assert analyze(SAMPLE_RUN)["stragglers"]["instances"] == []

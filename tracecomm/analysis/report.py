@@ -39,6 +39,7 @@ def build_report(
     inputs: Sequence[str],
     options: dict[str, Any],
     align_clocks: bool = True,
+    detail_instances: bool = False,
 ) -> Report:
     warnings: list[str] = []
     by_path = {r.path: r for r in results}
@@ -77,7 +78,7 @@ def build_report(
         absent_ranks=tuple(absent),
         notes=_grouped_notes(ranks),
         cross_rank=(cr := _cross_rank(ranks, align_clocks)),
-        stragglers=_stragglers(ranks, cr),
+        stragglers=_stragglers(ranks, cr, detail_instances),
         skipped=tuple(f for f in failures if f.not_a_trace),
         warnings=tuple(warnings),
     )
@@ -133,7 +134,9 @@ def _cross_rank(ranks: Sequence[RankReport], align_clocks: bool) -> CrossRank | 
     return cross_rank(collectives, hosts, align_clocks)
 
 
-def _stragglers(ranks: Sequence[RankReport], cr: CrossRank | None) -> Stragglers | None:
+def _stragglers(
+    ranks: Sequence[RankReport], cr: CrossRank | None, detail_instances: bool
+) -> Stragglers | None:
     timed = [r for r in ranks if r.step_summary is not None]
     if cr is None or cr.matched == 0 or len(timed) < 2:
         return None
@@ -146,6 +149,7 @@ def _stragglers(ranks: Sequence[RankReport], cr: CrossRank | None) -> Stragglers
         included_steps={
             r.rank: frozenset(s.step for s in r.breakdown.included_steps) for r in timed
         },
+        keep_instances=detail_instances,
     )
 
 

@@ -32,6 +32,21 @@ class RankStraggle:
 
 
 @dataclass(frozen=True)
+class InstanceRecord:
+    """One matched collective instance on the aligned clock (``--detail instances``)."""
+
+    group: str
+    key: str
+    coll_type: str
+    step: int | None
+    ranks: int
+    last_rank: int
+    arrival_skew_ns: int  # latest − earliest start
+    transfer_ns: int  # earliest end − latest start: the part everyone spent moving data
+    delay_caused_ns: int  # latest − second-latest start
+
+
+@dataclass(frozen=True)
 class GroupTypeDelay:
     """Where the delay happened: one process group and collective type, over included steps."""
 
@@ -53,6 +68,7 @@ class Stragglers:
     recoverable_pct: float | None
     delay_by_step: dict[int, dict[int, int]]  # rank -> step -> delay caused (the heat map)
     by_group_type: tuple[GroupTypeDelay, ...] = ()
+    instances: tuple[InstanceRecord, ...] = ()  # only when asked for (they grow with the run)
 
 
 def stragglers(
@@ -60,6 +76,7 @@ def stragglers(
     compute_per_step: Mapping[int, int | None],
     step_time: Mapping[int, int | None],
     included_steps: Mapping[int, frozenset[int]],
+    keep_instances: bool = False,
 ) -> Stragglers:
     """``aligned``: matched instances on one clock (rank, pg, key, step, start_ns, end_ns);
     ``compute_per_step`` / ``step_time``: each rank's median over its included steps."""
@@ -114,6 +131,37 @@ def stragglers(
         recoverable_pct=(100.0 * saved / median_step) if median_step else None,
         delay_by_step=_delay_by_step(in_steps),
         by_group_type=_by_group_type(in_steps),
+        instances=_instance_records(per_instance) if keep_instances else (),
+    )
+
+
+def _instance_records(per_instance: pl.DataFrame) -> tuple[InstanceRecord, ...]:
+    rows = (
+        per_instance.group_by("pg", "key", "coll_type")
+        .agg(
+            pl.col("step").min(),
+            pl.len().alias("ranks"),
+            pl.col("rank").filter(pl.col("is_last")).first().alias("last_rank"),
+            (pl.col("start_ns").max() - pl.col("start_ns").min()).alias("skew"),
+            (pl.col("end_ns").min() - pl.col("start_ns").max()).alias("transfer"),
+            pl.col("delay").first(),
+            pl.col("start_ns").min().alias("first_start"),
+        )
+        .sort("first_start", "pg", "key")
+    )
+    return tuple(
+        InstanceRecord(
+            r["pg"],
+            r["key"],
+            r["coll_type"],
+            r["step"],
+            r["ranks"],
+            r["last_rank"],
+            r["skew"],
+            r["transfer"],
+            r["delay"],
+        )
+        for r in rows.iter_rows(named=True)
     )
 
 

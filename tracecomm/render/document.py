@@ -69,6 +69,7 @@ def _stragglers(st: Stragglers | None) -> dict[str, Any] | None:
         "step_if_no_straggler_ns": st.step_if_no_straggler_ns,
         "recoverable_pct": st.recoverable_pct,
         "by_group_type": [asdict(g) for g in st.by_group_type],
+        "instances": [asdict(i) for i in st.instances],
         "delay_by_step": [
             {"rank": rank, "step": step, "delay_caused_ns": delay}
             for rank, steps in sorted(st.delay_by_step.items())
