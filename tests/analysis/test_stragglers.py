@@ -106,3 +106,48 @@ def test_detail_instances_lists_every_matched_instance() -> None:
         assert r["ranks"] == 8 and 0 <= r["delay_caused_ns"] <= r["arrival_skew_ns"]
         assert r["transfer_ns"] > 0
     assert analyze(SAMPLE_RUN)["stragglers"]["instances"] == []
+
+
+def test_peers_are_the_largest_group_doing_the_same_work() -> None:
+    from tracecomm.analysis.report import peer_groups
+
+    # a 2-stage pipeline, 2-way data parallel: stage 0 = ranks 0, 1; stage 1 = ranks 2, 3
+    groups = {"world": (0, 1, 2, 3), "dp0": (0, 1), "dp1": (2, 3), "pp0": (0, 2), "pp1": (1, 3)}
+    signatures = {0: "stage0", 1: "stage0", 2: "stage1", 3: "stage1"}
+    assert peer_groups(groups, signatures) == {0: (0, 1), 1: (0, 1), 2: (2, 3), 3: (2, 3)}
+    # only the world group: everybody is everybody's peer
+    assert peer_groups({"0": (0, 1, 2)}, dict.fromkeys((0, 1, 2), "same")) == {
+        0: (0, 1, 2),
+        1: (0, 1, 2),
+        2: (0, 1, 2),
+    }
+    # a rank without a signature (no included step) falls back to every rank
+    assert peer_groups({"dp0": (0, 1)}, {0: None, 1: "x", 2: "x"})[0] == (0, 1, 2)
+
+
+def test_compute_excess_is_measured_against_peers_only() -> None:
+    import polars as pl
+
+    from tracecomm.analysis.stragglers import stragglers
+
+    empty = pl.DataFrame(
+        schema={
+            "rank": pl.Int64,
+            "pg": pl.String,
+            "key": pl.String,
+            "coll_type": pl.String,
+            "step": pl.Int64,
+            "start_ns": pl.Int64,
+            "end_ns": pl.Int64,
+        }
+    )
+    compute = {0: 100, 1: 100, 2: 300, 3: 330}  # stage 1 is heavier; rank 3 a bit slower still
+    st = stragglers(
+        empty,
+        compute,
+        dict.fromkeys(compute, 1_000),
+        dict.fromkeys(compute, frozenset({1})),
+        peers={0: (0, 1), 1: (0, 1), 2: (2, 3), 3: (2, 3)},
+    )
+    excess = {r.rank: r.compute_excess_ns for r in st.ranks}
+    assert excess == {0: 0, 1: 0, 2: 0, 3: 15}  # 330 - median(300, 330)

@@ -48,6 +48,7 @@ class CrossRank:
     reference_rank: int | None
     clocks: tuple[HostClock, ...]
     clock_aligned: bool
+    groups: dict[str, tuple[int, ...]] = field(default_factory=dict)  # members among analyzed ranks
     # matched instances per rank, clock-aligned (rank, pg, key, coll_type, step, start_ns, end_ns)
     aligned: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
 
@@ -80,6 +81,7 @@ def cross_rank(
         reference_rank=reference,
         clocks=clocks,
         clock_aligned=align_clocks,
+        groups=members,
         aligned=_aligned(on_all, clocks),
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -150,7 +150,28 @@ def _stragglers(
             r.rank: frozenset(s.step for s in r.breakdown.included_steps) for r in timed
         },
         keep_instances=detail_instances,
+        peers=peer_groups(cr.groups, {r.rank: r.breakdown.work_signature for r in timed}),
     )
+
+
+def peer_groups(
+    groups: Mapping[str, tuple[int, ...]], signatures: Mapping[int, str | None]
+) -> dict[int, tuple[int, ...]]:
+    """metrics.md §6 peers(r): the largest non-world process group holding r whose members all
+    run the same kernels in the same order as r (same work signature); else every rank."""
+    everyone = tuple(sorted(signatures))
+    out: dict[int, tuple[int, ...]] = {}
+    for rank, signature in signatures.items():
+        candidates = [
+            members
+            for members in groups.values()
+            if rank in members
+            and len(members) < len(everyone)
+            and signature is not None
+            and all(signatures.get(m) == signature for m in members)
+        ]
+        out[rank] = max(candidates, key=lambda m: (len(m), m)) if candidates else everyone
+    return out
 
 
 def _grouped_notes(ranks: Sequence[RankReport]) -> tuple[RankNote, ...]:

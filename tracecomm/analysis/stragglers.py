@@ -77,18 +77,22 @@ def stragglers(
     step_time: Mapping[int, int | None],
     included_steps: Mapping[int, frozenset[int]],
     keep_instances: bool = False,
+    peers: Mapping[int, tuple[int, ...]] | None = None,
 ) -> Stragglers:
     """``aligned``: matched instances on one clock (rank, pg, key, step, start_ns, end_ns);
-    ``compute_per_step`` / ``step_time``: each rank's median over its included steps."""
+    ``compute_per_step`` / ``step_time``: each rank's median over its included steps;
+    ``peers``: the ranks doing the same work as each rank (default: all ranks)."""
     per_instance = _per_instance(aligned)
     in_steps = _in_included_steps(per_instance, included_steps)
     caused = _sum_by_rank(in_steps.filter(pl.col("is_last")), "delay", included_steps)
     waited = _sum_by_rank(in_steps, "wait", included_steps)
     last_counts = dict(per_instance.filter(pl.col("is_last")).group_by("rank").len().iter_rows())
     taken = dict(per_instance.group_by("rank").len().iter_rows())
-    peers_median = _median([v for v in compute_per_step.values() if v is not None])
+    everyone = tuple(compute_per_step)
     rows = []
     for rank in sorted(compute_per_step):
+        mine = (peers or {}).get(rank, everyone)
+        peers_median = _median([v for p in mine if (v := compute_per_step.get(p)) is not None])
         own = compute_per_step[rank]
         excess = max(0, own - peers_median) if own is not None and peers_median is not None else 0
         delay = caused.get(rank, 0)

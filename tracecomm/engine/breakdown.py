@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -47,7 +48,23 @@ def breakdown(rank: RankEvents, opts: BreakdownOptions | None = None) -> RankBre
     linked = link_launches(device, rank)
     steps = step_windows(linked, rank)
     result = _gpu_breakdown(linked.filter(pl.col("cls") != "sync"), steps, device, opts)
-    return replace(result, collectives=collective_instances(linked))
+    return replace(
+        result,
+        collectives=collective_instances(linked),
+        work_signature=_work_signature(linked, result),
+    )
+
+
+def _work_signature(linked: pl.DataFrame, result: RankBreakdown) -> str | None:
+    steps = result.included_steps
+    if not steps:
+        return None
+    names = (
+        linked.filter((pl.col("cls") == "compute") & (pl.col("step") == steps[0].step))
+        .sort("start_ns")["name"]
+        .to_list()
+    )
+    return hashlib.blake2b("\n".join(names).encode(), digest_size=12).hexdigest()
 
 
 def _gpu_breakdown(

@@ -77,6 +77,9 @@ class RankBreakdown:
     notes: tuple[str, ...]
     # comm kernels keyed for cross-rank matching (engine.collectives.INSTANCE_SCHEMA)
     collectives: pl.DataFrame | None = field(default=None, compare=False, repr=False)
+    # digest of the compute kernel names of the first included step, in order: ranks doing the
+    # same work (data-parallel peers) share it
+    work_signature: str | None = None
 
     @property
     def included_steps(self) -> tuple[StepFigures, ...]:
