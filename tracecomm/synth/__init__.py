@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tracecomm.synth.dptp import dp_tp_groups, dp_tp_run
 from tracecomm.synth.expected import Figures, RankExpected, expected_figures, expected_run
 from tracecomm.synth.fsdp import fsdp_run, fsdp_run_of_size
 from tracecomm.synth.schedule import (
@@ -9,6 +10,7 @@ from tracecomm.synth.schedule import (
     Naming,
     Op,
     OpKind,
+    ProcessGroup,
     RankSpec,
     RunSpec,
     Step,
@@ -22,11 +24,14 @@ __all__ = [
     "Naming",
     "Op",
     "OpKind",
+    "ProcessGroup",
     "RankExpected",
     "RankSpec",
     "RunSpec",
     "Step",
     "TimeFormat",
+    "dp_tp_groups",
+    "dp_tp_run",
     "expected_figures",
     "expected_run",
     "fsdp_run",

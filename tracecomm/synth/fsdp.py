@@ -9,7 +9,7 @@ NCCL kernels as they do on real hardware.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tracecomm.synth import names as kn
@@ -78,6 +78,21 @@ class _Launch:
     deps: tuple[int, ...] = ()
     cost_us: float = 9.0
     recorded: bool = True
+    group: str = ""  # which kind of process group a collective runs in ("" = world)
+
+
+@dataclass(frozen=True, slots=True)
+class _Topology:
+    """Process groups of a run and the collective one rank leaves out.
+
+    groups maps a group kind (a collective's _Launch.group) to that kind's groups, each as
+    (name, member ranks); name "" is the default world group. seq_base is where each group's
+    Seq counter stands when the first step opens.
+    """
+
+    groups: dict[str, tuple[tuple[str, tuple[int, ...]], ...]]
+    seq_base: dict[str, int]
+    skip: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,13 +230,18 @@ class _Builder:
 class _RankSim:
     """One rank's CPU cursor, stream queues and finished ops while the program runs."""
 
-    def __init__(self, rank: int, seed: int, factor: float, epoch_us: bool) -> None:
+    def __init__(
+        self, rank: int, seed: int, factor: float, epoch_us: bool, offset_ns: int | None = None
+    ) -> None:
         self.rank = rank
         self.rng = random.Random(seed * 1000 + rank)
         self.epoch_us = epoch_us
         self.factor = factor
         # Ranks on other hosts read a skewed clock; simulated time itself is shared.
-        self.offset = self.floor((rank // 8) * _HOST_SKEW_NS)
+        self.offset = self.floor((rank // 8) * _HOST_SKEW_NS if offset_ns is None else offset_ns)
+        self.comms = 0  # collectives reached so far, launched or skipped
+        self.seqs: dict[str, int] = {}
+        self.skipped: list[tuple[int, str, int]] = []
         self.cpu = self.floor(_T0_NS) + self.ns(180.0)
         self.free: dict[int, int] = {}
         self.ends: dict[int, int] = {}
@@ -250,7 +270,9 @@ class _RankSim:
         self.cpu += self.ns(launch.cost_us)
         return at, start
 
-    def finish(self, launch: _Launch, at: int, start: int, end: int) -> None:
+    def finish(
+        self, launch: _Launch, at: int, start: int, end: int, pg: str = "", seq: int = 0
+    ) -> None:
         self.free[launch.stream] = self.ends[launch.key] = end
         o = self.offset
         self.ops.append(
@@ -265,8 +287,24 @@ class _RankSim:
                 recorded=launch.recorded,
                 nelems=launch.nelems,
                 launch_thread=launch.thread,
+                pg=pg,
+                seq=seq,
             )
         )
+
+    def reach_collective(self, pg: str, topo: _Topology) -> tuple[int, bool]:
+        """(Seq, skipped) of the next collective in group pg; counts it either way."""
+        seq = self.seqs.get(pg, topo.seq_base[pg])
+        self.seqs[pg] = seq + 1
+        skipped = topo.skip == (self.rank, self.comms)
+        self.comms += 1
+        if skipped:
+            self.skipped.append((self.rank, pg or "0", seq))
+        return seq, skipped
+
+    def skip(self, launch: _Launch) -> None:
+        """The rank never launches this collective: nothing waits for it, the CPU moves on."""
+        self.ends[launch.key] = self.cpu
 
     def mark(self, number: int | None) -> None:
         if self.open is not None:
@@ -285,10 +323,11 @@ class _RankSim:
         self.cpu = max([self.cpu, *self.free.values()]) + self.ns(gap_us)
 
 
-def _run_program(program: list[_Instr], sims: list[_RankSim]) -> None:
+def _run_program(program: list[_Instr], sims: list[_RankSim], topo: _Topology) -> None:
+    """Run the program on every rank; sims[r] must be rank r."""
     for instr in program:
         if isinstance(instr, _Launch):
-            _run_launch(instr, sims)
+            _run_launch(instr, sims, topo)
         elif isinstance(instr, _Cpu):
             for sim in sims:
                 sim.cpu += sim.ns(instr.dur_us)
@@ -300,17 +339,58 @@ def _run_program(program: list[_Instr], sims: list[_RankSim]) -> None:
                 sim.mark(instr.number)
 
 
-def _run_launch(launch: _Launch, sims: list[_RankSim]) -> None:
-    timing = [sim.ready(launch) for sim in sims]
+def _run_launch(launch: _Launch, sims: list[_RankSim], topo: _Topology) -> None:
     if launch.kind == "comm":
-        # Nobody finishes before the last rank has arrived.
-        last = max(start for _, start in timing)
-        for sim, (at, start) in zip(sims, timing, strict=True):
-            sim.finish(launch, at, start, last + sim.ns(launch.dur_us, spread=0.002))
+        for pg, members in topo.groups[launch.group]:
+            _run_collective(launch, [sims[r] for r in members], pg, topo)
         return
+    timing = [sim.ready(launch) for sim in sims]
     for sim, (at, start) in zip(sims, timing, strict=True):
         scale = sim.factor if launch.kind == "compute" else 1.0
         sim.finish(launch, at, start, start + sim.ns(launch.dur_us * scale))
+
+
+def _run_collective(launch: _Launch, members: list[_RankSim], pg: str, topo: _Topology) -> None:
+    arrived: list[tuple[_RankSim, int, int, int]] = []
+    for sim in members:
+        seq, skipped = sim.reach_collective(pg, topo)
+        if skipped:
+            sim.skip(launch)
+        else:
+            arrived.append((sim, *sim.ready(launch), seq))
+    if not arrived:
+        return
+    # Nobody finishes before the last rank that takes part has arrived.
+    last = max(start for _, _, start, _ in arrived)
+    for sim, at, start, seq in arrived:
+        sim.finish(launch, at, start, last + sim.ns(launch.dur_us, spread=0.002), pg, seq)
+
+
+def _seq_base(program: list[_Instr]) -> dict[str, int]:
+    """Per group kind: Seq of the first collective in the first step, as if every earlier
+    step (numbered from 0) had run the same collectives."""
+    marks = [i for i, x in enumerate(program) if isinstance(x, _StepMark)]
+    first = program[marks[0]]
+    assert isinstance(first, _StepMark) and first.number is not None
+    counts: dict[str, int] = {}
+    for instr in program[marks[0] : marks[1]]:
+        if isinstance(instr, _Launch) and instr.kind == "comm":
+            counts[instr.group] = counts.get(instr.group, 0) + 1
+    return {kind: first.number * n + 1 for kind, n in counts.items()}
+
+
+def _offsets(world_size: int, host_offsets_ns: Sequence[int] | None) -> list[int | None]:
+    """Per rank: its host's clock offset, None for the default skew."""
+    hosts = (world_size + 7) // 8
+    if host_offsets_ns is None:
+        return [None] * world_size
+    if len(host_offsets_ns) < hosts:
+        raise ValueError(f"host_offsets_ns has {len(host_offsets_ns)} entries for {hosts} hosts")
+    return [int(host_offsets_ns[r // 8]) for r in range(world_size)]
+
+
+def _host_truth(sims: list[_RankSim]) -> dict[str, int]:
+    return {f"node{sim.rank // 8}": sim.offset for sim in sims}
 
 
 def _extras(sim: _RankSim) -> tuple[Op, ...]:
@@ -373,11 +453,23 @@ def fsdp_run(
     scale: int = 1,
     slow_rank: int | None = None,
     slowdown: float = 0.06,
+    host_offsets_ns: Sequence[int] | None = None,
+    skip: tuple[int, int] | None = None,
 ) -> RunSpec:
     """An FSDP-style run: steps complete steps (plus one incomplete one) on every rank.
 
     One rank, ``slow_rank`` (default ``(seed + 3) % world_size``), runs its compute kernels
-    ``slowdown`` slower (0.06 = 6 %; 0 = no straggler)."""
+    ``slowdown`` slower (0.06 = 6 %; 0 = no straggler).
+
+    ``host_offsets_ns[h]`` is how far the clock of host ``node{h}`` (ranks 8h..8h+7) runs ahead
+    of the shared simulated time; None keeps the default skew of about 41 ms per host index.
+    The offsets actually applied are in ``RunSpec.host_offsets_ns``.
+
+    ``skip=(rank, k)``: that rank never launches its k-th collective (0-based, launch order,
+    counted over the whole run); the others complete it without waiting for that rank. The
+    skipped rank's Seq counter still advances, so only that Seq is missing from its file. The
+    skipped instance is in ``RunSpec.skipped`` as (rank, "0", Seq).
+    """
     if world_size < 1 or steps < 1 or layers < 1 or scale < 1:
         raise ValueError("world_size, steps, layers and scale must all be >= 1")
     builder = _Builder(layers, scale, world_size)
@@ -385,19 +477,35 @@ def fsdp_run(
     for i in range(total):
         builder.step(FIRST_STEP + i, partial=partial_last_step and i == total - 1)
     builder.program.append(_StepMark(None))
+    _check_skip(skip, world_size, builder.program)
     slow = (seed + 3) % world_size if slow_rank is None else slow_rank
+    offsets = _offsets(world_size, host_offsets_ns)
     sims = [
-        _RankSim(r, seed, 1.0 + slowdown if r == slow else 1.0, time_format == "epoch_us")
-        for r in range(world_size)
+        _RankSim(r, seed, 1.0 + slowdown if r == slow else 1.0, time_format == "epoch_us", off)
+        for r, off in enumerate(offsets)
     ]
-    _run_program(builder.program, sims)
+    topo = _Topology({"": (("", tuple(range(world_size))),)}, _seq_base(builder.program), skip)
+    _run_program(builder.program, sims, topo)
     ranks = tuple(
         RankSpec(
             sim.rank, tuple(sim.steps), _extras(sim), f"node{sim.rank // 8}", naming, time_format
         )
         for sim in sims
     )
-    return RunSpec(world_size, ranks, gzip)
+    skipped = tuple(s for sim in sims for s in sim.skipped)
+    return RunSpec(world_size, ranks, gzip, host_offsets_ns=_host_truth(sims), skipped=skipped)
+
+
+def _check_skip(skip: tuple[int, int] | None, world_size: int, program: list[_Instr]) -> None:
+    if skip is None:
+        return
+    count = sum(1 for x in program if isinstance(x, _Launch) and x.kind == "comm")
+    rank, k = skip
+    if not (0 <= rank < world_size and 0 <= k < count):
+        raise ValueError(
+            f"skip {skip}: rank must be in [0, {world_size}) and k in [0, {count}) "
+            "(collectives per rank, in launch order)"
+        )
 
 
 def fsdp_run_of_size(

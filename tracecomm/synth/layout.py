@@ -132,7 +132,8 @@ def _assign_seq(spec: RankSpec, launches: list[Launch]) -> None:
     # A counter that already ran before the window opened, identical on every rank of the run.
     base = (first_step.number * per_step if first_step else 0) + 1
     for i, launch in enumerate(comms):
-        launch.seq = base + i
+        # An explicit Seq wins: per-group counters, or a rank that skipped a collective.
+        launch.seq = launch.op.seq or base + i
 
 
 def _place(spec: RankSpec, launches: list[Launch], clock: Clock) -> None:

@@ -7,7 +7,7 @@ about what happened.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Literal, get_args
 
@@ -51,6 +51,10 @@ class Op:
     metadata: bool = True
     nelems: int = 0
     launch_thread: str = "main"
+    # Process group name of a collective ("" = the default world group "0") and its Seq
+    # (0 = let the writer number the rank's collectives consecutively, as for one group).
+    pg: str = ""
+    seq: int = 0
 
     def __post_init__(self) -> None:
         # Runs once per op of 100 MB benchmark specs: test first, format a message only on error.
@@ -115,13 +119,36 @@ class RankSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessGroup:
+    """A non-default process group: its GUID string, label and global member ranks."""
+
+    name: str
+    desc: str
+    ranks: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        _check(bool(self.name) and self.name != "0", f"group name {self.name!r} is reserved")
+        _check(bool(self.ranks), f"group {self.name}: no ranks")
+        _check(len(set(self.ranks)) == len(self.ranks), f"group {self.name}: duplicate ranks")
+
+
+@dataclass(frozen=True, slots=True)
 class RunSpec:
-    """One trace file per rank of a distributed run."""
+    """One trace file per rank of a distributed run.
+
+    groups, host_offsets_ns and skipped are ground truth for tests: groups also reach the
+    files (pg_config, collective args), the other two are written nowhere.
+    """
 
     world_size: int
     ranks: tuple[RankSpec, ...]
     gzip: bool = True
     device_name: str = "NVIDIA H100 80GB HBM3"
+    groups: tuple[ProcessGroup, ...] = ()
+    # Host name -> how far that host's clock runs ahead of the shared simulated time, in ns.
+    host_offsets_ns: dict[str, int] = field(default_factory=dict, hash=False)
+    # (rank, process group name, Seq) of each collective a rank did not launch.
+    skipped: tuple[tuple[int, str, int], ...] = ()
 
     def __post_init__(self) -> None:
         _check(self.world_size >= 1, f"world_size must be >= 1, got {self.world_size}")
@@ -131,6 +158,33 @@ class RunSpec:
             all(r < self.world_size for r in seen),
             f"ranks {seen} not all < world_size {self.world_size}",
         )
+        _check_groups(self)
+
+    def group(self, name: str) -> ProcessGroup | None:
+        """The group called name; None for the default group ("" or "0")."""
+        return next((g for g in self.groups if g.name == name), None)
+
+    def groups_of(self, rank: int) -> tuple[ProcessGroup, ...]:
+        """The non-default groups rank belongs to, in spec order."""
+        return tuple(g for g in self.groups if rank in g.ranks)
+
+
+def _check_groups(spec: RunSpec) -> None:
+    names = [g.name for g in spec.groups]
+    _check(len(set(names)) == len(names), f"duplicate group names in {names}")
+    for g in spec.groups:
+        _check(
+            all(0 <= r < spec.world_size for r in g.ranks),
+            f"group {g.name}: ranks {list(g.ranks)} not all in [0, {spec.world_size})",
+        )
+    members = {g.name: set(g.ranks) for g in spec.groups}
+    for rank in spec.ranks:
+        for name in {op.pg for op in rank.all_ops() if op.pg}:
+            _check(
+                rank.rank in members.get(name, ()),
+                f"rank {rank.rank}: collective in group {name!r}, which is unknown or "
+                "does not contain the rank",
+            )
 
 
 def _op_problem(op: Op) -> str:
@@ -139,8 +193,10 @@ def _op_problem(op: Op) -> str:
         return f"unknown kind {op.kind!r}"
     if op.dur_ns <= 0:
         return f"dur_ns must be > 0, got {op.dur_ns}"
-    if op.start_ns < 0 or op.stream < 0 or op.nelems < 0:
-        return "start_ns, stream and nelems must be >= 0"
+    if op.start_ns < 0 or op.stream < 0 or op.nelems < 0 or op.seq < 0:
+        return "start_ns, stream, nelems and seq must be >= 0"
+    if (op.pg or op.seq) and op.kind != "comm":
+        return "only comm ops belong to a process group or carry a Seq"
     if not (op.launched or op.recorded):
         return "neither launched nor recorded: nothing would be written"
     if op.launched and op.launch_ns > op.start_ns:

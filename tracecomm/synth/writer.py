@@ -26,7 +26,7 @@ from tracecomm.synth.names import (
     has_metadata,
     profile_for,
 )
-from tracecomm.synth.schedule import RankSpec, RunSpec, Step
+from tracecomm.synth.schedule import ProcessGroup, RankSpec, RunSpec, Step
 from tracecomm.synth.timefmt import Clock
 
 _NUM_SMS = 132
@@ -106,6 +106,8 @@ class _RankWriter:
         self.clock.set_first(self.trace_start)
         self._names: dict[str, str] = {}
         self._kernel_tails: dict[str, str] = {}
+        self._world = ProcessGroup("world", "default_pg", tuple(range(run.world_size)))
+        self._groups = {g.name: g for g in run.groups}
 
     # ---- layout ---------------------------------------------------------------------------
 
@@ -172,20 +174,31 @@ class _RankWriter:
     def _header(self) -> str:
         props = ",".join(_device_props(i, self.run.device_name) for i in range(_GPUS_PER_HOST))
         world = self.run.world_size
+        pg_config = [
+            {
+                "pg_name": "0",
+                "pg_desc": "default_pg",
+                "backend_config": "cuda:nccl",
+                "pg_size": world,
+                "ranks": list(range(world)),
+            }
+        ]
+        pg_config.extend(
+            {
+                "pg_name": g.name,
+                "pg_desc": g.desc,
+                "backend_config": "cuda:nccl",
+                "pg_size": len(g.ranks),
+                "ranks": list(g.ranks),
+            }
+            for g in self.run.groups_of(self.spec.rank)
+        )
         dist = {
             "backend": "nccl",
             "rank": self.spec.rank,
             "world_size": world,
-            "pg_count": 1,
-            "pg_config": [
-                {
-                    "pg_name": "0",
-                    "pg_desc": "default_pg",
-                    "backend_config": "cuda:nccl",
-                    "pg_size": world,
-                    "ranks": list(range(world)),
-                }
-            ],
+            "pg_count": len(pg_config),
+            "pg_config": pg_config,
             "nccl_version": "2.21.5",
         }
         seed = f"{self.spec.host}/{self.spec.rank}/{self.trace_start}".encode()
@@ -280,20 +293,29 @@ class _RankWriter:
         for span in launch.spans:
             args = _op_ids(span.ext)
             if span.metadata:
-                args += ", " + self._coll_args(launch) + f', "Rank": {self.spec.rank}'
+                within = self._group(launch).ranks.index(self.spec.rank)
+                args += ", " + self._coll_args(launch) + f', "Rank": {within}'
             yield self._x(span.cat, span.name, self.pid, tid, span.start, span.end, args)
+
+    def _group(self, launch: Launch) -> ProcessGroup:
+        """The op's process group; the world stands for the default group "0"."""
+        return self._groups[launch.op.pg] if launch.op.pg else self._world
 
     def _coll_args(self, launch: Launch) -> str:
         op = launch.op
         info = COLLECTIVES[op.coll or "Other"]
-        n = self.run.world_size
+        group = self._group(launch)
+        name = group.name if op.pg else "0"
+        members = group.ranks
+        n = len(members)
         in_n, out_n = _message_sizes(op.coll or "Other", op.nelems, n)
-        ranks = ", ".join(str(r) for r in range(n))
+        ranks = ", ".join(str(r) for r in members)
         return (
             f'"Collective name": "{info.collective_name}", "In msg nelems": {in_n}, '
             f'"Out msg nelems": {out_n}, "Group size": {n}, "dtype": "{info.dtype}", '
             '"In split size": "[]", "Out split size": "[]", '
-            f'"Process Group Name": "0", "Process Group Description": "default_pg", '
+            f'"Process Group Name": {_jstr(name)}, '
+            f'"Process Group Description": {_jstr(group.desc)}, '
             f'"Process Group Ranks": "[{ranks}]", "Seq": {launch.seq}'
         )
 
