@@ -134,3 +134,46 @@ def test_point_to_point_kernels_are_counted_not_matched(shared_traces: Path) -> 
     )
     doc = json.loads(result.stdout)["cross_rank"]
     assert doc["point_to_point"] == 20 and doc["instances"] == 0
+
+
+@pytest.mark.parametrize("offsets", [(-20_000_000, 33_000_000), (5_000_000, -45_000_000)])
+def test_injected_host_offsets_are_recovered_within_a_microsecond(
+    tmp_path: Path, offsets: tuple[int, int]
+) -> None:
+    spec = fsdp_run(world_size=16, steps=2, layers=3, seed=3, host_offsets_ns=offsets)
+    write_run(spec, tmp_path)
+    doc = json.loads(CliRunner().invoke(app, ["analyze", str(tmp_path), "--format", "json"]).stdout)
+    hosts = {h["host"]: h["offset_ns"] for h in doc["cross_rank"]["clocks"]["hosts"]}
+    truth = spec.host_offsets_ns["node1"] - spec.host_offsets_ns["node0"]
+    assert hosts["node0"] == 0
+    assert abs(hosts["node1"] - truth) < 1_000
+
+
+def test_a_skipped_collective_is_reported_with_group_instance_and_rank(tmp_path: Path) -> None:
+    spec = fsdp_run(world_size=8, steps=2, layers=3, seed=2, skip=(6, 4))
+    write_run(spec, tmp_path)
+    ((rank, group, seq),) = spec.skipped
+    result = CliRunner().invoke(app, ["analyze", str(tmp_path), "--format", "json"])
+    doc = json.loads(result.stdout)["cross_rank"]
+    assert doc["unmatched"] == 1
+    (mismatch,) = doc["mismatches"]
+    assert (mismatch["group"], mismatch["first_instance"], mismatch["missing_ranks"]) == (
+        group,
+        f"seq {seq}",
+        [rank],
+    )
+    terminal = CliRunner().invoke(app, ["analyze", str(tmp_path)]).stdout
+    assert f"group {group}: 1 unmatched, first at seq {seq}, missing on ranks {rank}" in terminal
+
+
+def test_several_process_groups_match_by_their_own_seq(tmp_path: Path) -> None:
+    from tracecomm.synth import dp_tp_run
+
+    spec = dp_tp_run(dp=4, tp=2, steps=2, layers=2, seed=1, host_offsets_ns=(0,))
+    write_run(spec, tmp_path)
+    doc = json.loads(
+        CliRunner().invoke(app, ["analyze", str(tmp_path), "--format", "json"]).stdout
+    )["cross_rank"]
+    names = {g.name for g in spec.groups}
+    assert set(doc["keyed_by"]) == names and set(doc["keyed_by"].values()) == {"seq"}
+    assert doc["unmatched"] == 0 and doc["matched"] == doc["instances"] > 0

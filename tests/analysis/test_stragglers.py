@@ -151,3 +151,20 @@ def test_compute_excess_is_measured_against_peers_only() -> None:
     )
     excess = {r.rank: r.compute_excess_ns for r in st.ranks}
     assert excess == {0: 0, 1: 0, 2: 0, 3: 15}  # 330 - median(300, 330)
+
+
+def test_straggler_in_a_dp_x_tp_layout(tmp_path: Path) -> None:
+    from tracecomm.synth import dp_tp_run
+
+    spec = dp_tp_run(dp=4, tp=2, steps=3, layers=3, seed=1, slow_rank=5, slowdown=0.3)
+    write_run(spec, tmp_path)
+    st = analyze(tmp_path)["stragglers"]
+    assert st["flagged"] == [5]
+    assert st["ranks"][0]["rank"] == 5
+    # its TP partner (rank 4) waits for it at every tensor-parallel all-reduce, then arrives
+    # last at its own data-parallel collectives: a victim, whose delay is inherited, not caused
+    partner = next(r for r in st["ranks"] if r["rank"] == 4)
+    assert partner["delay_caused_per_step_ns"] > 1_000_000
+    assert partner["inherited_delay_per_step_ns"] >= 0.9 * partner["delay_caused_per_step_ns"]
+    assert not partner["flagged"]
+    assert st["ranks"][0]["inherited_delay_per_step_ns"] == 0

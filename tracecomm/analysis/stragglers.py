@@ -23,11 +23,14 @@ class RankStraggle:
     times_last: int
     times_last_share: float | None  # of the matched instances the rank took part in
     delay_caused_per_step_ns: int
+    # of that, lateness it had itself collected waiting in other groups' collectives earlier in
+    # the step (a victim passing delay on): left out of the root delay
+    inherited_delay_per_step_ns: int
     wait_per_step_ns: int
     compute_per_step_ns: int | None  # median over included steps
     compute_excess_ns: int  # over the peers' median, negative clipped to 0
     compute_ratio: float | None  # peers' median / own (1.0 = on par)
-    root_delay_ns: int  # compute excess + delay caused, per step
+    root_delay_ns: int  # compute excess + delay caused − inherited delay, per step
     flagged: bool
 
 
@@ -84,7 +87,11 @@ def stragglers(
     ``peers``: the ranks doing the same work as each rank (default: all ranks)."""
     per_instance = _per_instance(aligned)
     in_steps = _in_included_steps(per_instance, included_steps)
-    caused = _sum_by_rank(in_steps.filter(pl.col("is_last")), "delay", included_steps)
+    lasts = in_steps.filter(pl.col("is_last")).with_columns(
+        pl.min_horizontal("inherited", "delay").alias("inherited_delay")
+    )
+    caused = _sum_by_rank(lasts, "delay", included_steps)
+    inherited = _sum_by_rank(lasts, "inherited_delay", included_steps)
     waited = _sum_by_rank(in_steps, "wait", included_steps)
     last_counts = dict(per_instance.filter(pl.col("is_last")).group_by("rank").len().iter_rows())
     taken = dict(per_instance.group_by("rank").len().iter_rows())
@@ -96,6 +103,7 @@ def stragglers(
         own = compute_per_step[rank]
         excess = max(0, own - peers_median) if own is not None and peers_median is not None else 0
         delay = caused.get(rank, 0)
+        passed_on = inherited.get(rank, 0)
         rows.append(
             RankStraggle(
                 rank=rank,
@@ -104,11 +112,12 @@ def stragglers(
                 if taken.get(rank)
                 else None,
                 delay_caused_per_step_ns=delay,
+                inherited_delay_per_step_ns=passed_on,
                 wait_per_step_ns=waited.get(rank, 0),
                 compute_per_step_ns=own,
                 compute_excess_ns=excess,
                 compute_ratio=(peers_median / own) if own and peers_median is not None else None,
-                root_delay_ns=excess + delay,
+                root_delay_ns=excess + delay - passed_on,
                 flagged=False,
             )
         )
@@ -124,7 +133,9 @@ def stragglers(
         RankStraggle(**{**r.__dict__, "flagged": r.rank in flagged})
         for r in sorted(rows, key=lambda r: (-r.root_delay_ns, r.rank))
     ]
-    saved = sum(r.delay_caused_per_step_ns for r in rows if r.flagged)
+    saved = sum(
+        r.delay_caused_per_step_ns - r.inherited_delay_per_step_ns for r in rows if r.flagged
+    )
     step_if = None if median_step is None else median_step - saved
     return Stragglers(
         ranks=tuple(rows),
@@ -203,16 +214,22 @@ def _by_group_type(in_steps: pl.DataFrame) -> tuple[GroupTypeDelay, ...]:
 
 def _per_instance(aligned: pl.DataFrame) -> pl.DataFrame:
     """Per (instance, rank): wait = latest start − own start; the last rank carries the delay
-    it alone caused, latest start − second-latest start."""
+    it alone caused, latest start − second-latest start; ``inherited`` is the time the rank
+    spent waiting in *other* groups' collectives earlier in the same step — lateness another
+    rank passed on to it, which it cannot have caused."""
     instance = ["pg", "key"]
-    return aligned.with_columns(
+    per = aligned.with_columns(
         (pl.col("start_ns").max().over(instance) - pl.col("start_ns")).alias("wait"),
         (pl.col("start_ns").rank("ordinal", descending=True).over(instance) == 1).alias("is_last"),
         (
             pl.col("start_ns").max().over(instance)
             - pl.col("start_ns").top_k(2).min().over(instance)
         ).alias("delay"),
-    )
+    ).sort("rank", "start_ns")
+    # waits earlier in the same step on this rank, in other groups: exclusive running sums
+    all_before = pl.col("wait").cum_sum().over("rank", "step") - pl.col("wait")
+    same_before = pl.col("wait").cum_sum().over("rank", "step", "pg") - pl.col("wait")
+    return per.with_columns((all_before - same_before).fill_null(0).alias("inherited"))
 
 
 def _in_included_steps(
