@@ -162,7 +162,7 @@ def _straggler_table(report: Report) -> Table:
             f"{_ms(st.median_step_ns)} ms ({st.recoverable_pct:.1f}% back; first-order estimate)"
         )
     table = Table(
-        title="Stragglers, ms per step (root delay = compute excess + delay caused)",
+        title="Stragglers, ms per step (root delay = compute excess + delay caused − inherited)",
         caption=caption,
         title_justify="left",
     )
@@ -171,6 +171,7 @@ def _straggler_table(report: Report) -> Table:
         "Root delay",
         "Compute excess",
         "Delay caused",
+        "Inherited",
         "Last",
         "Waited",
         "Compute ratio",
@@ -182,6 +183,7 @@ def _straggler_table(report: Report) -> Table:
             _ms(r.root_delay_ns),
             _ms(r.compute_excess_ns),
             _ms(r.delay_caused_per_step_ns),
+            _ms(r.inherited_delay_per_step_ns),
             f"{r.times_last} ({_pct(_share_pct(r.times_last_share))}%)",
             _ms(r.wait_per_step_ns),
             "–" if r.compute_ratio is None else f"{r.compute_ratio:.3f}",
