@@ -168,3 +168,17 @@ def test_straggler_in_a_dp_x_tp_layout(tmp_path: Path) -> None:
     assert partner["inherited_delay_per_step_ns"] >= 0.9 * partner["delay_caused_per_step_ns"]
     assert not partner["flagged"]
     assert st["ranks"][0]["inherited_delay_per_step_ns"] == 0
+
+
+def test_large_runs_show_the_heat_map_by_host(tmp_path: Path) -> None:
+    # 64 ranks on 8 hosts: too many rows, so one row per host (its worst rank)
+    write_run(
+        fsdp_run(world_size=64, steps=2, layers=2, seed=4, slow_rank=42, slowdown=0.3), tmp_path
+    )
+    out = CliRunner().invoke(app, ["analyze", str(tmp_path)]).stdout
+    assert "delay caused per step by host" in out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("node")]
+    heat = {r[0]: r[1:] for r in rows if len(r) > 1 and "█" in "".join(r)}
+    assert list(heat) == ["node5"]  # rank 42 lives on node5 (8 ranks per host)
+    st = analyze(tmp_path)["stragglers"]
+    assert st["flagged"] == [42]

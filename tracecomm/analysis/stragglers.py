@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -72,6 +72,7 @@ class Stragglers:
     delay_by_step: dict[int, dict[int, int]]  # rank -> step -> delay caused (the heat map)
     by_group_type: tuple[GroupTypeDelay, ...] = ()
     instances: tuple[InstanceRecord, ...] = ()  # only when asked for (they grow with the run)
+    delay_by_host_step: dict[str, dict[int, int]] = field(default_factory=dict)  # max over ranks
 
 
 def stragglers(
@@ -81,6 +82,7 @@ def stragglers(
     included_steps: Mapping[int, frozenset[int]],
     keep_instances: bool = False,
     peers: Mapping[int, tuple[int, ...]] | None = None,
+    hosts: Mapping[int, str] | None = None,
 ) -> Stragglers:
     """``aligned``: matched instances on one clock (rank, pg, key, step, start_ns, end_ns);
     ``compute_per_step`` / ``step_time``: each rank's median over its included steps;
@@ -147,7 +149,20 @@ def stragglers(
         delay_by_step=_delay_by_step(in_steps),
         by_group_type=_by_group_type(in_steps),
         instances=_instance_records(per_instance) if keep_instances else (),
+        delay_by_host_step=_by_host(_delay_by_step(in_steps), hosts or {}),
     )
+
+
+def _by_host(
+    by_rank: dict[int, dict[int, int]], hosts: Mapping[int, str]
+) -> dict[str, dict[int, int]]:
+    """The worst rank's delay per host and step: the heat map of runs too large to list."""
+    out: dict[str, dict[int, int]] = {}
+    for rank, steps in by_rank.items():
+        row = out.setdefault(hosts.get(rank, f"rank {rank}"), {})
+        for step, delay in steps.items():
+            row[step] = max(row.get(step, 0), delay)
+    return out
 
 
 def _instance_records(per_instance: pl.DataFrame) -> tuple[InstanceRecord, ...]:

@@ -210,27 +210,45 @@ def _share_pct(share: float | None) -> float | None:
     return None if share is None else 100 * share
 
 
+MAX_HEAT_ROWS = 48
+MAX_CLOCK_ROWS = 16
+MAX_HEAT_STEPS = 40
+
+
 def _heat_map(report: Report) -> Text:
-    """Ranks × steps, shaded by the delay each rank alone caused: a bad rank shows as a row."""
+    """Ranks × steps, shaded by the delay each rank alone caused: a bad rank shows as a row,
+    a bad host as a stripe. Large runs show hosts (their worst rank) instead of ranks."""
     st = report.stragglers
     assert st is not None
-    steps = sorted({s for row in st.delay_by_step.values() for s in row})
-    by_host = sorted(report.ranks, key=lambda r: (r.host or "", r.rank))
+    steps = sorted({s for row in st.delay_by_step.values() for s in row})[:MAX_HEAT_STEPS]
     peak = max((d for row in st.delay_by_step.values() for d in row.values()), default=0)
-    text = Text("delay caused per step (darker = more), ranks grouped by host:\n")
     if not steps or peak == 0:
-        return text.append("  no delay caused\n")
-    text.append(f"  step {' '.join(str(s)[-3:].rjust(3) for s in steps)}\n")
-    host: str | None = None
-    for report_rank in by_host:
-        if report_rank.host and report_rank.host != host:
-            host = report_rank.host
-            text.append(f"  {host}\n", style="dim")
-        rank = report_rank.rank
-        row = st.delay_by_step.get(rank, {})
-        cells = " ".join(_SHADES[min(4, round(4 * row.get(s, 0) / peak))] * 3 for s in steps)
-        text.append(f"  {str(rank).rjust(4)} {cells}\n")
+        return Text("delay caused per step: none\n")
+    if len(report.ranks) <= MAX_HEAT_ROWS:
+        text = Text("delay caused per step (darker = more), ranks grouped by host:\n")
+        text.append(f"  step {' '.join(str(s)[-3:].rjust(3) for s in steps)}\n")
+        host: str | None = None
+        for r in sorted(report.ranks, key=lambda r: (r.host or "", r.rank)):
+            if r.host and r.host != host:
+                host = r.host
+                text.append(f"  {host}\n", style="dim")
+            cells = _cells(st.delay_by_step.get(r.rank, {}), steps, peak)
+            text.append(f"  {str(r.rank).rjust(4)} {cells}\n")
+    else:
+        rows = sorted(st.delay_by_host_step.items(), key=lambda kv: -sum(kv[1].values()))
+        text = Text(
+            f"delay caused per step by host (its worst rank; {min(len(rows), MAX_HEAT_ROWS)} of "
+            f"the {len(rows)} hosts that caused any, most delay first):\n"
+        )
+        width = max(len(h) for h, _ in rows[:MAX_HEAT_ROWS])
+        text.append(f"  {'step'.ljust(width)} {' '.join(str(s)[-3:].rjust(3) for s in steps)}\n")
+        for host_name, row in rows[:MAX_HEAT_ROWS]:
+            text.append(f"  {host_name.ljust(width)} {_cells(row, steps, peak)}\n")
     return text.append(f"  █ = {_ms(peak)} ms\n")
+
+
+def _cells(row: dict[int, int], steps: list[int], peak: int) -> str:
+    return " ".join(_SHADES[min(4, round(4 * row.get(s, 0) / peak))] * 3 for s in steps)
 
 
 def _cross_rank(report: Report) -> Text:
@@ -255,7 +273,10 @@ def _cross_rank(report: Report) -> Text:
         )
     if len(cr.clocks) > 1:
         text.append(f"  clock offsets against rank {cr.reference_rank}'s host:\n")
-        for c in cr.clocks:
+        shown = sorted(cr.clocks, key=lambda c: -abs(c.offset_ns or 0))[:MAX_CLOCK_ROWS]
+        if len(cr.clocks) > MAX_CLOCK_ROWS:
+            text.append(f"    ({MAX_CLOCK_ROWS} largest of {len(cr.clocks)} hosts; all in JSON)\n")
+        for c in sorted(shown, key=lambda c: min(c.ranks)):
             if c.offset_ns is None:
                 text.append(f"    {c.host}: unknown (no collective shared with the reference)\n")
             else:
