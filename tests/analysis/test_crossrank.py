@@ -177,3 +177,64 @@ def test_several_process_groups_match_by_their_own_seq(tmp_path: Path) -> None:
     names = {g.name for g in spec.groups}
     assert set(doc["keyed_by"]) == names and set(doc["keyed_by"].values()) == {"seq"}
     assert doc["unmatched"] == 0 and doc["matched"] == doc["instances"] > 0
+
+
+def _rows(rank_rows: list[dict]) -> pl.DataFrame:
+    from tracecomm.engine.collectives import INSTANCE_SCHEMA
+
+    defaults = {c: None for c in INSTANCE_SCHEMA}
+    return pl.DataFrame([{**defaults, **r} for r in rank_rows], schema=INSTANCE_SCHEMA)
+
+
+def test_send_recv_pairs_by_peer_and_their_waits_count_as_inherited() -> None:
+    from tracecomm.analysis.stragglers import stragglers
+
+    def p2p(direction: str, peer: int, start: int) -> dict:
+        return {
+            "pg": "pp",
+            "coll_type": "SendRecv",
+            "direction": direction,
+            "peer": peer,
+            "p2p_ordinal": 0,
+            "start_ns": start,
+            "end_ns": start + 10,
+            "step": 1,
+        }
+
+    def allreduce(group: str, start: int) -> dict:
+        return {
+            "pg_ranks": {"dp0": "[0, 1]", "dp1": "[2, 3]"}[group],
+            "pg": group,
+            "seq": 1,
+            "coll_type": "AllReduce",
+            "ordinal": 0,
+            "nelems": 4,
+            "start_ns": start,
+            "end_ns": 400,
+            "step": 1,
+        }
+
+    collectives = {
+        0: _rows([p2p("send", 2, 100), allreduce("dp0", 200)]),  # stage 0, late sender
+        1: _rows([p2p("send", 3, 50), allreduce("dp0", 200)]),
+        2: _rows([p2p("recv", 0, 50), allreduce("dp1", 300)]),  # waited 50 for rank 0
+        3: _rows([p2p("recv", 1, 50), allreduce("dp1", 260)]),
+    }
+    cr = cross_rank(collectives, dict.fromkeys(collectives, "host"))
+    assert (cr.p2p_paired, cr.p2p_unpaired, cr.point_to_point) == (2, 0, 4)
+    waits = {(r, w) for r, w in cr.p2p_waits.select("rank", "wait").iter_rows()}
+    assert waits == {(2, 50), (0, 0), (3, 0), (1, 0)}
+    st = stragglers(
+        cr.aligned,
+        dict.fromkeys(collectives, 100),
+        dict.fromkeys(collectives, 500),
+        dict.fromkeys(collectives, frozenset({1})),
+        p2p_waits=cr.p2p_waits,
+    )
+    two = next(r for r in st.ranks if r.rank == 2)
+    # rank 2 arrived 40 late at dp1's all-reduce, but had waited 50 for rank 0's send first
+    assert (two.delay_caused_per_step_ns, two.inherited_delay_per_step_ns, two.root_delay_ns) == (
+        40,
+        40,
+        0,
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
@@ -49,6 +50,10 @@ class CrossRank:
     clocks: tuple[HostClock, ...]
     clock_aligned: bool
     groups: dict[str, tuple[int, ...]] = field(default_factory=dict)  # members among analyzed ranks
+    p2p_paired: int = 0  # send/recv pairs found on both sides (by peer and order)
+    p2p_unpaired: int = 0  # sends or recvs whose other side is not in the analyzed traces
+    # per send/recv kernel on the aligned clock: rank, step, start_ns, wait (for its peer)
+    p2p_waits: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
     # matched instances per rank, clock-aligned (rank, pg, key, coll_type, step, start_ns, end_ns)
     aligned: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
 
@@ -83,11 +88,65 @@ def cross_rank(
         clock_aligned=align_clocks,
         groups=members,
         aligned=_aligned(on_all, clocks),
+        **_point_to_point(p2p, clocks),
     )
 
 
-def _aligned(matched: pl.DataFrame, clocks: tuple[HostClock, ...]) -> pl.DataFrame:
-    """Matched instances on the reference clock: each host's offset subtracted (§5)."""
+def _point_to_point(p2p: pl.DataFrame, clocks: tuple[HostClock, ...]) -> dict[str, Any]:
+    """Pair each send with the recv of the same order on its peer; a side that started first
+    waited for the other (NCCL send/recv rendezvous)."""
+    timed = (
+        _aligned(p2p.with_columns(pl.lit("").alias("key")), clocks).with_columns(
+            p2p.select("direction", "peer", "p2p_ordinal")
+        )
+        if p2p.height
+        else None
+    )
+    if timed is None or not {"direction", "peer"} <= set(p2p.columns):
+        return {}
+    sends = timed.filter(pl.col("direction") == "send").select(
+        "pg",
+        pl.col("rank").alias("sender"),
+        pl.col("peer").alias("receiver"),
+        pl.col("p2p_ordinal").alias("k"),
+        pl.col("step").alias("send_step"),
+        pl.col("start_ns").alias("send_start"),
+    )
+    recvs = timed.filter(pl.col("direction") == "recv").select(
+        "pg",
+        pl.col("rank").alias("receiver"),
+        pl.col("peer").alias("sender"),
+        pl.col("p2p_ordinal").alias("k"),
+        pl.col("step").alias("recv_step"),
+        pl.col("start_ns").alias("recv_start"),
+    )
+    pairs = sends.join(recvs, on=["pg", "sender", "receiver", "k"])
+    lag = pl.col("send_start") - pl.col("recv_start")
+    waits = pl.concat(
+        [
+            pairs.select(
+                pl.col("receiver").alias("rank"),
+                pl.col("recv_step").alias("step"),
+                pl.col("recv_start").alias("start_ns"),
+                lag.clip(lower_bound=0).alias("wait"),
+            ),
+            pairs.select(
+                pl.col("sender").alias("rank"),
+                pl.col("send_step").alias("step"),
+                pl.col("send_start").alias("start_ns"),
+                (-lag).clip(lower_bound=0).alias("wait"),
+            ),
+        ]
+    )
+    return {
+        "p2p_paired": pairs.height,
+        "p2p_unpaired": sends.height + recvs.height - 2 * pairs.height,
+        "p2p_waits": waits,
+    }
+
+
+def _aligned(frame: pl.DataFrame, clocks: tuple[HostClock, ...]) -> pl.DataFrame:
+    """Instances on the reference clock: each host's offset subtracted (§5)."""
     offsets = pl.DataFrame(
         {
             "rank": [r for c in clocks for r in c.ranks],
@@ -96,17 +155,12 @@ def _aligned(matched: pl.DataFrame, clocks: tuple[HostClock, ...]) -> pl.DataFra
         schema={"rank": pl.Int64, "offset": pl.Int64},
     )
     return (
-        matched.join(offsets, on="rank", how="left")
-        .with_columns(pl.col("offset").fill_null(0))
-        .select(
-            "rank",
-            "pg",
-            "key",
-            "coll_type",
-            "step",
-            (pl.col("start_ns") - pl.col("offset")).alias("start_ns"),
-            (pl.col("end_ns") - pl.col("offset")).alias("end_ns"),
+        frame.join(offsets, on="rank", how="left", maintain_order="left")
+        .with_columns(
+            (pl.col("start_ns") - pl.col("offset").fill_null(0)).alias("start_ns"),
+            (pl.col("end_ns") - pl.col("offset").fill_null(0)).alias("end_ns"),
         )
+        .drop("offset")
     )
 
 

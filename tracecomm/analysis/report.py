@@ -152,6 +152,7 @@ def _stragglers(
         keep_instances=detail_instances,
         peers=peer_groups(cr.groups, {r.rank: r.breakdown.work_signature for r in timed}),
         hosts={r.rank: r.host or Path(r.path).name for r in timed},
+        p2p_waits=cr.p2p_waits,
     )
 
 

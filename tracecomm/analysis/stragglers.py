@@ -23,8 +23,8 @@ class RankStraggle:
     times_last: int
     times_last_share: float | None  # of the matched instances the rank took part in
     delay_caused_per_step_ns: int
-    # of that, lateness it had itself collected waiting in other groups' collectives earlier in
-    # the step (a victim passing delay on): left out of the root delay
+    # of that, lateness it had itself collected earlier in the step waiting in other groups'
+    # collectives or in send/recv (a victim passing delay on): left out of the root delay
     inherited_delay_per_step_ns: int
     wait_per_step_ns: int
     compute_per_step_ns: int | None  # median over included steps
@@ -83,11 +83,12 @@ def stragglers(
     keep_instances: bool = False,
     peers: Mapping[int, tuple[int, ...]] | None = None,
     hosts: Mapping[int, str] | None = None,
+    p2p_waits: pl.DataFrame | None = None,
 ) -> Stragglers:
     """``aligned``: matched instances on one clock (rank, pg, key, step, start_ns, end_ns);
     ``compute_per_step`` / ``step_time``: each rank's median over its included steps;
     ``peers``: the ranks doing the same work as each rank (default: all ranks)."""
-    per_instance = _per_instance(aligned)
+    per_instance = _per_instance(aligned, p2p_waits)
     in_steps = _in_included_steps(per_instance, included_steps)
     lasts = in_steps.filter(pl.col("is_last")).with_columns(
         pl.min_horizontal("inherited", "delay").alias("inherited_delay")
@@ -227,11 +228,11 @@ def _by_group_type(in_steps: pl.DataFrame) -> tuple[GroupTypeDelay, ...]:
     )
 
 
-def _per_instance(aligned: pl.DataFrame) -> pl.DataFrame:
+def _per_instance(aligned: pl.DataFrame, p2p_waits: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per (instance, rank): wait = latest start − own start; the last rank carries the delay
     it alone caused, latest start − second-latest start; ``inherited`` is the time the rank
-    spent waiting in *other* groups' collectives earlier in the same step — lateness another
-    rank passed on to it, which it cannot have caused."""
+    spent waiting earlier in the same step in *other* groups' collectives or in point-to-point
+    transfers — lateness another rank passed on to it, which it cannot have caused."""
     instance = ["pg", "key"]
     per = aligned.with_columns(
         (pl.col("start_ns").max().over(instance) - pl.col("start_ns")).alias("wait"),
@@ -240,11 +241,30 @@ def _per_instance(aligned: pl.DataFrame) -> pl.DataFrame:
             pl.col("start_ns").max().over(instance)
             - pl.col("start_ns").top_k(2).min().over(instance)
         ).alias("delay"),
-    ).sort("rank", "start_ns")
+    ).with_row_index("_row")
+    waits = [per.select("_row", "rank", "step", "pg", "start_ns", "wait")]
+    if p2p_waits is not None and p2p_waits.height:
+        waits.append(
+            p2p_waits.select(
+                pl.lit(None, dtype=pl.UInt32).alias("_row"),
+                "rank",
+                "step",
+                pl.lit("\x00p2p").alias("pg"),
+                "start_ns",
+                "wait",
+            )
+        )
     # waits earlier in the same step on this rank, in other groups: exclusive running sums
     all_before = pl.col("wait").cum_sum().over("rank", "step") - pl.col("wait")
     same_before = pl.col("wait").cum_sum().over("rank", "step", "pg") - pl.col("wait")
-    return per.with_columns((all_before - same_before).fill_null(0).alias("inherited"))
+    inherited = (
+        pl.concat(waits)
+        .sort("rank", "start_ns")
+        .with_columns((all_before - same_before).fill_null(0).alias("inherited"))
+        .filter(pl.col("_row").is_not_null())
+        .select("_row", "inherited")
+    )
+    return per.join(inherited, on="_row", how="left").drop("_row")
 
 
 def _in_included_steps(

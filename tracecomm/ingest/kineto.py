@@ -65,6 +65,8 @@ class _Args(msgspec.Struct, gc=False):
     pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     seq: Any = msgspec.field(default=None, name="Seq")
+    src_rank: Any = msgspec.field(default=None, name="Src Rank")
+    dst_rank: Any = msgspec.field(default=None, name="Dst Rank")
 
 
 class _EventFields(msgspec.Struct, gc=False):
@@ -147,6 +149,8 @@ _META_FIELDS: dict[str, pl.DataType] = {
     "pg_desc": pl.String(),
     "pg_ranks": pl.String(),
     "seq": pl.Int64(),
+    "src_rank": pl.Int64(),
+    "dst_rank": pl.Int64(),
 }
 
 

@@ -86,6 +86,8 @@ def _cross_rank(cr: CrossRank | None) -> dict[str, Any] | None:
         "matched": cr.matched,
         "unmatched": cr.unmatched,
         "point_to_point": cr.point_to_point,
+        "p2p_paired": cr.p2p_paired,
+        "p2p_unpaired": cr.p2p_unpaired,
         "keyed_by": cr.keyed_by,
         "mismatches": [
             {

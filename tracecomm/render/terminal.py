@@ -261,7 +261,10 @@ def _cross_rank(report: Report) -> Text:
         f"(keyed by {' / '.join(keys)})"
     )
     if cr.point_to_point:
-        text.append(f"; {cr.point_to_point} send/recv kernels are not matched by group")
+        text.append(
+            f"; {cr.point_to_point} send/recv kernels: {cr.p2p_paired} pairs found by peer"
+            + (f", {cr.p2p_unpaired} without their other side" if cr.p2p_unpaired else "")
+        )
     text.append("\n")
     for m in cr.mismatches:
         missing = f", missing on ranks {compact_ranges(m.missing_ranks)}" if m.missing_ranks else ""
