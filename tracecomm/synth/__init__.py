@@ -5,6 +5,7 @@ from __future__ import annotations
 from tracecomm.synth.dptp import dp_tp_groups, dp_tp_run
 from tracecomm.synth.expected import Figures, RankExpected, expected_figures, expected_run
 from tracecomm.synth.fsdp import fsdp_run, fsdp_run_of_size
+from tracecomm.synth.pp import dp_pp_groups, dp_pp_run
 from tracecomm.synth.schedule import (
     CollType,
     Naming,
@@ -30,6 +31,8 @@ __all__ = [
     "RunSpec",
     "Step",
     "TimeFormat",
+    "dp_pp_groups",
+    "dp_pp_run",
     "dp_tp_groups",
     "dp_tp_run",
     "expected_figures",

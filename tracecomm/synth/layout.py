@@ -8,6 +8,7 @@ the next launch on the same thread, whatever spacing the spec uses.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tracecomm.synth.names import COLLECTIVES, has_metadata, kernel_name, profile_for
@@ -56,8 +57,14 @@ class Plan:
     next_corr: int
 
 
-def plan_rank(spec: RankSpec, clock: Clock) -> Plan:
-    """Assign ids in CPU time order and lay out the CPU spans of every launch."""
+def plan_rank(
+    spec: RankSpec, clock: Clock, groups: Mapping[str, tuple[int, ...]] | None = None
+) -> Plan:
+    """Assign ids in CPU time order and lay out the CPU spans of every launch.
+
+    groups (name -> global member ranks) turns the global ranks of point-to-point ops into the
+    group ranks their ``nccl:send a->b`` annotations show.
+    """
     ops = spec.all_ops()
     launches = [
         Launch(op, i, kernel_name(op, spec.naming, i)) for i, op in enumerate(ops) if op.launched
@@ -75,15 +82,31 @@ def plan_rank(spec: RankSpec, clock: Clock) -> Plan:
         # A correlation id that no runtime call carries: the kernel came from an untraced thread.
         launch.corr = next_corr
         next_corr += _CORRELATION_STRIDE
-    step_ext = _assign_external_ids(spec, launches)
+    step_ext = _assign_external_ids(spec, launches, groups or {})
     _assign_seq(spec, launches)
     _place(spec, launches, clock)
     return Plan(launches, unlinked, step_ext, next_corr)
 
 
-def _levels(launch: Launch) -> list[tuple[str, str, bool]]:
+def _levels(
+    launch: Launch, rank: int, groups: Mapping[str, tuple[int, ...]]
+) -> list[tuple[str, str, bool]]:
     """(name, cat, carries collective args) of the CPU ops around a launch, outermost first."""
     op = launch.op
+    if op.p2p and has_metadata(op):
+        # ProcessGroupNCCL names the work with ranks inside the group, like c10d's API.
+        members = groups.get(op.pg, ())
+        me, peer = (
+            (members.index(rank), members.index(op.peer))
+            if rank in members and op.peer in members
+            else (rank, op.peer)
+        )
+        arrow = f"send {me}->{peer}" if op.p2p == "send" else f"recv {me}<-{peer}"
+        return [
+            ("c10d::send" if op.p2p == "send" else "c10d::recv_", "cpu_op", False),
+            ("record_param_comms", "cpu_op", True),
+            (f"nccl:{arrow}", "user_annotation", False),
+        ]
     if op.kind == "memcpy":
         return [("aten::copy_", "cpu_op", False)]
     if op.kind == "memset":
@@ -101,7 +124,9 @@ def _levels(launch: Launch) -> list[tuple[str, str, bool]]:
     return [("record_param_comms", "cpu_op", False), ("nccl:coalesced", "user_annotation", False)]
 
 
-def _assign_external_ids(spec: RankSpec, launches: list[Launch]) -> dict[int, int]:
+def _assign_external_ids(
+    spec: RankSpec, launches: list[Launch], groups: Mapping[str, tuple[int, ...]]
+) -> dict[int, int]:
     items: list[tuple[int, int, int, Launch | None]] = [
         (s.cpu_start_ns, 0, s.number, None) for s in spec.steps
     ]
@@ -115,7 +140,8 @@ def _assign_external_ids(spec: RankSpec, launches: list[Launch]) -> dict[int, in
             ext += 1
             continue
         launch.spans = [
-            CpuSpan(name, cat, ext + j, meta) for j, (name, cat, meta) in enumerate(_levels(launch))
+            CpuSpan(name, cat, ext + j, meta)
+            for j, (name, cat, meta) in enumerate(_levels(launch, spec.rank, groups))
         ]
         # The kernel links to the innermost cpu_op: record_param_comms for collectives.
         launch.ext = next(s.ext for s in reversed(launch.spans) if s.cat == "cpu_op")

@@ -55,6 +55,9 @@ class Op:
     # (0 = let the writer number the rank's collectives consecutively, as for one group).
     pg: str = ""
     seq: int = 0
+    # Point-to-point ops ("send" / "recv", coll SendRecv): the peer's global rank.
+    p2p: str = ""
+    peer: int = -1
 
     def __post_init__(self) -> None:
         # Runs once per op of 100 MB benchmark specs: test first, format a message only on error.
@@ -203,6 +206,10 @@ def _op_problem(op: Op) -> str:
         return f"launch_ns {op.launch_ns} is after start_ns"
     if op.launch_thread not in LAUNCH_THREADS:
         return f"unknown launch_thread {op.launch_thread!r}"
+    if (op.p2p or op.peer != -1) and not (
+        op.p2p in ("send", "recv") and op.coll == "SendRecv" and op.peer >= 0
+    ):
+        return "p2p must be 'send' or 'recv' on a SendRecv op with a peer rank >= 0"
     if (op.kind == "comm") != (op.coll is not None) or (op.coll and op.coll not in COLL_TYPES):
         return f"coll {op.coll!r}: comm ops need a collective type, other kinds must have None"
     return ""

@@ -97,7 +97,7 @@ class _RankWriter:
         self.run = run
         self.spec = rank
         self.clock = Clock(rank.time_format)
-        self.plan: Plan = plan_rank(rank, self.clock)
+        self.plan: Plan = plan_rank(rank, self.clock, {g.name: g.ranks for g in run.groups})
         self.device = rank.rank % _GPUS_PER_HOST
         self.pid = 3_100_000 + 131 * rank.rank
         self.tids = {"main": self.pid, "autograd": self.pid + 7_211}
@@ -310,13 +310,18 @@ class _RankWriter:
         n = len(members)
         in_n, out_n = _message_sizes(op.coll or "Other", op.nelems, n)
         ranks = ", ".join(str(r) for r in members)
+        peers = ""
+        if op.p2p:
+            me = self.spec.rank
+            src, dst = (me, op.peer) if op.p2p == "send" else (op.peer, me)
+            peers = f'"Src Rank": {src}, "Dst Rank": {dst}, '
         return (
-            f'"Collective name": "{info.collective_name}", "In msg nelems": {in_n}, '
+            f'"Collective name": "{op.p2p or info.collective_name}", "In msg nelems": {in_n}, '
             f'"Out msg nelems": {out_n}, "Group size": {n}, "dtype": "{info.dtype}", '
             '"In split size": "[]", "Out split size": "[]", '
             f'"Process Group Name": {_jstr(name)}, '
             f'"Process Group Description": {_jstr(group.desc)}, '
-            f'"Process Group Ranks": "[{ranks}]", "Seq": {launch.seq}'
+            f'"Process Group Ranks": "[{ranks}]", {peers}"Seq": {launch.seq}'
         )
 
     # ---- GPU side ---------------------------------------------------------------------------

@@ -1,0 +1,445 @@
+"""Data parallel x pipeline parallel: a 1F1B schedule with point-to-point send/recv.
+
+world = dp * pp and rank = stage * dp + dp_index (stage-major). Group ``dp{s}`` holds the dp
+ranks of stage s and all-reduces their gradients once the pipeline has drained; group ``pp{d}``
+holds the pp ranks with dp_index d (one whole pipeline) and carries its send/recv traffic.
+
+Each step, stage s runs min(pp - s - 1, m) warm-up forwards, then alternates one forward and
+one backward, then runs the remaining backwards. A forward on stage s > 0 first receives the
+activation from s - 1 and, on s < pp - 1, sends its output to s + 1 after the compute; a
+backward on s < pp - 1 first receives the gradient from s + 1 and, on s > 0, sends to s - 1.
+
+Unlike fsdp.py and dptp.py the stages run different programs, so the ranks are simulated side
+by side: each rank runs its own program until it needs the end of a send/recv or collective
+that a peer has not reached yet. A matched send/recv pair both end at max(send start, recv
+start) + a transfer time; a collective ends a transfer time after its last member arrived. CPU
+launches never wait for the GPU except at the end-of-step synchronize, as on real hardware.
+Each direction of each link has its own stream (activation send/recv, gradient send/recv), so
+the messages of one stream pair up in micro-batch order and the schedule cannot deadlock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tracecomm.synth import names as kn
+from tracecomm.synth.fsdp import (
+    _BACKWARD_LAYER,
+    _FORWARD_LAYER,
+    COMPUTE_STREAM,
+    FIRST_STEP,
+    _Cpu,
+    _extras,
+    _host_truth,
+    _Launch,
+    _offsets,
+    _RankSim,
+    _StepMark,
+    _Sync,
+)
+from tracecomm.synth.schedule import CollType, Naming, Op, OpKind, ProcessGroup, RankSpec, RunSpec
+
+DP_STREAM = 28
+SEND_ACT_STREAM, RECV_ACT_STREAM, SEND_GRAD_STREAM, RECV_GRAD_STREAM = 32, 36, 40, 44
+PP_DESC = "mesh_pp"
+DP_DESC = "mesh_dp"
+_P2P_US = 96.7  # one micro-batch's activations (or their gradient) over NVLink / IB
+_P2P_NELEMS = 4_194_304
+_DP_AR_US = 412.9  # per layer of the stage
+_GRAD_NELEMS = 3_145_728  # per layer of the stage
+
+
+@dataclass(frozen=True, slots=True)
+class _P2p:
+    """A send or recv of one micro-batch's activations ("act") or gradients ("grad")."""
+
+    key: int
+    send: bool
+    channel: str
+    micro: int
+    peer_stage: int
+    deps: tuple[int, ...] = ()
+    thread: str = "main"
+
+    @property
+    def stream(self) -> int:
+        if self.channel == "act":
+            return SEND_ACT_STREAM if self.send else RECV_ACT_STREAM
+        return SEND_GRAD_STREAM if self.send else RECV_GRAD_STREAM
+
+
+_PpInstr = _Launch | _P2p | _Cpu | _Sync | _StepMark
+
+
+@dataclass
+class _StageBuilder:
+    """The program of one stage (the same for every dp rank of it)."""
+
+    stage: int
+    pp: int
+    dp: int
+    micro: int
+    layers: int
+    program: list[_PpInstr] = field(default_factory=list)
+    next_key: int = 0
+    last_backward: int = -1
+
+    def add(self, instr: _Launch | _P2p) -> int:
+        self.program.append(instr)
+        self.next_key += 1
+        return instr.key
+
+    def kernels(
+        self, pattern: tuple[tuple[str, float], ...], thread: str, deps: tuple[int, ...]
+    ) -> int:
+        last = -1
+        for rep in range(self.layers):
+            for i, (name, dur) in enumerate(pattern):
+                first = rep == 0 and i == 0
+                launch = _Launch(
+                    self.next_key,
+                    "compute",
+                    COMPUTE_STREAM,
+                    dur,
+                    name,
+                    thread=thread,
+                    deps=deps if first else (),
+                )
+                last = self.add(launch)
+        return last
+
+    def p2p(
+        self, send: bool, channel: str, micro: int, peer: int, deps: tuple[int, ...] = ()
+    ) -> int:
+        return self.add(_P2p(self.next_key, send, channel, micro, peer, deps))
+
+    def step(self, number: int) -> None:
+        self.program += [_StepMark(number), _Cpu(183.4)]  # data loading
+        self.add(_Launch(self.next_key, "memcpy", COMPUTE_STREAM, 47.6, cost_us=14.2))
+        self.program.append(_Cpu(71.9))
+        for kind, micro in one_f_one_b(self.stage, self.pp, self.micro):
+            if kind == "F":
+                self.forward(micro)
+            else:
+                self.backward(micro)
+        self.optimizer()
+
+    def forward(self, micro: int) -> None:
+        s = self.stage
+        wait = (self.p2p(False, "act", micro, s - 1),) if s > 0 else ()
+        last = self.kernels(_FORWARD_LAYER, "main", wait)
+        if s == self.pp - 1:
+            self.add(_Launch(self.next_key, "compute", COMPUTE_STREAM, 84.6, kn.GEMM_CUTLASS))
+            self.add(_Launch(self.next_key, "compute", COMPUTE_STREAM, 11.8, kn.ADD))  # loss
+        else:
+            self.p2p(True, "act", micro, s + 1, (last,))
+
+    def backward(self, micro: int) -> None:
+        s = self.stage
+        wait = (self.p2p(False, "grad", micro, s + 1),) if s < self.pp - 1 else ()
+        last = self.kernels(_BACKWARD_LAYER, "autograd", wait)
+        if s > 0:
+            self.p2p(True, "grad", micro, s - 1, (last,))
+        self.last_backward = last
+
+    def optimizer(self) -> None:
+        deps = (self.last_backward,)
+        if self.dp > 1:
+            reduce = _Launch(
+                self.next_key,
+                "comm",
+                DP_STREAM,
+                _DP_AR_US * self.layers,
+                "",
+                "AllReduce",
+                _GRAD_NELEMS * self.layers,
+                "main",
+                deps,
+                cost_us=31.0,
+                group="dp",
+            )
+            deps = (self.add(reduce),)
+        adam = _Launch(self.next_key, "compute", COMPUTE_STREAM, 33.1, kn.ADAM, deps=deps)
+        self.add(adam)
+        for _ in range(self.layers - 1):
+            self.add(_Launch(self.next_key, "compute", COMPUTE_STREAM, 33.1, kn.ADAM))
+        self.add(_Launch(self.next_key, "memset", COMPUTE_STREAM, 8.9, cost_us=6.1))
+        self.program.append(_Sync(118.6))  # end-of-step logging waits for every stream
+
+
+def one_f_one_b(stage: int, pp: int, micro: int) -> list[tuple[str, int]]:
+    """("F" | "B", micro-batch) in the order stage runs them within one step."""
+    warm = min(pp - stage - 1, micro)
+    order = [("F", i) for i in range(warm)]
+    for i in range(micro - warm):
+        order += [("F", warm + i), ("B", i)]
+    order += [("B", i) for i in range(micro - warm, micro)]
+    return order
+
+
+def dp_pp_groups(dp: int, pp: int) -> tuple[ProcessGroup, ...]:
+    """The DP groups dp0..dp{pp-1} (one per stage), then the pipelines pp0..pp{dp-1}."""
+    dp_groups = tuple(
+        ProcessGroup(f"dp{s}", DP_DESC, tuple(range(s * dp, (s + 1) * dp))) for s in range(pp)
+    )
+    pp_groups = tuple(
+        ProcessGroup(f"pp{d}", PP_DESC, tuple(range(d, dp * pp, dp))) for d in range(dp)
+    )
+    return dp_groups + pp_groups
+
+
+def p2p_seq(step: int, channel: str, micro: int, src_stage: int, pp: int, micros: int) -> int:
+    """Seq of one send/recv pair in its pipeline's group, the same on both ends.
+
+    Point-to-point ops keep their own counter per group. Like the collective counters it ran
+    through steps 0..step-1 before; within a step pairs are numbered by micro-batch, then
+    activations (by sending stage, upwards) before gradients (by sending stage, downwards).
+    Unique in the group, but not monotonic in one rank's launch order (1F1B interleaves
+    micro-batches).
+    """
+    hops = pp - 1
+    within = src_stage if channel == "act" else hops + (hops - src_stage)
+    return step * 2 * hops * micros + micro * 2 * hops + within + 1
+
+
+@dataclass
+class _Rec:
+    """One launched op of the open step; end stays None until its rendezvous resolves."""
+
+    kind: OpKind
+    stream: int
+    at: int
+    start: int
+    end: int | None
+    name: str = ""
+    coll: CollType | None = None
+    nelems: int = 0
+    thread: str = "main"
+    pg: str = ""
+    seq: int = 0
+    p2p: str = ""
+    peer: int = -1
+    recorded: bool = True
+
+
+class _PpRank:
+    """One rank's progress through its stage's program."""
+
+    def __init__(self, sim: _RankSim, stage: int, d: int, program: list[_PpInstr]) -> None:
+        self.sim = sim
+        self.stage = stage
+        self.d = d
+        self.program = program
+        self.pc = 0
+        self.step = 0
+        self.last_on: dict[int, int] = {}  # stream -> key of the last op queued on it
+        self.recs: dict[int, _Rec] = {}  # key -> op of the open step
+        self.ends: dict[int, int] = {}  # key -> end, once known
+
+    @property
+    def done(self) -> bool:
+        return self.pc >= len(self.program)
+
+    def known(self, keys: Sequence[int]) -> bool:
+        return all(k in self.ends for k in keys)
+
+    def ready(self, stream: int, deps: tuple[int, ...]) -> tuple[int, int] | None:
+        """(launch, earliest start), or None while a time it needs is unknown."""
+        waits = list(deps)
+        if stream in self.last_on:
+            waits.append(self.last_on[stream])
+        if not self.known(waits):
+            return None
+        sim = self.sim
+        at = sim.cpu
+        start = max([at + sim.ns(3.1)] + [self.ends[k] for k in waits])
+        return at, start
+
+    def settle(self, key: int, end: int) -> None:
+        self.ends[key] = end
+        self.recs[key].end = end
+
+    def flush(self) -> None:
+        o = self.sim.offset
+        for rec in self.recs.values():
+            assert rec.end is not None, "a step closed with an unresolved op"
+            self.sim.ops.append(
+                Op(
+                    rec.kind,
+                    rec.stream,
+                    rec.start + o,
+                    rec.end - rec.start,
+                    rec.at + o,
+                    rec.name,
+                    rec.coll,
+                    recorded=rec.recorded,
+                    nelems=rec.nelems,
+                    launch_thread=rec.thread,
+                    pg=rec.pg,
+                    seq=rec.seq,
+                    p2p=rec.p2p,
+                    peer=rec.peer,
+                )
+            )
+        self.recs = {}
+
+
+@dataclass
+class _Meet:
+    """A rendezvous: who has arrived (rank, key, start, own transfer time)."""
+
+    size: int
+    arrived: list[tuple[_PpRank, int, int, int]] = field(default_factory=list)
+
+
+class _PpSim:
+    def __init__(self, ranks: list[_PpRank], dp: int, pp: int, micro: int) -> None:
+        self.ranks = ranks
+        self.dp = dp
+        self.pp = pp
+        self.micro = micro
+        self.meets: dict[tuple[object, ...], _Meet] = {}
+
+    def run(self) -> None:
+        while not all(r.done for r in self.ranks):
+            moved = False
+            for rank in self.ranks:
+                while not rank.done and self.execute(rank, rank.program[rank.pc]):
+                    rank.pc += 1
+                    moved = True
+            if not moved:
+                raise RuntimeError("pipeline schedule deadlocked")  # a bug in the builder
+
+    def execute(self, rank: _PpRank, instr: _PpInstr) -> bool:
+        sim = rank.sim
+        if isinstance(instr, _StepMark):
+            rank.flush()
+            sim.mark(instr.number)
+            rank.step = instr.number or rank.step
+            return True
+        if isinstance(instr, _Cpu):
+            sim.cpu += sim.ns(instr.dur_us)
+            return True
+        if isinstance(instr, _Sync):
+            pending = list(rank.last_on.values())
+            if not rank.known(pending):
+                return False
+            sim.cpu = max([sim.cpu] + [rank.ends[k] for k in pending]) + sim.ns(instr.gap_us)
+            return True
+        if isinstance(instr, _P2p):
+            return self.p2p(rank, instr)
+        return self.launch(rank, instr)
+
+    def launch(self, rank: _PpRank, launch: _Launch) -> bool:
+        timing = rank.ready(launch.stream, launch.deps)
+        if timing is None:
+            return False
+        sim = rank.sim
+        at, start = timing
+        sim.cpu += sim.ns(launch.cost_us)
+        rank.last_on[launch.stream] = launch.key
+        rec = _Rec(launch.kind, launch.stream, at, start, None, launch.name, launch.coll)
+        rec.nelems, rec.thread = launch.nelems, launch.thread
+        rank.recs[launch.key] = rec
+        if launch.kind != "comm":
+            scale = sim.factor if launch.kind == "compute" else 1.0
+            rank.settle(launch.key, start + sim.ns(launch.dur_us * scale))
+            return True
+        # The stage's gradient all-reduce: one per step in group dp{stage}.
+        rec.pg, rec.seq = f"dp{rank.stage}", rank.step + 1
+        own = sim.ns(launch.dur_us, spread=0.002)
+        self.meet(("dp", rank.stage, rank.step), self.dp, rank, launch.key, start, own)
+        return True
+
+    def p2p(self, rank: _PpRank, op: _P2p) -> bool:
+        timing = rank.ready(op.stream, op.deps)
+        if timing is None:
+            return False
+        sim = rank.sim
+        at, start = timing
+        sim.cpu += sim.ns(31.0)
+        rank.last_on[op.stream] = op.key
+        src = rank.stage if op.send else op.peer_stage
+        seq = p2p_seq(rank.step, op.channel, op.micro, src, self.pp, self.micro)
+        peer = op.peer_stage * self.dp + rank.d
+        rec = _Rec("comm", op.stream, at, start, None, "", "SendRecv", _P2P_NELEMS, op.thread)
+        rec.pg, rec.seq, rec.p2p, rec.peer = f"pp{rank.d}", seq, "send" if op.send else "recv", peer
+        rank.recs[op.key] = rec
+        # The sender's draw times the transfer; both ends finish together.
+        transfer = sim.ns(_P2P_US, spread=0.01) if op.send else 0
+        self.meet(("pp", rank.d, seq), 2, rank, op.key, start, transfer)
+        return True
+
+    def meet(
+        self, where: tuple[object, ...], size: int, rank: _PpRank, key: int, start: int, dur: int
+    ) -> None:
+        meet = self.meets.setdefault(where, _Meet(size))
+        meet.arrived.append((rank, key, start, dur))
+        if len(meet.arrived) < size:
+            return
+        del self.meets[where]
+        last = max(s for _, _, s, _ in meet.arrived)
+        if where[0] == "pp":
+            transfer = max(d for *_, d in meet.arrived)
+            for member, k, _, _ in meet.arrived:
+                member.settle(k, last + transfer)
+        else:
+            for member, k, _, own in meet.arrived:
+                member.settle(k, last + own)
+
+
+def dp_pp_run(
+    dp: int,
+    pp: int,
+    microbatches: int = 4,
+    steps: int = 2,
+    layers_per_stage: Sequence[int] | None = None,
+    seed: int = 0,
+    slow_rank: int | None = None,
+    slowdown: float = 0.0,
+    naming: Naming = "dev",
+    gzip: bool = True,
+    host_offsets_ns: Sequence[int] | None = None,
+) -> RunSpec:
+    """A DP x PP (1F1B) run of ``steps`` complete steps; groups are in ``RunSpec.groups``.
+
+    ``layers_per_stage[s]`` (default 2 each) scales stage s's forward and backward compute.
+    ``slow_rank`` runs its compute ``slowdown`` slower; unlike ``fsdp_run`` and ``dp_tp_run``
+    the default ``slow_rank=None`` means no straggler at all. ``host_offsets_ns`` as in
+    ``fsdp_run``. A group with one rank runs nothing (dp=1: no gradient all-reduce; pp=1: no
+    send/recv).
+    """
+    layers = list(layers_per_stage) if layers_per_stage is not None else [2] * pp
+    if dp < 1 or pp < 1 or microbatches < 1 or steps < 1:
+        raise ValueError("dp, pp, microbatches and steps must all be >= 1")
+    if len(layers) != pp or min(layers) < 1:
+        raise ValueError(f"layers_per_stage needs {pp} entries, each >= 1; got {layers}")
+    world = dp * pp
+    if slow_rank is not None and not 0 <= slow_rank < world:
+        raise ValueError(f"slow_rank {slow_rank} is not in [0, {world})")
+    programs = []
+    for s in range(pp):
+        builder = _StageBuilder(s, pp, dp, microbatches, layers[s])
+        for i in range(steps):
+            builder.step(FIRST_STEP + i)
+        builder.program.append(_StepMark(None))
+        programs.append(builder.program)
+    ranks = [
+        _PpRank(
+            _RankSim(r, seed, 1.0 + slowdown if r == slow_rank else 1.0, False, off),
+            r // dp,
+            r % dp,
+            programs[r // dp],
+        )
+        for r, off in enumerate(_offsets(world, host_offsets_ns))
+    ]
+    _PpSim(ranks, dp, pp, microbatches).run()
+    sims = [r.sim for r in ranks]
+    specs = tuple(
+        RankSpec(sim.rank, tuple(sim.steps), _extras(sim), f"node{sim.rank // 8}", naming)
+        for sim in sims
+    )
+    return RunSpec(
+        world, specs, gzip, groups=dp_pp_groups(dp, pp), host_offsets_ns=_host_truth(sims)
+    )
