@@ -136,8 +136,13 @@ def stragglers(
         RankStraggle(**{**r.__dict__, "flagged": r.rank in flagged})
         for r in sorted(rows, key=lambda r: (-r.root_delay_ns, r.rank))
     ]
+    # First-order what-if (metrics.md §6): a flagged rank's compute at its peers' median and its
+    # collectives no longer waiting for it. Its late arrivals are a consequence of its excess
+    # compute, so the larger of the two, not their sum, is what a step gets back.
     saved = sum(
-        r.delay_caused_per_step_ns - r.inherited_delay_per_step_ns for r in rows if r.flagged
+        max(r.compute_excess_ns, r.delay_caused_per_step_ns - r.inherited_delay_per_step_ns)
+        for r in rows
+        if r.flagged
     )
     step_if = None if median_step is None else median_step - saved
     return Stragglers(
