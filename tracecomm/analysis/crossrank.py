@@ -50,6 +50,7 @@ class CrossRank:
     clocks: tuple[HostClock, ...]
     clock_aligned: bool
     groups: dict[str, tuple[int, ...]] = field(default_factory=dict)  # members among analyzed ranks
+    pipelines: dict[str, tuple[int, ...]] = field(default_factory=dict)  # send/recv groups
     p2p_paired: int = 0  # send/recv pairs found on both sides (by peer and order)
     p2p_unpaired: int = 0  # sends or recvs whose other side is not in the analyzed traces
     # per send/recv kernel on the aligned clock: rank, step, start_ns, wait (for its peer)
@@ -87,6 +88,7 @@ def cross_rank(
         clocks=clocks,
         clock_aligned=align_clocks,
         groups=members,
+        pipelines=_members(p2p, sorted(collectives)) if p2p.height else {},
         aligned=_aligned(on_all, clocks),
         **_point_to_point(p2p, clocks),
     )

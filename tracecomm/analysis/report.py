@@ -153,6 +153,7 @@ def _stragglers(
         peers=peer_groups(cr.groups, {r.rank: r.breakdown.work_signature for r in timed}),
         hosts={r.rank: r.host or Path(r.path).name for r in timed},
         p2p_waits=cr.p2p_waits,
+        pipelines={r: m for m in cr.pipelines.values() for r in m},
     )
 
 

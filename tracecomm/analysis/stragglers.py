@@ -29,8 +29,10 @@ class RankStraggle:
     wait_per_step_ns: int
     compute_per_step_ns: int | None  # median over included steps
     compute_excess_ns: int  # over the peers' median, negative clipped to 0
+    # over the median of the other stages of its pipeline (send/recv group): an imbalanced stage
+    stage_excess_ns: int
     compute_ratio: float | None  # peers' median / own (1.0 = on par)
-    root_delay_ns: int  # compute excess + delay caused − inherited delay, per step
+    root_delay_ns: int  # max(compute, stage excess) + delay caused − inherited delay, per step
     flagged: bool
 
 
@@ -84,6 +86,7 @@ def stragglers(
     peers: Mapping[int, tuple[int, ...]] | None = None,
     hosts: Mapping[int, str] | None = None,
     p2p_waits: pl.DataFrame | None = None,
+    pipelines: Mapping[int, tuple[int, ...]] | None = None,
 ) -> Stragglers:
     """``aligned``: matched instances on one clock (rank, pg, key, step, start_ns, end_ns);
     ``compute_per_step`` / ``step_time``: each rank's median over its included steps;
@@ -105,6 +108,13 @@ def stragglers(
         peers_median = _median([v for p in mine if (v := compute_per_step.get(p)) is not None])
         own = compute_per_step[rank]
         excess = max(0, own - peers_median) if own is not None and peers_median is not None else 0
+        stages = (pipelines or {}).get(rank, ())
+        stage_median = _median(
+            [v for p in stages if p != rank and (v := compute_per_step.get(p)) is not None]
+        )
+        stage_excess = (
+            max(0, own - stage_median) if own is not None and stage_median is not None else 0
+        )
         delay = caused.get(rank, 0)
         passed_on = inherited.get(rank, 0)
         rows.append(
@@ -119,8 +129,9 @@ def stragglers(
                 wait_per_step_ns=waited.get(rank, 0),
                 compute_per_step_ns=own,
                 compute_excess_ns=excess,
+                stage_excess_ns=stage_excess,
                 compute_ratio=(peers_median / own) if own and peers_median is not None else None,
-                root_delay_ns=excess + delay - passed_on,
+                root_delay_ns=max(excess, stage_excess) + delay - passed_on,
                 flagged=False,
             )
         )
@@ -138,11 +149,19 @@ def stragglers(
     ]
     # First-order what-if (metrics.md §6): a flagged rank's compute at its peers' median and its
     # collectives no longer waiting for it. Its late arrivals are a consequence of its excess
-    # compute, so the larger of the two, not their sum, is what a step gets back.
-    saved = sum(
-        max(r.compute_excess_ns, r.delay_caused_per_step_ns - r.inherited_delay_per_step_ns)
-        for r in rows
-        if r.flagged
+    # compute, so the larger of the two counts, not their sum; and ranks run side by side, so
+    # the step gets back the largest such gain among the flagged ranks, not their total.
+    saved = max(
+        (
+            max(
+                r.compute_excess_ns,
+                r.stage_excess_ns,
+                r.delay_caused_per_step_ns - r.inherited_delay_per_step_ns,
+            )
+            for r in rows
+            if r.flagged
+        ),
+        default=0,
     )
     step_if = None if median_step is None else median_step - saved
     return Stragglers(

@@ -162,7 +162,8 @@ def _straggler_table(report: Report) -> Table:
             f"{_ms(st.median_step_ns)} ms ({st.recoverable_pct:.1f}% back; first-order estimate)"
         )
     table = Table(
-        title="Stragglers, ms per step (root delay = compute excess + delay caused − inherited)",
+        title="Stragglers, ms per step (root delay = max(compute, stage excess) + delay caused "
+        "− inherited)",
         caption=caption,
         title_justify="left",
     )
@@ -170,6 +171,7 @@ def _straggler_table(report: Report) -> Table:
         "Rank",
         "Root delay",
         "Compute excess",
+        "Stage excess",
         "Delay caused",
         "Inherited",
         "Last",
@@ -182,6 +184,7 @@ def _straggler_table(report: Report) -> Table:
             f"{r.rank}{' ⚑' if r.flagged else ''}",
             _ms(r.root_delay_ns),
             _ms(r.compute_excess_ns),
+            _ms(r.stage_excess_ns),
             _ms(r.delay_caused_per_step_ns),
             _ms(r.inherited_delay_per_step_ns),
             f"{r.times_last} ({_pct(_share_pct(r.times_last_share))}%)",
