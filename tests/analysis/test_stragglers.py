@@ -185,6 +185,28 @@ def test_large_runs_show_the_heat_map_by_host(tmp_path: Path) -> None:
     assert st["flagged"] == [42]
 
 
+@pytest.mark.parametrize("slowdown", [0.05, 0.2, 0.5])
+def test_pipeline_straggler_in_the_first_stage_is_ranked_first(
+    tmp_path: Path, slowdown: float
+) -> None:
+    from tracecomm.synth import dp_pp_run
+
+    # 2-way data parallel x 4 stages; rank 0 (stage 0) computes slower
+    spec = dp_pp_run(dp=2, pp=4, microbatches=4, steps=2, slow_rank=0, slowdown=slowdown)
+    write_run(spec, tmp_path)
+    st = analyze(tmp_path)["stragglers"]
+    assert st["ranks"][0]["rank"] == 0
+    assert st["flagged"] in ([], [0])  # 5 % of one stage's compute can stay under the flag line
+    assert st["flagged"] == [0] or slowdown < 0.1
+
+
+def test_pipeline_without_a_straggler_flags_nobody(tmp_path: Path) -> None:
+    from tracecomm.synth import dp_pp_run
+
+    write_run(dp_pp_run(dp=2, pp=4, microbatches=4, steps=2), tmp_path)
+    assert analyze(tmp_path)["stragglers"]["flagged"] == []
+
+
 def test_pipeline_straggler_in_the_first_stage_is_blamed_not_the_later_stages(
     tmp_path: Path,
 ) -> None:
