@@ -110,12 +110,17 @@ def test_compute_follows_1f1b(dppp: tuple[RunSpec, list[Doc]], stage: int) -> No
 
 def test_send_recv_pairs(dppp: tuple[RunSpec, list[Doc]]) -> None:
     run, docs = dppp
-    # (pg, Seq) -> {"send": (src, dst, rank), "recv": ...} from the written kernels.
-    pairs: dict[tuple[str, int], dict[str, tuple[int, int, int, int]]] = defaultdict(dict)
+    # (pg, src, dst, k) -> {"send": (src, dst, rank, end), "recv": ...}: the k-th op of each
+    # direction between two ranks pairs with the k-th on the other end.
+    pairs: dict[tuple[str, int, int, int], dict[str, tuple[int, int, int, int]]] = defaultdict(dict)
     for rank, doc in enumerate(docs):
-        for e in doc["traceEvents"]:
-            if e.get("ph") != "X" or e.get("cat") != "kernel" or "Src Rank" not in e["args"]:
-                continue
+        seqs, seen = [], Counter[tuple[str, int, int, str]]()
+        kernels = [
+            e
+            for e in doc["traceEvents"]
+            if e.get("ph") == "X" and e.get("cat") == "kernel" and "Src Rank" in e["args"]
+        ]
+        for e in sorted(kernels, key=lambda e: to_ns(doc, e["ts"])):
             a = e["args"]
             assert e["name"] == "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
             assert a["Process Group Name"] == f"pp{rank % 2}" and a["Group size"] == 4
@@ -124,9 +129,17 @@ def test_send_recv_pairs(dppp: tuple[RunSpec, list[Doc]]) -> None:
             assert kind in ("send", "recv")
             assert (a["Src Rank"] if kind == "send" else a["Dst Rank"]) == rank
             end = to_ns(doc, e["ts"]) + to_ns({}, e["dur"]) - run.host_offsets_ns["node0"]
-            key = (a["Process Group Name"], a["Seq"])
+            link = (a["Process Group Name"], a["Src Rank"], a["Dst Rank"], kind)
+            key = (*link[:3], seen[link])
+            seen[link] += 1
             assert kind not in pairs[key], key
             pairs[key][kind] = (a["Src Rank"], a["Dst Rank"], rank, end)
+            seqs.append(a["Seq"])
+        # PyTorch's own per-rank p2p counter, as if steps 0..FIRST_STEP-1 had run before
+        per_step = len(seqs) // 2
+        assert sorted(seqs) == list(range(12 * per_step + 1, 14 * per_step + 1)), (
+            rank
+        )  # steps 12, 13
     # 2 pipelines x 2 steps x 4 micro-batches x 3 links x 2 directions.
     assert len(pairs) == 2 * 2 * 4 * 3 * 2
     for key, ends in pairs.items():
@@ -146,10 +159,13 @@ def test_send_recv_pairs(dppp: tuple[RunSpec, list[Doc]]) -> None:
 
 def test_pairs_end_together_in_spec() -> None:
     run = dp_pp_run(1, 3, microbatches=3, steps=1, seed=5, host_offsets_ns=[123_456])
-    ends: dict[tuple[str, int], list[tuple[str, int]]] = defaultdict(list)
+    ends: dict[tuple[str, int, int, int], list[tuple[str, int]]] = defaultdict(list)
     for rank in range(3):
-        for o in p2p_ops(run, rank):
-            ends[(o.pg, o.seq)].append((o.p2p, o.end_ns))
+        seen = Counter[tuple[int, int, str]]()
+        for o in sorted(p2p_ops(run, rank), key=lambda o: o.start_ns):
+            link = (rank, o.peer, "send") if o.p2p == "send" else (o.peer, rank, "recv")
+            ends[(o.pg, link[0], link[1], seen[link])].append((o.p2p, o.end_ns))
+            seen[link] += 1
             assert o.stream in (32, 36, 40, 44) and o.coll == "SendRecv"
     for pair in ends.values():
         assert sorted(k for k, _ in pair) == ["recv", "send"]

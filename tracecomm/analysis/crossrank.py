@@ -57,6 +57,8 @@ class CrossRank:
     p2p_waits: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
     # matched instances per rank, clock-aligned (rank, pg, key, coll_type, step, start_ns, end_ns)
     aligned: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
+    # both kernels of every paired send/recv, aligned (rank, pg, key, step, start_ns, end_ns)
+    p2p_pairs: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
 
 
 def cross_rank(
@@ -113,6 +115,7 @@ def _point_to_point(p2p: pl.DataFrame, clocks: tuple[HostClock, ...]) -> dict[st
         pl.col("p2p_ordinal").alias("k"),
         pl.col("step").alias("send_step"),
         pl.col("start_ns").alias("send_start"),
+        pl.col("end_ns").alias("send_end"),
     )
     recvs = timed.filter(pl.col("direction") == "recv").select(
         "pg",
@@ -121,6 +124,7 @@ def _point_to_point(p2p: pl.DataFrame, clocks: tuple[HostClock, ...]) -> dict[st
         pl.col("p2p_ordinal").alias("k"),
         pl.col("step").alias("recv_step"),
         pl.col("start_ns").alias("recv_start"),
+        pl.col("end_ns").alias("recv_end"),
     )
     pairs = sends.join(recvs, on=["pg", "sender", "receiver", "k"])
     lag = pl.col("send_start") - pl.col("recv_start")
@@ -140,7 +144,22 @@ def _point_to_point(p2p: pl.DataFrame, clocks: tuple[HostClock, ...]) -> dict[st
             ),
         ]
     )
+    key = pl.format("p2p {}->{} #{}", "sender", "receiver", "k").alias("key")
+    both = pl.concat(
+        [
+            pairs.select(
+                pl.col(who).alias("rank"),
+                "pg",
+                key,
+                pl.col(f"{side}_step").alias("step"),
+                pl.col(f"{side}_start").alias("start_ns"),
+                pl.col(f"{side}_end").alias("end_ns"),
+            )
+            for who, side in (("sender", "send"), ("receiver", "recv"))
+        ]
+    )
     return {
+        "p2p_pairs": both,
         "p2p_paired": pairs.height,
         "p2p_unpaired": sends.height + recvs.height - 2 * pairs.height,
         "p2p_waits": waits,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections import Counter
@@ -9,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
+
+import polars as pl
 
 from tracecomm import __version__
 from tracecomm.analysis.crossrank import CrossRank, cross_rank
@@ -24,6 +27,7 @@ from tracecomm.analysis.model import (
     StepSummary,
     TypeSummary,
 )
+from tracecomm.analysis.replay import ReplayEstimate, replay
 from tracecomm.analysis.stragglers import Stragglers, stragglers
 from tracecomm.engine.classify import COLL_TYPES
 from tracecomm.engine.model import Figures, RankBreakdown
@@ -140,7 +144,8 @@ def _stragglers(
     timed = [r for r in ranks if r.step_summary is not None]
     if cr is None or cr.matched == 0 or len(timed) < 2:
         return None
-    return stragglers(
+    peers = peer_groups(cr.groups, {r.rank: r.breakdown.work_signature for r in timed})
+    found = stragglers(
         cr.aligned,
         compute_per_step={
             r.rank: r.step_summary.median.compute_ns for r in timed if r.step_summary
@@ -150,11 +155,46 @@ def _stragglers(
             r.rank: frozenset(s.step for s in r.breakdown.included_steps) for r in timed
         },
         keep_instances=detail_instances,
-        peers=peer_groups(cr.groups, {r.rank: r.breakdown.work_signature for r in timed}),
+        peers=peers,
         hosts={r.rank: r.host or Path(r.path).name for r in timed},
         p2p_waits=cr.p2p_waits,
         pipelines={r: m for m in cr.pipelines.values() for r in m},
     )
+    return dataclasses.replace(found, replay=_replay(timed, cr, found, peers))
+
+
+def _replay(
+    timed: Sequence[RankReport],
+    cr: CrossRank,
+    found: Stragglers,
+    peers: Mapping[int, tuple[int, ...]],
+) -> ReplayEstimate | None:
+    """The dependency-replay what-if over the included steps, on the aligned clock."""
+    offset = {r: c.offset_ns or 0 for c in cr.clocks for r in c.ranks}
+    windows = pl.DataFrame(
+        [
+            (r.rank, s.step, s.window.start_ns, s.window.end_ns)
+            for r in timed
+            for s in r.breakdown.included_steps
+            if s.window is not None
+        ],
+        schema={"rank": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
+        orient="row",
+    ).with_columns(pl.col("start_ns", "end_ns") - pl.col("rank").replace_strict(offset, default=0))
+    columns = ["rank", "pg", "key", "start_ns", "end_ns"]
+    shared = pl.concat(
+        [cr.aligned.select(columns)]
+        + ([cr.p2p_pairs.select(columns)] if cr.p2p_pairs.height else [])
+    )
+    # with no unflagged peer to copy, a flagged rank keeps (own − excess) / own of its own work
+    factors = {
+        r.rank: 1.0 - max(r.compute_excess_ns, r.stage_excess_ns) / r.compute_per_step_ns
+        if r.compute_per_step_ns
+        else 1.0
+        for r in found.ranks
+        if r.flagged
+    }
+    return replay(shared, windows, factors, peers)
 
 
 def peer_groups(

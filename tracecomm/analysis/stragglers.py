@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from tracecomm.analysis.replay import ReplayEstimate
+
 # A rank is flagged when its root delay exceeds both of these (metrics.md §6).
 FLAG_SHARE_OF_STEP = 0.05
 FLAG_TIMES_MEDIAN_RANK = 3.0
@@ -45,7 +47,7 @@ class InstanceRecord:
     coll_type: str
     step: int | None
     ranks: int
-    last_rank: int
+    last_rank: int | None  # None when several ranks share the latest start
     arrival_skew_ns: int  # latest − earliest start
     transfer_ns: int  # earliest end − latest start: the part everyone spent moving data
     delay_caused_ns: int  # latest − second-latest start
@@ -75,6 +77,7 @@ class Stragglers:
     by_group_type: tuple[GroupTypeDelay, ...] = ()
     instances: tuple[InstanceRecord, ...] = ()  # only when asked for (they grow with the run)
     delay_by_host_step: dict[str, dict[int, int]] = field(default_factory=dict)  # max over ranks
+    replay: ReplayEstimate | None = None  # the dependency-replay what-if, when it could run
 
 
 def stragglers(
@@ -254,13 +257,18 @@ def _by_group_type(in_steps: pl.DataFrame) -> tuple[GroupTypeDelay, ...]:
 
 def _per_instance(aligned: pl.DataFrame, p2p_waits: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per (instance, rank): wait = latest start − own start; the last rank carries the delay
-    it alone caused, latest start − second-latest start; ``inherited`` is the time the rank
-    spent waiting earlier in the same step in *other* groups' collectives or in point-to-point
-    transfers — lateness another rank passed on to it, which it cannot have caused."""
+    it alone caused, latest start − second-latest start. When several ranks share the latest
+    start (common with µs timestamps) nobody alone was last and no rank is counted.
+    ``inherited`` is the time the rank spent waiting earlier in the same step in *other*
+    groups' collectives or in point-to-point transfers — lateness another rank passed on to
+    it, which it cannot have caused."""
     instance = ["pg", "key"]
     per = aligned.with_columns(
         (pl.col("start_ns").max().over(instance) - pl.col("start_ns")).alias("wait"),
-        (pl.col("start_ns").rank("ordinal", descending=True).over(instance) == 1).alias("is_last"),
+        (
+            (pl.col("start_ns") == pl.col("start_ns").max().over(instance))
+            & ((pl.col("start_ns") == pl.col("start_ns").max()).sum().over(instance) == 1)
+        ).alias("is_last"),
         (
             pl.col("start_ns").max().over(instance)
             - pl.col("start_ns").top_k(2).min().over(instance)

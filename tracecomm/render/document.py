@@ -68,6 +68,12 @@ def _stragglers(st: Stragglers | None) -> dict[str, Any] | None:
         "threshold_ns": st.threshold_ns,
         "step_if_no_straggler_ns": st.step_if_no_straggler_ns,
         "recoverable_pct": st.recoverable_pct,
+        "step_if_no_straggler_replay_ns": st.replay.step_if_no_straggler_ns if st.replay else None,
+        "recoverable_pct_replay": st.replay.recoverable_pct if st.replay else None,
+        "replay": None
+        if st.replay is None
+        else asdict(st.replay)
+        | {"by_peers": list(st.replay.by_peers), "by_scaling": list(st.replay.by_scaling)},
         "by_group_type": [asdict(g) for g in st.by_group_type],
         "instances": [asdict(i) for i in st.instances],
         "delay_by_step": [

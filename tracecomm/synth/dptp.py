@@ -23,6 +23,7 @@ from tracecomm.synth.fsdp import (
     _FORWARD_LAYER,
     COMPUTE_STREAM,
     FIRST_STEP,
+    JITTER,
     _Cpu,
     _extras,
     _host_truth,
@@ -184,12 +185,13 @@ def dp_tp_run(
     naming: Naming = "dev",
     gzip: bool = True,
     host_offsets_ns: Sequence[int] | None = None,
+    jitter: float = JITTER,
 ) -> RunSpec:
     """A DP x TP run of `steps` complete steps; groups are in ``RunSpec.groups``.
 
     ``slow_rank`` (default ``(seed + 3) % world``) runs its compute ``slowdown`` slower (0 =
-    no straggler); ``host_offsets_ns`` as in ``fsdp_run``. A group with one rank runs no
-    collectives (tp=1: no TP all-reduce; dp=1: no DP collectives).
+    no straggler); ``host_offsets_ns`` and ``jitter`` as in ``fsdp_run``. A group with one
+    rank runs no collectives (tp=1: no TP all-reduce; dp=1: no DP collectives).
     """
     if dp < 1 or tp < 1 or steps < 1 or layers < 1:
         raise ValueError("dp, tp, steps and layers must all be >= 1")
@@ -208,7 +210,7 @@ def dp_tp_run(
     topo = _Topology(kinds, {name: bases[kind] for kind in bases for name, _ in kinds[kind]}, None)
     slow = (seed + 3) % world if slow_rank is None else slow_rank
     sims = [
-        _RankSim(r, seed, 1.0 + slowdown if r == slow else 1.0, False, off)
+        _RankSim(r, seed, 1.0 + slowdown if r == slow else 1.0, False, off, jitter)
         for r, off in enumerate(_offsets(world, host_offsets_ns))
     ]
     _run_program(builder.program, sims, topo)

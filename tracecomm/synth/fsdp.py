@@ -31,6 +31,8 @@ SIDE_STREAM = 24
 FIRST_STEP = 12
 # Mid-November 2024, well inside one libkineto base period; sub-µs part on purpose.
 _T0_NS = 1_731_650_000_123_456_789
+# Default relative spread of simulated durations.
+JITTER = 0.03
 _HOST_SKEW_NS = 41_000_347
 
 _FORWARD_LAYER: tuple[tuple[str, float], ...] = (
@@ -231,10 +233,17 @@ class _RankSim:
     """One rank's CPU cursor, stream queues and finished ops while the program runs."""
 
     def __init__(
-        self, rank: int, seed: int, factor: float, epoch_us: bool, offset_ns: int | None = None
+        self,
+        rank: int,
+        seed: int,
+        factor: float,
+        epoch_us: bool,
+        offset_ns: int | None = None,
+        jitter: float = JITTER,
     ) -> None:
         self.rank = rank
         self.rng = random.Random(seed * 1000 + rank)
+        self.jitter = jitter / JITTER  # scales every spread; 0 = every duration as scheduled
         self.epoch_us = epoch_us
         self.factor = factor
         # Ranks on other hosts read a skewed clock; simulated time itself is shared.
@@ -254,6 +263,8 @@ class _RankSim:
 
     def ns(self, us: float, spread: float = 0.03) -> int:
         """A jittered duration, whole µs for epoch_us files, never a whole µs otherwise."""
+        spread *= self.jitter
+        # always draw, so that runs of one seed stay comparable whatever the jitter
         value = us * 1000 * self.rng.uniform(1 - spread, 1 + spread)
         if self.epoch_us:
             return max(1000, round(value / 1000) * 1000)
@@ -455,6 +466,7 @@ def fsdp_run(
     slowdown: float = 0.06,
     host_offsets_ns: Sequence[int] | None = None,
     skip: tuple[int, int] | None = None,
+    jitter: float = JITTER,
 ) -> RunSpec:
     """An FSDP-style run: steps complete steps (plus one incomplete one) on every rank.
 
@@ -469,6 +481,9 @@ def fsdp_run(
     counted over the whole run); the others complete it without waiting for that rank. The
     skipped rank's Seq counter still advances, so only that Seq is missing from its file. The
     skipped instance is in ``RunSpec.skipped`` as (rank, "0", Seq).
+
+    ``jitter``: the relative spread of compute and CPU durations (collectives get 1/15 of it);
+    0 gives a jitter-free schedule, every duration exactly as scheduled on every rank.
     """
     if world_size < 1 or steps < 1 or layers < 1 or scale < 1:
         raise ValueError("world_size, steps, layers and scale must all be >= 1")
@@ -481,7 +496,9 @@ def fsdp_run(
     slow = (seed + 3) % world_size if slow_rank is None else slow_rank
     offsets = _offsets(world_size, host_offsets_ns)
     sims = [
-        _RankSim(r, seed, 1.0 + slowdown if r == slow else 1.0, time_format == "epoch_us", off)
+        _RankSim(
+            r, seed, 1.0 + slowdown if r == slow else 1.0, time_format == "epoch_us", off, jitter
+        )
         for r, off in enumerate(offsets)
     ]
     topo = _Topology({"": (("", tuple(range(world_size))),)}, _seq_base(builder.program), skip)

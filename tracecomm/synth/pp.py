@@ -29,6 +29,7 @@ from tracecomm.synth.fsdp import (
     _FORWARD_LAYER,
     COMPUTE_STREAM,
     FIRST_STEP,
+    JITTER,
     _Cpu,
     _extras,
     _host_truth,
@@ -189,18 +190,10 @@ def dp_pp_groups(dp: int, pp: int) -> tuple[ProcessGroup, ...]:
     return dp_groups + pp_groups
 
 
-def p2p_seq(step: int, channel: str, micro: int, src_stage: int, pp: int, micros: int) -> int:
-    """Seq of one send/recv pair in its pipeline's group, the same on both ends.
-
-    Point-to-point ops keep their own counter per group. Like the collective counters it ran
-    through steps 0..step-1 before; within a step pairs are numbered by micro-batch, then
-    activations (by sending stage, upwards) before gradients (by sending stage, downwards).
-    Unique in the group, but not monotonic in one rank's launch order (1F1B interleaves
-    micro-batches).
-    """
-    hops = pp - 1
-    within = src_stage if channel == "act" else hops + (hops - src_stage)
-    return step * 2 * hops * micros + micro * 2 * hops + within + 1
+def p2p_per_step(program: Sequence[_PpInstr]) -> int:
+    """Send/recv ops one rank runs per step: its stage program's ops in the first step."""
+    marks = [i for i, x in enumerate(program) if isinstance(x, _StepMark)]
+    return sum(isinstance(x, _P2p) for x in program[marks[0] : marks[1]])
 
 
 @dataclass
@@ -236,6 +229,11 @@ class _PpRank:
         self.last_on: dict[int, int] = {}  # stream -> key of the last op queued on it
         self.recs: dict[int, _Rec] = {}  # key -> op of the open step
         self.ends: dict[int, int] = {}  # key -> end, once known
+        # ProcessGroupNCCL numbers a rank's send/recv ops with a counter of their own per group,
+        # in the rank's launch order (so the two ends of a pair need not share a Seq); as for
+        # collectives, steps 0..step-1 are taken to have run before
+        self.p2p_per_step = p2p_per_step(program)
+        self.p2p_seq = 0
 
     @property
     def done(self) -> bool:
@@ -317,6 +315,7 @@ class _PpSim:
             rank.flush()
             sim.mark(instr.number)
             rank.step = instr.number or rank.step
+            rank.p2p_seq = rank.step * rank.p2p_per_step
             return True
         if isinstance(instr, _Cpu):
             sim.cpu += sim.ns(instr.dur_us)
@@ -360,15 +359,17 @@ class _PpSim:
         at, start = timing
         sim.cpu += sim.ns(31.0)
         rank.last_on[op.stream] = op.key
+        rank.p2p_seq += 1
         src = rank.stage if op.send else op.peer_stage
-        seq = p2p_seq(rank.step, op.channel, op.micro, src, self.pp, self.micro)
         peer = op.peer_stage * self.dp + rank.d
         rec = _Rec("comm", op.stream, at, start, None, "", "SendRecv", _P2P_NELEMS, op.thread)
-        rec.pg, rec.seq, rec.p2p, rec.peer = f"pp{rank.d}", seq, "send" if op.send else "recv", peer
+        rec.pg, rec.p2p, rec.peer = f"pp{rank.d}", "send" if op.send else "recv", peer
+        rec.seq = rank.p2p_seq
         rank.recs[op.key] = rec
         # The sender's draw times the transfer; both ends finish together.
         transfer = sim.ns(_P2P_US, spread=0.01) if op.send else 0
-        self.meet(("pp", rank.d, seq), 2, rank, op.key, start, transfer)
+        pair = (src, op.channel, op.micro)  # one pair per sending stage, direction, micro-batch
+        self.meet(("pp", rank.d, *pair), 2, rank, op.key, start, transfer)
         return True
 
     def meet(
@@ -401,14 +402,15 @@ def dp_pp_run(
     naming: Naming = "dev",
     gzip: bool = True,
     host_offsets_ns: Sequence[int] | None = None,
+    jitter: float = JITTER,
 ) -> RunSpec:
     """A DP x PP (1F1B) run of ``steps`` complete steps; groups are in ``RunSpec.groups``.
 
     ``layers_per_stage[s]`` (default 2 each) scales stage s's forward and backward compute.
     ``slow_rank`` runs its compute ``slowdown`` slower; unlike ``fsdp_run`` and ``dp_tp_run``
-    the default ``slow_rank=None`` means no straggler at all. ``host_offsets_ns`` as in
-    ``fsdp_run``. A group with one rank runs nothing (dp=1: no gradient all-reduce; pp=1: no
-    send/recv).
+    the default ``slow_rank=None`` means no straggler at all. ``host_offsets_ns`` and
+    ``jitter`` as in ``fsdp_run``. A group with one rank runs nothing (dp=1: no gradient
+    all-reduce; pp=1: no send/recv).
     """
     layers = list(layers_per_stage) if layers_per_stage is not None else [2] * pp
     if dp < 1 or pp < 1 or microbatches < 1 or steps < 1:
@@ -427,7 +429,7 @@ def dp_pp_run(
         programs.append(builder.program)
     ranks = [
         _PpRank(
-            _RankSim(r, seed, 1.0 + slowdown if r == slow_rank else 1.0, False, off),
+            _RankSim(r, seed, 1.0 + slowdown if r == slow_rank else 1.0, False, off, jitter),
             r // dp,
             r % dp,
             programs[r // dp],
