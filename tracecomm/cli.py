@@ -6,6 +6,7 @@ Heavy modules (polars, numpy, the pipeline) are imported inside commands so that
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -119,6 +120,14 @@ def analyze(
         list[Detail] | None,
         typer.Option(help="Add bulky records to the JSON: 'instances' (every matched collective)."),
     ] = None,
+    top: Annotated[
+        int | None,
+        typer.Option(
+            "--top",
+            min=1,
+            help="Straggler ranks to list by root delay (default: 8 in the terminal, all in JSON).",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No warnings on stderr.")] = False,
 ) -> None:
     """Per-rank compute / communication breakdown of a run's profiler traces.
@@ -155,7 +164,12 @@ def analyze(
             _stderr(f"error: {who} missing: {where}{missing.reason}")
         for skipped in report.skipped:
             _stderr(f"warning: skipped {skipped.path}: {skipped.reason}")
-    _render(report, output_format)
+    if top is not None and report.stragglers is not None:
+        ranks = report.stragglers.ranks[:top]
+        report = dataclasses.replace(
+            report, stragglers=dataclasses.replace(report.stragglers, ranks=ranks)
+        )
+    _render(report, output_format, top)
     raise typer.Exit(EXIT_PARTIAL if report.partial else EXIT_OK)
 
 
@@ -207,7 +221,7 @@ def _progress() -> Callable[[int, int, str], None] | None:
     return report
 
 
-def _render(report: Report, output_format: OutputFormat) -> None:
+def _render(report: Report, output_format: OutputFormat, top: int | None) -> None:
     if output_format is OutputFormat.json:
         from tracecomm.render.formats import render_json
 
@@ -219,7 +233,7 @@ def _render(report: Report, output_format: OutputFormat) -> None:
     else:
         from tracecomm.render.terminal import render_terminal
 
-        render_terminal(report, sys.stdout)
+        render_terminal(report, sys.stdout, straggler_rows=top)
     sys.stdout.flush()
 
 

@@ -245,3 +245,15 @@ def test_an_imbalanced_pipeline_stage_ranks_first(tmp_path: Path) -> None:
     # both flagged ranks run side by side: the step gets back one stage excess, not two
     gain = st["median_step_ns"] - st["step_if_no_straggler_ns"]
     assert gain == max(r["stage_excess_ns"] for r in st["ranks"] if r["flagged"])
+
+
+def test_top_limits_the_ranked_list() -> None:
+    st = analyze(SAMPLE_RUN, "--top", "2")["stragglers"]
+    assert [r["rank"] for r in st["ranks"]] == [
+        3,
+        analyze(SAMPLE_RUN)["stragglers"]["ranks"][1]["rank"],
+    ]
+    assert st["flagged"] == [3]
+    result = CliRunner().invoke(app, ["analyze", str(SAMPLE_RUN), "--top", "1"])
+    table = result.stdout.split("Stragglers")[1].split("where the delay")[0]
+    assert "3 ⚑" in table and sum(line.startswith("│") for line in table.splitlines()) == 1

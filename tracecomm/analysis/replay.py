@@ -58,11 +58,17 @@ def replay(
     gaps = chain["gap"].to_numpy().copy()
     base = _replayed_steps(chain, gaps)
     by_peers, by_scaling = [], []
+    shapes = _shapes(chain) if flagged else {}
     for rank, factor in sorted(flagged.items()):
         own = (chain["rank"] == rank).to_numpy()
         if not own.any():
             continue
-        donor = _peer_gaps(chain, rank, [p for p in peers.get(rank, ()) if p not in flagged])
+        alike = [
+            p
+            for p in peers.get(rank, ())
+            if p not in flagged and p != rank and shapes.get(p) == shapes[rank]
+        ]
+        donor = _peer_gaps(chain, alike)
         if donor is not None:
             gaps[own] = donor
             by_peers.append(rank)
@@ -135,11 +141,8 @@ def _chain(shared: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _peer_gaps(chain: pl.DataFrame, rank: int, peers: list[int]) -> np.ndarray | None:
-    """The median gap per chain position over the peers whose chain has the same shape
-    (the same sequence of steps and waits of the same groups) as ``rank``'s."""
-    shape = _shape(chain, rank)
-    donors = [p for p in peers if p != rank and _shape(chain, p) == shape]
+def _peer_gaps(chain: pl.DataFrame, donors: list[int]) -> np.ndarray | None:
+    """The median gap per chain position over the donor ranks (chains of one shape)."""
     if not donors:
         return None
     gaps = (
@@ -152,11 +155,15 @@ def _peer_gaps(chain: pl.DataFrame, rank: int, peers: list[int]) -> np.ndarray |
     return np.floor(gaps + 0.5).astype(np.int64)
 
 
-def _shape(chain: pl.DataFrame, rank: int) -> tuple[int, ...]:
-    mine = chain.filter(pl.col("rank") == rank)
-    return tuple((mine["inst"] < 0).cast(pl.Int8).to_list()) + tuple(
-        mine["step"].fill_null(-1).to_list()
-    )
+def _shapes(chain: pl.DataFrame) -> dict[int, tuple[int, int]]:
+    """Per rank, a digest of its chain's shape: the sequence of waits and step marks (the same
+    for ranks doing the same work in the same order) and its length."""
+    return {
+        rank: (digest, n)
+        for rank, digest, n in chain.group_by("rank")
+        .agg(pl.struct("pos", pl.col("step").fill_null(-1)).hash().sum(), pl.len())
+        .iter_rows()
+    }
 
 
 def _replayed_steps(chain: pl.DataFrame, gaps: np.ndarray) -> int | None:

@@ -3,6 +3,7 @@ and which ranks caused the delay rather than inherited it."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -317,7 +318,7 @@ def _sum_by_rank(
 ) -> dict[int, int]:
     totals = dict(frame.group_by("rank").agg(pl.col(column).sum()).iter_rows())
     return {
-        rank: round(total / len(included_steps[rank]))
+        rank: _halves_up(total / len(included_steps[rank]))
         for rank, total in totals.items()
         if included_steps.get(rank)
     }
@@ -332,4 +333,9 @@ def _delay_by_step(in_steps: pl.DataFrame) -> dict[int, dict[int, int]]:
 
 
 def _median(values: list[int]) -> int | None:
-    return round(statistics.median(values)) if values else None
+    return _halves_up(statistics.median(values)) if values else None
+
+
+def _halves_up(value: float) -> int:
+    """Whole ns, halves rounded up: the rule of every median and mean in the report."""
+    return math.floor(value + 0.5)

@@ -15,7 +15,9 @@ from tracecomm.analysis.report import compact_ranges
 MAX_RANK_ROWS = 32
 
 
-def render_terminal(report: Report, file: IO[str], color: bool | None = None) -> None:
+def render_terminal(
+    report: Report, file: IO[str], color: bool | None = None, straggler_rows: int | None = None
+) -> None:
     console = Console(
         file=file,
         width=None if file.isatty() else 160,
@@ -31,7 +33,7 @@ def render_terminal(report: Report, file: IO[str], color: bool | None = None) ->
         console.print(_type_table(report))
     if report.stragglers is not None:
         console.print()
-        console.print(_straggler_table(report))
+        console.print(_straggler_table(report, straggler_rows or MAX_STRAGGLER_ROWS))
         console.print(_group_type_delays(report))
         console.print(_heat_map(report))
     if report.cross_rank is not None:
@@ -151,7 +153,7 @@ MAX_STRAGGLER_ROWS = 8
 _SHADES = " ░▒▓█"
 
 
-def _straggler_table(report: Report) -> Table:
+def _straggler_table(report: Report, rows: int) -> Table:
     st = report.stragglers
     assert st is not None
     flagged = ", ".join(map(str, st.flagged)) or "none"
@@ -160,6 +162,14 @@ def _straggler_table(report: Report) -> Table:
         caption += (
             f" · without them a step would take ≈ {_ms(st.step_if_no_straggler_ns)} ms instead of "
             f"{_ms(st.median_step_ns)} ms ({st.recoverable_pct:.1f}% back; first-order estimate)"
+        )
+    if st.flagged and st.replay is not None:
+        scaled = f", ranks {', '.join(map(str, st.replay.by_scaling))} scaled" * bool(
+            st.replay.by_scaling
+        )
+        caption += (
+            f"\ndependency replay{scaled}: ≈ {_ms(st.replay.step_if_no_straggler_ns)} ms "
+            f"({st.replay.recoverable_pct:.1f}% back)"
         )
     table = Table(
         title="Stragglers, ms per step (root delay = max(compute, stage excess) + delay caused "
@@ -179,7 +189,7 @@ def _straggler_table(report: Report) -> Table:
         "Compute ratio",
     ):
         table.add_column(name, justify="right")
-    for r in st.ranks[:MAX_STRAGGLER_ROWS]:
+    for r in st.ranks[:rows]:
         table.add_row(
             f"{r.rank}{' ⚑' if r.flagged else ''}",
             _ms(r.root_delay_ns),

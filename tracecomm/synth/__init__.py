@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from tracecomm.synth.dptp import dp_tp_groups, dp_tp_run
-from tracecomm.synth.expected import Figures, RankExpected, expected_figures, expected_run
+from tracecomm.synth.expected import (
+    ExpectedInstance,
+    Figures,
+    RankExpected,
+    expected_figures,
+    expected_instances,
+    expected_run,
+)
 from tracecomm.synth.fsdp import fsdp_run, fsdp_run_of_size
 from tracecomm.synth.pp import dp_pp_groups, dp_pp_run
 from tracecomm.synth.schedule import (
@@ -21,6 +28,7 @@ from tracecomm.synth.writer import render_rank, write_run
 
 __all__ = [
     "CollType",
+    "ExpectedInstance",
     "Figures",
     "Naming",
     "Op",
@@ -36,6 +44,7 @@ __all__ = [
     "dp_tp_groups",
     "dp_tp_run",
     "expected_figures",
+    "expected_instances",
     "expected_run",
     "fsdp_run",
     "fsdp_run_of_size",

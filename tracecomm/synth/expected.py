@@ -181,3 +181,61 @@ def expected_figures(spec: RankSpec) -> RankExpected:
 
 def expected_run(spec: RunSpec) -> dict[int, RankExpected]:
     return {rank.rank: expected_figures(rank) for rank in spec.ranks}
+
+
+@dataclass(frozen=True)
+class ExpectedInstance:
+    """One collective instance as the schedule ran it, on the shared (true) clock."""
+
+    group: str  # process group name as the report shows it ("0" for the default group)
+    seq: int
+    coll_type: str
+    step: int  # the lowest step number that launched it on a member
+    arrivals: tuple[int, ...]  # member ranks in order of kernel start (ties: lower rank first)
+    last_rank: int | None  # the rank that alone started last; None when the latest is shared
+    delay_caused_ns: int  # latest start − second-latest start
+    arrival_skew_ns: int  # latest start − earliest start
+    transfer_ns: int  # earliest end − latest start
+    waits_ns: dict[int, int]  # rank -> latest start − own start
+
+
+def expected_instances(spec: RunSpec) -> list[ExpectedInstance]:
+    """Every collective instance that all members of its group ran (send/recv left out), in
+    order of first arrival. Each rank's times are taken back to the true clock by its host's
+    offset, so the figures are what a perfect clock alignment gives."""
+    starts: dict[tuple[str, int], dict[int, tuple[int, int, int, str]]] = {}
+    for rank in spec.ranks:
+        offset = spec.host_offsets_ns.get(rank.host, 0)
+        for step in rank.steps:
+            for op in step.ops:
+                if op.kind != "comm" or op.p2p or not op.recorded:
+                    continue
+                key = (op.pg or "0", op.seq)
+                true = (op.start_ns - offset, op.end_ns - offset, step.number)
+                starts.setdefault(key, {})[rank.rank] = (*true, comm_type(op, rank.naming))
+    members = {g.name: set(g.ranks) for g in spec.groups}
+    everyone = {r.rank for r in spec.ranks}
+    out = []
+    for (group, seq), by_rank in starts.items():
+        if set(by_rank) != members.get(group, everyone):
+            continue  # a rank skipped it: a mismatch, not a matched instance
+        order = sorted(by_rank, key=lambda r: (by_rank[r][0], r))
+        first, latest = by_rank[order[0]][0], by_rank[order[-1]][0]
+        second = by_rank[order[-2]][0] if len(order) > 1 else latest
+        out.append(
+            ExpectedInstance(
+                group=group,
+                seq=seq,
+                coll_type=by_rank[order[0]][3],
+                step=min(v[2] for v in by_rank.values()),
+                arrivals=tuple(order),
+                last_rank=order[-1] if second < latest else None,
+                delay_caused_ns=latest - second,
+                arrival_skew_ns=latest - first,
+                transfer_ns=min(v[1] for v in by_rank.values()) - latest,
+                waits_ns={r: latest - v[0] for r, v in by_rank.items()},
+            )
+        )
+    return sorted(
+        out, key=lambda i: (min(starts[(i.group, i.seq)][r][0] for r in i.arrivals), i.group, i.seq)
+    )
