@@ -7,17 +7,19 @@ Heavy modules (polars, numpy, the pipeline) are imported inside commands so that
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import os
 import re
 import sys
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from tracecomm import __version__
+from tracecomm.mfu.inputs import ModelInputs
 
 if TYPE_CHECKING:
     from tracecomm.analysis.model import Report
@@ -27,6 +29,8 @@ EXIT_USAGE = 2  # bad option or path (also click's own usage errors)
 EXIT_NO_INPUT = 3  # nothing usable: no traces found, or every file failed
 EXIT_PARTIAL = 4  # a report was produced, but some rank is missing or was only partly readable
 EXIT_INTERNAL = 70  # a bug in tracecomm (EX_SOFTWARE)
+
+_MFU: dict[str, Any] = {"rich_help_panel": "MFU (model FLOPs and device peak)"}
 
 app = typer.Typer(
     name="tracecomm",
@@ -128,6 +132,54 @@ def analyze(
             help="Straggler ranks to list by root delay (default: 8 in the terminal, all in JSON).",
         ),
     ] = None,
+    model_flops_per_step: Annotated[
+        str | None,
+        typer.Option(help="Model FLOPs of one training step (fwd + bwd), e.g. 3.16e15.", **_MFU),
+    ] = None,
+    flops_per_token: Annotated[
+        str | None,
+        typer.Option(help="Training FLOPs per token; needs --tokens-per-step.", **_MFU),
+    ] = None,
+    tokens_per_step: Annotated[
+        int | None,
+        typer.Option(min=1, help="Global tokens per step (each counted once).", **_MFU),
+    ] = None,
+    model_config: Annotated[
+        Path | None,
+        typer.Option(
+            help="Hugging Face config.json (Llama-style, MoE, MLA); needs --seq-len and "
+            "--global-batch.",
+            **_MFU,
+        ),
+    ] = None,
+    seq_len: Annotated[
+        int | None, typer.Option(min=1, help="Training sequence length T.", **_MFU)
+    ] = None,
+    global_batch: Annotated[
+        int | None, typer.Option(min=1, help="Sequences per step, all ranks.", **_MFU)
+    ] = None,
+    flops_formula: Annotated[
+        str,
+        typer.Option(
+            help="With --model-config: exact (default), 6n, 6n-hf, palm, torchtitan, megatron.",
+            **_MFU,
+        ),
+    ] = "exact",
+    attention: Annotated[
+        str,
+        typer.Option(
+            help="Causal attention in the exact count: halved (default) or full (the square).",
+            **_MFU,
+        ),
+    ] = "halved",
+    dtype: Annotated[
+        str,
+        typer.Option(help="Peak to compare with: bf16 (default), fp16, fp8, tf32, fp32.", **_MFU),
+    ] = "bf16",
+    peak_tflops: Annotated[
+        float | None,
+        typer.Option(help="Dense peak TFLOP/s per device, overriding the peak table.", **_MFU),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No warnings on stderr.")] = False,
 ) -> None:
     """Per-rank compute / communication breakdown of a run's profiler traces.
@@ -144,6 +196,18 @@ def analyze(
             problem = check_pattern(pattern)
             if problem:
                 raise typer.BadParameter(f"{pattern!r}: {problem}", param_hint="--comm-pattern")
+    model = ModelInputs(
+        model_flops_per_step=_flops(model_flops_per_step, "--model-flops-per-step"),
+        flops_per_token=_flops(flops_per_token, "--flops-per-token"),
+        tokens_per_step=tokens_per_step,
+        model_config=model_config,
+        seq_len=seq_len,
+        global_batch=global_batch,
+        flops_formula=flops_formula,
+        attention=attention,
+        dtype=dtype,
+        peak_tflops=peak_tflops,
+    )
     report = _run(
         [str(p) for p in run],
         first,
@@ -153,6 +217,7 @@ def analyze(
         jobs,
         not no_clock_align,
         Detail.instances in (detail or ()),
+        model,
         show_progress=output_format is OutputFormat.terminal,
     )
     if not quiet:
@@ -182,6 +247,7 @@ def _run(
     jobs: int | None,
     align_clocks: bool,
     detail_instances: bool,
+    model: ModelInputs,
     show_progress: bool,
 ) -> Report:
     from tracecomm.engine import BreakdownOptions
@@ -190,7 +256,11 @@ def _run(
     from tracecomm.pipeline import analyze as run_pipeline
 
     opts = AnalyzeOptions(
-        BreakdownOptions(first, last, all_steps, patterns), jobs, align_clocks, detail_instances
+        BreakdownOptions(first, last, all_steps, patterns),
+        jobs,
+        align_clocks,
+        detail_instances,
+        model,
     )
     try:
         return run_pipeline(inputs, opts, _progress() if show_progress else None)
@@ -235,6 +305,19 @@ def _render(report: Report, output_format: OutputFormat, top: int | None) -> Non
 
         render_terminal(report, sys.stdout, straggler_rows=top)
     sys.stdout.flush()
+
+
+def _flops(text: str | None, flag: str) -> int | None:
+    """A FLOP count as an integer: 3162058002530304, 3.162e15 or 3_162e12."""
+    if text is None:
+        return None
+    try:
+        value = decimal.Decimal(text.replace("_", ""))
+    except decimal.InvalidOperation:
+        raise typer.BadParameter(f"{text!r} is not a number", param_hint=flag) from None
+    if not value.is_finite() or value <= 0:
+        raise typer.BadParameter(f"{text!r} must be a positive number", param_hint=flag)
+    return int(value.to_integral_value(decimal.ROUND_HALF_UP))
 
 
 def _stderr(message: str) -> None:

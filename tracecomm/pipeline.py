@@ -14,10 +14,11 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from tracecomm.analysis.model import FileFailure, RankResult, Report
-from tracecomm.analysis.report import build_report
+from tracecomm.analysis.report import MfuInputs, build_report
 from tracecomm.engine import BreakdownOptions, breakdown
-from tracecomm.errors import NotATrace, NoUsableInput, TraceError
+from tracecomm.errors import NotATrace, NoUsableInput, TraceError, UsageError
 from tracecomm.ingest import find_traces, load_rank
+from tracecomm.mfu.inputs import InputError, ModelInputs, model_flops, settings_file
 
 # Below this much input a process pool costs more (interpreter + polars start) than it saves.
 _POOL_MIN_BYTES = 64 * 2**20
@@ -31,6 +32,7 @@ class AnalyzeOptions:
     jobs: int | None = None  # None: one per core, when the input is large enough to pay off
     align_clocks: bool = True  # metrics.md §5; --no-clock-align turns it off
     detail_instances: bool = False  # per-instance straggler records (--detail instances)
+    model: ModelInputs = field(default_factory=ModelInputs)  # FLOPs and peak inputs for MFU
 
 
 def analyze_file(path: str, opts: BreakdownOptions) -> RankResult | FileFailure:
@@ -64,6 +66,11 @@ def analyze(
 ) -> Report:
     """Analyze a run folder (or trace files). Raises ``NoUsableInput`` when no rank is left."""
     opts = opts or AnalyzeOptions()
+    try:
+        model = opts.model.over(settings_file([str(i) for i in inputs]))
+        flops = model_flops(model)
+    except InputError as exc:
+        raise UsageError(str(exc)) from exc
     paths = find_traces(inputs)
     if not paths:
         raise NoUsableInput(
@@ -80,6 +87,7 @@ def analyze(
         "breakdown": asdict(opts.breakdown),
         "align_clocks": opts.align_clocks,
         "detail_instances": opts.detail_instances,
+        "model": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(model).items()},
     }
     report = build_report(
         results,
@@ -88,6 +96,7 @@ def analyze(
         options,
         opts.align_clocks,
         opts.detail_instances,
+        MfuInputs(flops, model.dtype, model.peak_tflops),
     )
     if not report.ranks:
         reasons = "; ".join(m.reason for m in report.missing[:3])

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.stragglers import Stragglers
 from tracecomm.engine.model import Figures, RankBreakdown
 from tracecomm.ingest.model import TraceMeta
+
+if TYPE_CHECKING:  # throughput.py reads RankReport from here
+    from tracecomm.analysis.throughput import Throughput
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class RankReport:
     breakdown: RankBreakdown
     step_summary: StepSummary | None
     partial: bool  # truncated file or repaired events: figures may be low
+    device_props: dict[str, Any] = field(default_factory=dict)  # of its (most used) GPU
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,7 @@ class Report:
     notes: tuple[RankNote, ...] = ()  # engine notes, each with the ranks it applies to
     cross_rank: CrossRank | None = None  # matching and clocks, when two or more ranks are analyzed
     stragglers: Stragglers | None = None  # metrics.md §6, from the matched instances
+    throughput: Throughput | None = None  # step time, tokens/s, MFU (metrics.md §8)
 
     @property
     def partial(self) -> bool:

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -29,9 +29,11 @@ from tracecomm.analysis.model import (
 )
 from tracecomm.analysis.replay import ReplayEstimate, replay
 from tracecomm.analysis.stragglers import Stragglers, stragglers
+from tracecomm.analysis.throughput import throughput
 from tracecomm.engine.classify import COLL_TYPES
 from tracecomm.engine.model import Figures, RankBreakdown
 from tracecomm.ingest.discover import RankClaim, assign_ranks, rank_from_filename
+from tracecomm.mfu.inputs import ModelFlops
 
 # Traces of one job open their windows within minutes; hours apart means another job.
 _SAME_JOB_SPAN_NS = 3600 * 10**9
@@ -44,6 +46,7 @@ def build_report(
     options: dict[str, Any],
     align_clocks: bool = True,
     detail_instances: bool = False,
+    mfu: MfuInputs | None = None,
 ) -> Report:
     warnings: list[str] = []
     by_path = {r.path: r for r in results}
@@ -71,6 +74,8 @@ def build_report(
             + compact_ranges(absent)
         )
     warnings.extend(_mixed_job_warnings(results))
+    rate = throughput(ranks, world, *(mfu or MfuInputs()))
+    warnings.extend(rate.warnings if rate else ())
     return Report(
         tool_version=__version__,
         inputs=tuple(inputs),
@@ -83,9 +88,16 @@ def build_report(
         notes=_grouped_notes(ranks),
         cross_rank=(cr := _cross_rank(ranks, align_clocks)),
         stragglers=_stragglers(ranks, cr, detail_instances),
+        throughput=rate,
         skipped=tuple(f for f in failures if f.not_a_trace),
         warnings=tuple(warnings),
     )
+
+
+class MfuInputs(NamedTuple):
+    flops: ModelFlops | None = None
+    dtype: str = "bf16"
+    peak_tflops: float | None = None
 
 
 def _rank_report(rank: int, source: str, result: RankResult) -> RankReport:
@@ -95,11 +107,20 @@ def _rank_report(rank: int, source: str, result: RankResult) -> RankReport:
         rank_source=source,
         path=result.path,
         host=result.meta.host_name,
-        devices=tuple(sorted(set(result.meta.device_names.values()))),
+        devices=_devices(result),
+        device_props=result.meta.device_props.get(bd.devices[0], {}) if bd.devices else {},
         breakdown=bd,
         step_summary=step_summary(bd),
         partial=result.truncated or result.repaired_events > 0,
     )
+
+
+def _devices(result: RankResult) -> tuple[str, ...]:
+    """Names of the GPUs the rank's kernels ran on (deviceProperties lists every visible GPU:
+    never all of them), else every listed name."""
+    names = result.meta.device_names
+    used = [names[d] for d in result.breakdown.devices if d in names]
+    return tuple(dict.fromkeys(used)) if used else tuple(sorted(set(names.values())))
 
 
 def step_summary(bd: RankBreakdown) -> StepSummary | None:

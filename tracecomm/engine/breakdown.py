@@ -52,6 +52,13 @@ def breakdown(rank: RankEvents, opts: BreakdownOptions | None = None) -> RankBre
         result,
         collectives=collective_instances(linked),
         work_signature=_work_signature(linked, result),
+        devices=tuple(
+            work.filter(pl.col("device").is_not_null())
+            .group_by("device")
+            .len()
+            .sort("len", "device", descending=[True, False])["device"]
+            .to_list()
+        ),
     )
 
 
@@ -154,6 +161,9 @@ def _figures_for(
             included=row["step"] in included,
             incomplete_reason=row["incomplete_reason"],
             window=window,
+            cpu_span_ns=row["cpu_end_ns"] - row["cpu_start_ns"]
+            if row["cpu_end_ns"] is not None and row["cpu_start_ns"] is not None
+            else None,
         )
         for row, window in zip(steps.iter_rows(named=True), windows, strict=False)
     ]

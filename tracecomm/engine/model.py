@@ -62,6 +62,7 @@ class StepFigures:
     included: bool
     incomplete_reason: str | None
     window: WindowFigures | None
+    cpu_span_ns: int | None = None  # the ProfilerStep#N annotation's own length (MFU's t_step)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class RankBreakdown:
     # digest of the compute kernel names of the first included step, in order: ranks doing the
     # same work (data-parallel peers) share it
     work_signature: str | None = None
+    devices: tuple[int, ...] = ()  # device ids the rank's kernels ran on, most used first
 
     @property
     def included_steps(self) -> tuple[StepFigures, ...]:

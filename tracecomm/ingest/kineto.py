@@ -302,7 +302,15 @@ def _meta(doc: _Trace) -> TraceMeta:
         base_time_ns=_as_int(base),
         host_name=_as_str(doc.host_name),
         trace_id=_as_str(doc.trace_id),
+        device_props={
+            int(p["id"]): {k: p[k] for k in _DEVICE_FIELDS if k in p}
+            for p in props
+            if isinstance(p, dict) and _as_int(p.get("id")) is not None
+        },
     )
+
+
+_DEVICE_FIELDS = ("name", "numSms", "computeMajor", "computeMinor", "totalGlobalMem", "warpSize")
 
 
 def _as_int(value: object) -> int | None:

@@ -25,6 +25,9 @@ class TraceMeta:
     )  # baseTimeNanoseconds: absolute time of ts == 0 (None: ts is absolute or unknown)
     host_name: str | None
     trace_id: str | None
+    # deviceProperties by id: the fields peak lookup uses (numSms, computeMajor/Minor,
+    # totalGlobalMem, warpSize); every visible GPU is listed, not only the rank's own
+    device_props: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

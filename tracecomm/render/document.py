@@ -54,8 +54,18 @@ def report_document(report: Report) -> dict[str, Any]:
         "notes": [{"text": n.text, "ranks": list(n.ranks)} for n in report.notes],
         "cross_rank": _cross_rank(report.cross_rank),
         "stragglers": _stragglers(report.stragglers),
+        "throughput": None if report.throughput is None else plain(asdict(report.throughput)),
         "partial": report.partial,
     }
+
+
+def plain(value: Any) -> Any:
+    """Tuples as lists, all the way down (JSON arrays for every consumer, schema checks too)."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
 
 
 def _stragglers(st: Stragglers | None) -> dict[str, Any] | None:
@@ -149,6 +159,7 @@ def _step(step: StepFigures) -> dict[str, Any]:
         "complete": step.complete,
         "included": step.included,
         "incomplete_reason": step.incomplete_reason,
+        "cpu_span_ns": step.cpu_span_ns,
         "window": _window(step.window),
     }
 

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from tracecomm.analysis.model import RankReport, Report
 from tracecomm.analysis.report import compact_ranges
+from tracecomm.render.mfu_panel import mfu_panel
 
 # Beyond this many ranks the table shows the slowest ones; JSON and CSV always hold them all.
 MAX_RANK_ROWS = 32
@@ -31,6 +32,9 @@ def render_terminal(
     if report.by_type:
         console.print()
         console.print(_type_table(report))
+    if report.throughput is not None:
+        console.print()
+        console.print(mfu_panel(report.throughput, "all ranks"))
     if report.stragglers is not None:
         console.print()
         console.print(_straggler_table(report, straggler_rows or MAX_STRAGGLER_ROWS))

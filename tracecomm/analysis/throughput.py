@@ -1,0 +1,214 @@
+"""Step time, tokens/s, MFU (metrics.md §8, mfu.md §2) and where the gap to the dashboard went."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tracecomm.analysis.model import RankReport
+from tracecomm.mfu.inputs import ModelFlops
+from tracecomm.mfu.peaks import Peak, find_peak
+
+HOW_TO_GIVE_FLOPS = (
+    "MFU needs the model's FLOPs: --model-flops-per-step N, or --flops-per-token F with "
+    "--tokens-per-step T, or --model-config config.json with --seq-len and --global-batch "
+    "(or the same keys in tracecomm.toml in the run folder)"
+)
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    """One device name of the run, how many ranks use it, and its dense peak (None: unknown)."""
+
+    name: str
+    ranks: int
+    peak: Peak | None
+
+
+@dataclass(frozen=True)
+class GapShares:
+    """One group of ranks doing the same work: where its GPU time went, in % of its analysis
+    window (sums over the group's ranks). ``mfu_pct`` is the run's MFU; the compute above it
+    ran below peak. The five shares add up to 100 (the compute share splits into two)."""
+
+    ranks: tuple[int, ...]
+    busy_pct: float
+    mfu_pct: float | None  # the run's MFU; the bar shows at most the compute share of it
+    compute_pct: float
+    compute_below_peak_pct: float  # all compute when there is no MFU
+    exposed_comm_pct: float
+    exposed_comm_by_type_pct: dict[str, float]  # types may overlap (two streams)
+    exposed_memory_pct: float
+    idle_pct: float
+
+
+@dataclass(frozen=True)
+class Throughput:
+    steps: tuple[int, ...]  # the steps step time is taken over (first dropped as warm-up)
+    step_time_ns: int | None  # median over those steps of the slowest rank's ProfilerStep span
+    worst_step_ns: int | None
+    worst_step: int | None
+    dtype: str
+    devices: tuple[DevicePeak, ...]
+    device_count: int  # one per rank: world_size, else the analyzed ranks
+    assumed_ranks: int  # ranks without a trace assumed to run the most common device
+    peak_total_tflops: float | None  # Σ over devices; None when a device has no peak
+    flops: ModelFlops | None
+    tokens_per_s: float | None
+    achieved_tflops_per_device: float | None
+    mfu: float | None  # a fraction; None without FLOPs or a peak
+    hfu: float | None  # full activation recompute, when a model config gave it
+    gaps: tuple[GapShares, ...]
+    missing: str | None  # why MFU is not computed, in words
+    warnings: tuple[str, ...] = ()
+
+
+def throughput(
+    ranks: Sequence[RankReport],
+    world_size: int | None,
+    flops: ModelFlops | None,
+    dtype: str = "bf16",
+    peak_tflops: float | None = None,
+) -> Throughput | None:
+    """None when no rank has an included step with a ProfilerStep span."""
+    spans = _slowest_spans(ranks)
+    if not spans:
+        return None
+    steps = sorted(spans)
+    if len(steps) > 2:
+        steps = steps[1:]  # the first profiled step warms up (metrics.md §8)
+    times = [spans[s] for s in steps]
+    step_time = math.floor(statistics.median(times) + 0.5)
+    worst = max(steps, key=lambda s: (spans[s], s))
+    devices = _device_peaks(ranks, dtype, peak_tflops)
+    count = world_size if world_size and world_size >= len(ranks) else len(ranks)
+    assumed = count - len(ranks)
+    total = _peak_total(devices, assumed)
+    missing = _why_no_mfu(flops, devices)
+    seconds = step_time / 1e9
+    mfu = flops.per_step / (seconds * total * 1e12) if flops and total and not missing else None
+    hfu = (
+        flops.hfu_per_step / (seconds * total * 1e12)
+        if flops and flops.hfu_per_step and total and not missing
+        else None
+    )
+    gaps = _gaps(ranks, mfu)
+    return Throughput(
+        steps=tuple(steps),
+        step_time_ns=step_time,
+        worst_step_ns=spans[worst],
+        worst_step=worst,
+        dtype=dtype,
+        devices=devices,
+        device_count=count,
+        assumed_ranks=assumed,
+        peak_total_tflops=total,
+        flops=flops,
+        tokens_per_s=flops.tokens_per_step / seconds if flops and flops.tokens_per_step else None,
+        achieved_tflops_per_device=flops.per_step / seconds / count / 1e12 if flops else None,
+        mfu=mfu,
+        hfu=hfu,
+        gaps=gaps,
+        missing=missing,
+        warnings=_warnings(mfu, gaps),
+    )
+
+
+def _warnings(mfu: float | None, gaps: Sequence[GapShares]) -> tuple[str, ...]:
+    if mfu is None:
+        return ()
+    if mfu > 1:
+        return (
+            f"MFU {100 * mfu:.1f} % is over 100 %: the model FLOPs are per step for the whole "
+            "job (all ranks), the peak per device; check both",
+        )
+    low = [g for g in gaps if g.compute_pct < 100 * mfu]
+    if low:
+        return (
+            f"MFU {100 * mfu:.1f} % exceeds the GPU compute share of ranks "
+            f"{', '.join(str(g.ranks[0]) for g in low)}…: the model FLOPs may be too high",
+        )
+    return ()
+
+
+def _slowest_spans(ranks: Sequence[RankReport]) -> dict[int, int]:
+    """Per step: the longest ProfilerStep span over the ranks that include it."""
+    out: dict[int, int] = {}
+    for rank in ranks:
+        for step in rank.breakdown.included_steps:
+            if step.cpu_span_ns is not None and step.cpu_span_ns > 0:
+                out[step.step] = max(out.get(step.step, 0), step.cpu_span_ns)
+    return out
+
+
+def _device_peaks(
+    ranks: Sequence[RankReport], dtype: str, peak_tflops: float | None
+) -> tuple[DevicePeak, ...]:
+    names = Counter(r.devices[0] if r.devices else "" for r in ranks)
+    props = {r.devices[0]: r.device_props for r in ranks if r.devices}
+    out = []
+    for name, n in names.most_common():
+        if peak_tflops is not None:
+            peak: Peak | None = Peak(name, "user", dtype, peak_tflops, "--peak-tflops", "user")
+        else:
+            peak = find_peak(name, dtype, props.get(name)) if name else None
+        out.append(DevicePeak(name or "(not recorded)", n, peak))
+    return tuple(out)
+
+
+def _peak_total(devices: Sequence[DevicePeak], assumed: int) -> float | None:
+    if not devices or any(d.peak is None for d in devices):
+        return None
+    total = sum(d.ranks * d.peak.tflops for d in devices if d.peak is not None)
+    common = devices[0].peak
+    return total + assumed * common.tflops if common is not None else None
+
+
+def _why_no_mfu(flops: ModelFlops | None, devices: Sequence[DevicePeak]) -> str | None:
+    unknown = [d.name for d in devices if d.peak is None]
+    if unknown:
+        return (
+            f"no peak for device {', '.join(repr(n) for n in unknown)} in the peak table: "
+            "pass --peak-tflops (dense, per device) for MFU"
+        )
+    return None if flops is not None else HOW_TO_GIVE_FLOPS
+
+
+def _gaps(ranks: Sequence[RankReport], mfu: float | None) -> tuple[GapShares, ...]:
+    groups: dict[str | None, list[RankReport]] = {}
+    for rank in ranks:
+        if rank.breakdown.window is not None:
+            groups.setdefault(rank.breakdown.work_signature, []).append(rank)
+    out = []
+    for members in sorted(groups.values(), key=lambda m: m[0].rank):
+        windows = [m.breakdown.window for m in members if m.breakdown.window is not None]
+        total = sum(w.figures.window_ns for w in windows)
+        if total == 0:
+            continue
+
+        def pct(ns: int, total: int = total) -> float:
+            return 100.0 * ns / total
+
+        compute = pct(sum(w.figures.compute_ns for w in windows))
+        mfu_pct = None if mfu is None else 100.0 * mfu
+        by_type: Counter[str] = Counter()
+        for w in windows:
+            for t in w.by_type:
+                by_type[t.coll_type] += t.exposed_comm_ns
+        out.append(
+            GapShares(
+                ranks=tuple(m.rank for m in members),
+                busy_pct=100.0 - pct(sum(w.figures.idle_ns for w in windows)),
+                mfu_pct=mfu_pct,
+                compute_pct=compute,
+                compute_below_peak_pct=max(0.0, compute - (mfu_pct or 0.0)),
+                exposed_comm_pct=pct(sum(w.figures.exposed_comm_ns for w in windows)),
+                exposed_comm_by_type_pct={t: pct(ns) for t, ns in by_type.most_common() if ns},
+                exposed_memory_pct=pct(sum(w.figures.exposed_memory_ns for w in windows)),
+                idle_pct=pct(sum(w.figures.idle_ns for w in windows)),
+            )
+        )
+    return tuple(out)

@@ -1,0 +1,115 @@
+"""The "dashboard vs MFU" panel: busy % beside MFU and where the difference went.
+
+Kept to 80 columns: one headline block, then per group of ranks a stacked bar and its legend.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tracecomm.analysis.throughput import GapShares, Throughput
+
+BAR_WIDTH = 50
+# (share, glyph, label, style), in bar order
+_SEGMENTS = (
+    ("mfu_pct", "█", "MFU", "bold green"),
+    ("compute_below_peak_pct", "▓", "compute below peak", "green"),
+    ("exposed_comm_pct", "▒", "exposed comm", "red"),
+    ("exposed_memory_pct", "░", "exposed memory", "yellow"),
+    ("idle_pct", "·", "idle", "dim"),
+)
+
+
+def mfu_panel(th: Throughput, group_label: str) -> Text:
+    text = Text()
+    text.append("Dashboard vs MFU", style="bold")
+    text.append(f" ({th.dtype} dense peak)\n")
+    text.append(_step_line(th))
+    if th.flops is not None:
+        text.append(f"\nFLOPs per step {th.flops.per_step:.4g}: {th.flops.source}")
+    if th.mfu is not None:
+        text.append("\nMFU ")
+        text.append(f"{100 * th.mfu:.2f} %", style="bold")
+        text.append(f" of {th.device_count} × {_peaks(th)}")
+        if th.achieved_tflops_per_device is not None:
+            text.append(f" · {th.achieved_tflops_per_device:.1f} TFLOP/s per device")
+        if th.hfu is not None:
+            text.append(f"\nHFU {100 * th.hfu:.2f} % with full activation recompute")
+    if th.assumed_ranks:
+        text.append(
+            f"\n{th.assumed_ranks} rank(s) without a trace assumed to run the same device",
+            style="yellow",
+        )
+    for gap in th.gaps:
+        text.append("\n\n")
+        text.append(_bar(gap, group_label if len(th.gaps) == 1 else None))
+    if th.missing:
+        text.append(f"\n{th.missing}", style="yellow")
+    return text
+
+
+def _step_line(th: Throughput) -> str:
+    line = f"step {_s(th.step_time_ns)} median over steps {_steps(th.steps)}"
+    line += f", worst {_s(th.worst_step_ns)} (step {th.worst_step})"
+    if th.tokens_per_s is not None:
+        line += f"\n{th.tokens_per_s:,.0f} tokens/s"
+    return line
+
+
+def _bar(gap: GapShares, label: str | None) -> Text:
+    text = Text()
+    who = label or f"ranks {_ranks(gap.ranks)}"
+    text.append(f"{who}: busy {gap.busy_pct:.1f} %")
+    if gap.mfu_pct is not None:
+        text.append(f" · MFU {gap.mfu_pct:.1f} %")
+    text.append("\n")
+    shares = [(getattr(gap, f) or 0.0, g, n, s) for f, g, n, s in _SEGMENTS]
+    # MFU can only be drawn out of compute time (a warning says when it claims more)
+    drawn = [min(share, gap.compute_pct) if n == "MFU" else share for share, _, n, _ in shares]
+    cells = _cells(drawn)
+    for (_, glyph, _, style), n in zip(shares, cells, strict=True):
+        text.append(glyph * n, style=style)
+    for share, glyph, name, style in shares:
+        if name == "MFU" and gap.mfu_pct is None:
+            continue
+        text.append(f"\n  {glyph} ", style=style)
+        text.append(f"{name} {share:.1f} %")
+        if name == "exposed comm" and gap.exposed_comm_by_type_pct:
+            parts = ", ".join(f"{t} {p:.1f}" for t, p in gap.exposed_comm_by_type_pct.items())
+            text.append(f" ({parts})")
+    return text
+
+
+def _cells(shares: list[float]) -> list[int]:
+    """Bar cells per segment: largest remainders, so they always fill the bar exactly."""
+    total = sum(shares) or 1.0
+    exact = [BAR_WIDTH * s / total for s in shares]
+    cells = [int(e) for e in exact]
+    for i in sorted(range(len(exact)), key=lambda i: exact[i] - cells[i], reverse=True):
+        if sum(cells) >= BAR_WIDTH:
+            break
+        cells[i] += 1
+    return cells
+
+
+def _peaks(th: Throughput) -> str:
+    parts = []
+    for d in th.devices:
+        if d.peak is not None:
+            mark = " (inferred)" if d.peak.inferred else ""
+            parts.append(f"{d.peak.tflops:g} TFLOP/s {d.peak.model}{mark}")
+    return ", ".join(parts)
+
+
+def _s(ns: int | None) -> str:
+    return "–" if ns is None else f"{ns / 1e9:.4f} s" if ns >= 10**8 else f"{ns / 1e6:.3f} ms"
+
+
+def _steps(steps: tuple[int, ...]) -> str:
+    return f"{steps[0]}–{steps[-1]}" if len(steps) > 1 else str(steps[0])
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    from tracecomm.analysis.report import compact_ranges
+
+    return compact_ranges(list(ranks))
