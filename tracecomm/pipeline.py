@@ -18,6 +18,13 @@ from tracecomm.analysis.report import MfuInputs, build_report
 from tracecomm.engine import BreakdownOptions, breakdown
 from tracecomm.errors import NotATrace, NoUsableInput, TraceError, UsageError
 from tracecomm.ingest import find_traces, load_rank
+from tracecomm.ingest.power import (
+    PowerLog,
+    PowerLogError,
+    find_power_logs,
+    load_power_log,
+    series_for_host,
+)
 from tracecomm.mfu.inputs import InputError, ModelInputs, model_flops, settings_file
 
 # Below this much input a process pool costs more (interpreter + polars start) than it saves.
@@ -35,11 +42,14 @@ class AnalyzeOptions:
     model: ModelInputs = field(default_factory=ModelInputs)  # FLOPs and peak inputs for MFU
 
 
-def analyze_file(path: str, opts: BreakdownOptions) -> RankResult | FileFailure:
+def analyze_file(
+    path: str, opts: BreakdownOptions, power: Sequence[PowerLog] = ()
+) -> RankResult | FileFailure:
     """Parse one trace and compute its breakdown; failures come back as values, not raises."""
     try:
         events = load_rank(path)
-        result = breakdown(events, opts)
+        series, power_source = series_for_host(power, events.meta.host_name)
+        result = breakdown(events, opts, series)
     except NotATrace as exc:
         return FileFailure(exc.path, exc.reason, not_a_trace=True)
     except TraceError as exc:
@@ -56,6 +66,7 @@ def analyze_file(path: str, opts: BreakdownOptions) -> RankResult | FileFailure:
         truncated=events.truncated,
         repaired_events=events.repaired_events,
         first_event_abs_ns=events.first_event_ns if events.epoch_clock else None,
+        power_source=power_source if series else None,
     )
 
 
@@ -76,7 +87,8 @@ def analyze(
         raise NoUsableInput(
             f"{', '.join(map(str, inputs))}: no trace files (*.json, *.json.gz) found"
         )
-    outcomes = _map_files([str(p) for p in paths], opts, progress)
+    power, power_warnings = _power_logs(inputs)
+    outcomes = _map_files([str(p) for p in paths], opts, progress, power)
     results = [o for o in outcomes if isinstance(o, RankResult)]
     failures = [o for o in outcomes if isinstance(o, FileFailure)]
     if not results:
@@ -97,6 +109,7 @@ def analyze(
         opts.align_clocks,
         opts.detail_instances,
         MfuInputs(flops, model.dtype, model.peak_tflops),
+        power_warnings,
     )
     if not report.ranks:
         reasons = "; ".join(m.reason for m in report.missing[:3])
@@ -107,8 +120,22 @@ def analyze(
     return report
 
 
+def _power_logs(inputs: Sequence[str | Path]) -> tuple[tuple[PowerLog, ...], list[str]]:
+    """Power logs in the run folders; one that cannot be read is a warning, not an error."""
+    logs, warnings = [], []
+    for path in find_power_logs(inputs):
+        try:
+            logs.append(load_power_log(path))
+        except PowerLogError as exc:
+            warnings.append(f"power log skipped: {exc}")
+    return tuple(logs), warnings
+
+
 def _map_files(
-    paths: list[str], opts: AnalyzeOptions, progress: Progress | None
+    paths: list[str],
+    opts: AnalyzeOptions,
+    progress: Progress | None,
+    power: tuple[PowerLog, ...] = (),
 ) -> list[RankResult | FileFailure]:
     jobs = _jobs(paths, opts.jobs)
     out: list[RankResult | FileFailure] = []
@@ -116,13 +143,13 @@ def _map_files(
         progress(0, len(paths), "")
     if jobs <= 1:
         for i, path in enumerate(paths):
-            out.append(analyze_file(path, opts.breakdown))
+            out.append(analyze_file(path, opts.breakdown, power))
             if progress:
                 progress(i + 1, len(paths), path)
         return out
     # spawn, not fork: forking a process whose polars thread pool is running can deadlock.
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        results = pool.map(analyze_file, paths, [opts.breakdown] * len(paths))
+        results = pool.map(analyze_file, paths, [opts.breakdown] * len(paths), [power] * len(paths))
         for i, (path, outcome) in enumerate(zip(paths, results, strict=True)):
             out.append(outcome)
             if progress:

@@ -25,6 +25,7 @@ class RankResult:
     truncated: bool
     repaired_events: int
     first_event_abs_ns: int | None  # absolute time of the first event, when the file tells
+    power_source: str | None = None  # the power log its GPU's samples came from
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class RankReport:
     step_summary: StepSummary | None
     partial: bool  # truncated file or repaired events: figures may be low
     device_props: dict[str, Any] = field(default_factory=dict)  # of its (most used) GPU
+    power_source: str | None = None  # the power log of its GPU, when one matched
 
 
 @dataclass(frozen=True)

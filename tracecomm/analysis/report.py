@@ -47,8 +47,9 @@ def build_report(
     align_clocks: bool = True,
     detail_instances: bool = False,
     mfu: MfuInputs | None = None,
+    power_warnings: Sequence[str] = (),
 ) -> Report:
-    warnings: list[str] = []
+    warnings: list[str] = list(power_warnings)
     by_path = {r.path: r for r in results}
     assignment = assign_ranks([RankClaim(r.path, r.meta.rank) for r in results])
     warnings.extend(assignment.warnings)
@@ -109,6 +110,7 @@ def _rank_report(rank: int, source: str, result: RankResult) -> RankReport:
         host=result.meta.host_name,
         devices=_devices(result),
         device_props=result.meta.device_props.get(bd.devices[0], {}) if bd.devices else {},
+        power_source=result.power_source,
         breakdown=bd,
         step_summary=step_summary(bd),
         partial=result.truncated or result.repaired_events > 0,

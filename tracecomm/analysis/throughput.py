@@ -46,6 +46,22 @@ class GapShares:
 
 
 @dataclass(frozen=True)
+class EnergyReport:
+    """From GPU power logs: per step, sums over the GPUs with samples, medians over steps."""
+
+    gpus: int  # GPUs (ranks) whose samples cover every step used
+    logs: tuple[str, ...]
+    energy_per_step_j: float
+    compute_j_per_step: float
+    exposed_comm_j_per_step: float
+    exposed_memory_j_per_step: float
+    idle_j_per_step: float
+    avg_power_w: float  # per GPU, over the analysis windows
+    tokens_per_j: float | None  # needs every GPU of the job and tokens per step
+    missing: str | None  # why a figure is absent or partial
+
+
+@dataclass(frozen=True)
 class Throughput:
     steps: tuple[int, ...]  # the steps step time is taken over (first dropped as warm-up)
     step_time_ns: int | None  # median over those steps of the slowest rank's ProfilerStep span
@@ -64,6 +80,7 @@ class Throughput:
     gaps: tuple[GapShares, ...]
     missing: str | None  # why MFU is not computed, in words
     warnings: tuple[str, ...] = ()
+    energy: EnergyReport | None = None
 
 
 def throughput(
@@ -96,6 +113,7 @@ def throughput(
         else None
     )
     gaps = _gaps(ranks, mfu)
+    energy, energy_warnings = _energy(ranks, steps, flops.tokens_per_step if flops else None, count)
     return Throughput(
         steps=tuple(steps),
         step_time_ns=step_time,
@@ -113,7 +131,63 @@ def throughput(
         hfu=hfu,
         gaps=gaps,
         missing=missing,
-        warnings=_warnings(mfu, gaps),
+        warnings=_warnings(mfu, gaps) + energy_warnings,
+        energy=energy,
+    )
+
+
+def _energy(
+    ranks: Sequence[RankReport], steps: Sequence[int], tokens: int | None, device_count: int
+) -> tuple[EnergyReport | None, tuple[str, ...]]:
+    powered = [r for r in ranks if r.power_source]
+    warnings: tuple[str, ...] = ()
+    shared = [r for r in powered if r.power_source and r.power_source.endswith("(the only log)")]
+    if len({r.host for r in shared}) > 1:
+        warnings = (
+            "one power log without host names, for ranks on several hosts: energy left out "
+            "(add a host column, or put the host name in each log's file name)",
+        )
+        powered = [r for r in powered if r not in shared]
+    by_rank = {r.rank: {s.step: s.window for s in r.breakdown.included_steps} for r in powered}
+    covered = [
+        r
+        for r in powered
+        if all((w := by_rank[r.rank].get(s)) is not None and w.energy for s in steps)
+    ]
+    if not covered:
+        if powered:
+            warnings += ("the power logs do not cover the analyzed steps: no energy figures",)
+        return None, warnings
+
+    def per_step(field: str) -> float:
+        sums = [
+            sum(getattr(by_rank[r.rank][s].energy, field) for r in covered)  # type: ignore[union-attr]
+            for s in steps
+        ]
+        return float(statistics.median(sums))
+
+    windows = [r.breakdown.window for r in covered if r.breakdown.window is not None]
+    joules = sum(w.energy.joules for w in windows if w.energy)
+    seconds = sum(w.figures.window_ns for w in windows if w.energy) / 1e9
+    energy = per_step("joules")
+    everyone = len(covered) == device_count
+    missing = None if everyone else f"power for {len(covered)} of {device_count} GPUs"
+    if everyone and tokens is None:
+        missing = "tokens per joule needs --tokens-per-step (or a model config)"
+    return (
+        EnergyReport(
+            gpus=len(covered),
+            logs=tuple(sorted({str(r.power_source).rsplit(" (", 1)[0] for r in covered})),
+            energy_per_step_j=energy,
+            compute_j_per_step=per_step("compute_j"),
+            exposed_comm_j_per_step=per_step("exposed_comm_j"),
+            exposed_memory_j_per_step=per_step("exposed_memory_j"),
+            idle_j_per_step=per_step("idle_j"),
+            avg_power_w=joules / seconds if seconds else 0.0,
+            tokens_per_j=tokens / energy if tokens and everyone and energy else None,
+            missing=missing,
+        ),
+        warnings,
     )
 
 

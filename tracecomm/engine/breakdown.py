@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -11,6 +11,7 @@ import polars as pl
 
 from tracecomm.engine.classify import COLL_TYPES, classify, coll_type_of
 from tracecomm.engine.collectives import collective_instances
+from tracecomm.engine.energy import window_energy
 from tracecomm.engine.intervals import Coverage, IntArray, coverage, measure
 from tracecomm.engine.model import (
     Figures,
@@ -22,6 +23,7 @@ from tracecomm.engine.model import (
 )
 from tracecomm.engine.steps import link_launches, step_windows
 from tracecomm.ingest.model import RankEvents
+from tracecomm.ingest.power import PowerSeries
 
 _COMPUTE, _COMM, _MEMORY = 0, 1, 2
 _FIRST_TYPE = 3
@@ -38,27 +40,36 @@ class BreakdownOptions:
     comm_patterns: tuple[str, ...] = ()
 
 
-def breakdown(rank: RankEvents, opts: BreakdownOptions | None = None) -> RankBreakdown:
-    """The engine's single entry point: one rank's events in, its figures out."""
+def breakdown(
+    rank: RankEvents,
+    opts: BreakdownOptions | None = None,
+    power: Mapping[int, PowerSeries] | None = None,
+) -> RankBreakdown:
+    """The engine's single entry point: one rank's events in, its figures out.
+
+    ``power``: this rank's host's GPU power samples by GPU index; the rank's own GPU (the
+    one most of its kernels ran on) gives each window its energy."""
     opts = opts or BreakdownOptions()
     device = classify(rank, opts.comm_patterns)
     work = device.filter(pl.col("cls") != "sync")
     if work.height == 0 and rank.cpu.height:
         return _cpu_breakdown(rank, opts)
+    devices = tuple(
+        work.filter(pl.col("device").is_not_null())
+        .group_by("device")
+        .len()
+        .sort("len", "device", descending=[True, False])["device"]
+        .to_list()
+    )
+    series = (power or {}).get(devices[0]) if devices and rank.epoch_clock else None
     linked = link_launches(device, rank)
     steps = step_windows(linked, rank)
-    result = _gpu_breakdown(linked.filter(pl.col("cls") != "sync"), steps, device, opts)
+    result = _gpu_breakdown(linked.filter(pl.col("cls") != "sync"), steps, device, opts, series)
     return replace(
         result,
         collectives=collective_instances(linked),
         work_signature=_work_signature(linked, result),
-        devices=tuple(
-            work.filter(pl.col("device").is_not_null())
-            .group_by("device")
-            .len()
-            .sort("len", "device", descending=[True, False])["device"]
-            .to_list()
-        ),
+        devices=devices,
     )
 
 
@@ -75,7 +86,11 @@ def _work_signature(linked: pl.DataFrame, result: RankBreakdown) -> str | None:
 
 
 def _gpu_breakdown(
-    work: pl.DataFrame, steps: pl.DataFrame, device: pl.DataFrame, opts: BreakdownOptions
+    work: pl.DataFrame,
+    steps: pl.DataFrame,
+    device: pl.DataFrame,
+    opts: BreakdownOptions,
+    power: PowerSeries | None = None,
 ) -> RankBreakdown:
     comm_kernels = int((device["cls"] == "comm").sum())
     unlinked = int(work["launch_ns"].is_null().sum())
@@ -88,7 +103,9 @@ def _gpu_breakdown(
             f"{unlinked} device events have no matching runtime launch (unlinked): they count "
             "toward busy time but define no step"
         )
-    return _figures_for(work, steps, "gpu", opts, comm_kernels, device.height, unlinked, notes)
+    return _figures_for(
+        work, steps, "gpu", opts, comm_kernels, device.height, unlinked, notes, power
+    )
 
 
 def _cpu_breakdown(rank: RankEvents, opts: BreakdownOptions) -> RankBreakdown:
@@ -129,6 +146,7 @@ def _figures_for(
     device_events: int,
     unlinked: int,
     notes: list[str],
+    power: PowerSeries | None = None,
 ) -> RankBreakdown:
     if work.height == 0:
         notes.append(f"no {timeline.upper()} activity to analyze")
@@ -154,6 +172,17 @@ def _figures_for(
                 else "no step in the selection launched device work: nothing to analyze"
             )
     windows = _window_figures(events, types, [*step_spans, rank_spans])
+    if power is not None:
+        c = events.cov.covered
+        classes = (c[:, _COMPUTE], c[:, _COMM], c[:, _MEMORY])
+        windows = [
+            None
+            if w is None
+            else replace(w, energy=window_energy(events.cov, classes, spans, power))
+            for w, spans in zip(windows, [*step_spans, rank_spans], strict=True)
+        ]
+        if windows[-1] is not None and windows[-1].energy is None:
+            notes.append("the power log does not cover the analysis window: no energy figures")
     step_rows = [
         StepFigures(
             step=row["step"],

@@ -8,6 +8,7 @@ difference) then has a cumulative measure ``F(t)``, and its measure inside a win
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -75,3 +77,28 @@ def _cumulative_at(
     partial = np.where(inside & mask[safe], points - cov.times[safe], 0)
     before = np.where(seg < 0, 0, cumulative[np.clip(seg, 0, n_segments)])
     return np.asarray(before + partial, dtype=np.int64)
+
+
+def weighted_measure(
+    cov: Coverage,
+    mask: BoolArray,
+    window_starts: IntArray,
+    window_ends: IntArray,
+    weight_at: Callable[[IntArray], FloatArray],
+) -> FloatArray:
+    """Like ``measure``, with time weighted by a cumulative function (joules drawn by a GPU
+    up to each instant): the weight of the selected segments inside each window."""
+    if mask.size == 0:
+        return np.zeros(window_starts.size, dtype=np.float64)
+    at_bounds = weight_at(cov.times)
+    cumulative = np.concatenate([[0.0], np.cumsum(np.diff(at_bounds) * mask)])
+
+    def upto(points: IntArray) -> FloatArray:
+        seg = np.searchsorted(cov.times, points, side="right") - 1
+        inside = (seg >= 0) & (seg < mask.size)
+        safe = np.clip(seg, 0, mask.size - 1)
+        partial = np.where(inside & mask[safe], weight_at(points) - at_bounds[safe], 0.0)
+        before = np.where(seg < 0, 0.0, cumulative[np.clip(seg, 0, mask.size)])
+        return np.asarray(before + partial, dtype=np.float64)
+
+    return upto(window_ends) - upto(window_starts)

@@ -46,11 +46,24 @@ class TypeFigures:
 
 
 @dataclass(frozen=True)
+class EnergyFigures:
+    """Joules the rank's GPU drew over a window, split like the partition (metrics.md §3):
+    compute + exposed comm + exposed memory + idle = total."""
+
+    joules: float
+    compute_j: float
+    exposed_comm_j: float
+    exposed_memory_j: float
+    idle_j: float
+
+
+@dataclass(frozen=True)
 class WindowFigures:
     start_ns: int
     end_ns: int
     figures: Figures
     by_type: tuple[TypeFigures, ...]
+    energy: EnergyFigures | None = None  # with a power log covering the window
 
 
 @dataclass(frozen=True)

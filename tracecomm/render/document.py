@@ -150,6 +150,7 @@ def _window(window: WindowFigures | None) -> dict[str, Any] | None:
             }
             for t in window.by_type
         ],
+        "energy": None if window.energy is None else asdict(window.energy),
     }
 
 

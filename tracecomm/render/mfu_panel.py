@@ -40,12 +40,32 @@ def mfu_panel(th: Throughput, group_label: str) -> Text:
             f"\n{th.assumed_ranks} rank(s) without a trace assumed to run the same device",
             style="yellow",
         )
+    if th.energy is not None:
+        text.append(_energy(th))
     for gap in th.gaps:
         text.append("\n\n")
         text.append(_bar(gap, group_label if len(th.gaps) == 1 else None))
     if th.missing:
         text.append(f"\n{th.missing}", style="yellow")
     return text
+
+
+def _energy(th: Throughput) -> str:
+    e = th.energy
+    assert e is not None
+    line = (
+        f"\nenergy {e.energy_per_step_j:,.1f} J per step ({e.gpus} GPUs)"
+        f" · {e.avg_power_w:,.0f} W per GPU"
+    )
+    if e.tokens_per_j is not None:
+        line += f" · {e.tokens_per_j:,.2f} tokens/J"
+    share = 100 / e.energy_per_step_j if e.energy_per_step_j else 0.0
+    line += (
+        f"\n  of it idle {share * e.idle_j_per_step:.1f} %, exposed comm "
+        f"{share * e.exposed_comm_j_per_step:.1f} %, exposed memory "
+        f"{share * e.exposed_memory_j_per_step:.1f} %"
+    )
+    return line + (f"\n  {e.missing}" if e.missing else "")
 
 
 def _step_line(th: Throughput) -> str:
