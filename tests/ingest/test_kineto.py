@@ -155,7 +155,7 @@ def test_missing_and_negative_durations_are_repaired_with_warnings(tmp_path: Pat
 
 
 def test_cpu_ops_are_kept_only_for_cpu_only_traces(tmp_path: Path) -> None:
-    cpu = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 1}
+    cpu = {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1, "dur": 1}
     with_gpu = load_rank(write_trace(tmp_path / "a.json", trace_doc([cpu, *simple_events()])))
     cpu_only = load_rank(write_trace(tmp_path / "b.json", trace_doc([cpu, step(1, 0, 5)])))
     assert with_gpu.cpu.filter(with_gpu.cpu["kind"] == "cpu_op").height == 0
@@ -207,3 +207,17 @@ def test_truncation_at_random_offsets_salvages_or_fails_cleanly(tmp_path: Path) 
         kept = full.device.join(shifted, on=["start_ns", "end_ns", "name"], how="semi")
         assert kept.height == rank.device.height
     assert salvaged > 30
+
+
+def test_matmul_and_attention_ops_keep_their_input_dims(tmp_path: Path) -> None:
+    dims = {"Input Dims": [[64, 128], [128, 32]], "Concrete Inputs": ["", ""]}
+    mm = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 3, "ts": 1, "dur": 2}
+    bare = {**mm, "name": "aten::bmm", "ts": 4}
+    rank = load_rank(
+        write_trace(tmp_path / "a.json", trace_doc([{**mm, "args": dims}, bare, *simple_events()]))
+    )
+    ops = rank.shaped_ops
+    assert ops["name"].to_list() == ["aten::mm"]  # no shapes recorded: nothing to count
+    assert json.loads(ops["input_dims"][0]) == [[64, 128], [128, 32]]
+    assert json.loads(ops["concrete_inputs"][0]) == ["", ""]
+    assert ops["tid"][0] == 3

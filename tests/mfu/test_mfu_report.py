@@ -119,21 +119,39 @@ def test_without_flops_the_panel_says_how_to_give_them(run: tuple[RunSpec, Path]
     assert gap["busy_pct"] == pytest.approx(100.0 - gap["idle_pct"])
 
 
-def test_panel_fits_80_columns(run: tuple[RunSpec, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("with_model", [True, False], ids=["model", "no-model"])
+def test_panel_fits_80_columns(tmp_path: Path, with_model: bool) -> None:
+    """Every line the panel can print: MFU, HFU, observed FLOPs, energy, the bar and legend;
+    without FLOPs, how to give them."""
     from tracecomm.mfu.inputs import ModelInputs
     from tracecomm.pipeline import AnalyzeOptions
     from tracecomm.pipeline import analyze as run_pipeline
+    from tracecomm.synth.power import power_log
+    from tracecomm.synth.shapes import with_shapes
 
-    _, path = run
-    report = run_pipeline([path], AnalyzeOptions(model=ModelInputs(model_flops_per_step=10**12)))
-    assert report.throughput is not None
-    out = io.StringIO()
-    Console(file=out, width=80, force_terminal=False).print(
-        mfu_panel(report.throughput, "all ranks")
-    )
-    lines = out.getvalue().splitlines()
+    spec = with_shapes(fsdp_run(world_size=8, steps=3, seed=1))
+    write_run(spec, tmp_path)
+    (tmp_path / "power.csv").write_text(power_log(spec, "node0", lambda g, t: 700.0))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(LLAMA3_8B))
+    model = ModelInputs(model_config=config, seq_len=1024, global_batch=1)
+    report = run_pipeline([tmp_path], AnalyzeOptions(model=model if with_model else ModelInputs()))
+    th = report.throughput
+    assert th is not None and th.observed and th.energy
+    assert (th.hfu is not None) == with_model
+
+    def render(width: int) -> list[str]:
+        out = io.StringIO()
+        Console(file=out, width=width, force_terminal=False).print(mfu_panel(th, "all ranks"))
+        return [line.rstrip() for line in out.getvalue().splitlines()]
+
+    # rich wraps what is too long: the panel fits when a wide console prints the same lines
+    lines = render(80)
+    assert lines == render(200)
     assert max(len(line) for line in lines) <= 80
-    assert any("█" in line for line in lines) and any("MFU" in line for line in lines)
+    needles = ("█", "HFU", "tokens/J") if with_model else ("--model-config", "--seq-len")
+    for needle in ("MFU", "observed", "energy", "idle", *needles):
+        assert any(needle in line for line in lines), needle
 
 
 @pytest.mark.parametrize(

@@ -62,6 +62,19 @@ class EnergyReport:
 
 
 @dataclass(frozen=True)
+class ObservedReport:
+    """FLOPs counted from recorded op shapes (mfu.md §8): a lower bound, labelled so."""
+
+    ranks: int  # ranks whose trace recorded shapes
+    flops_per_step: float  # summed over those ranks, each rank's total over its steps
+    tflops_while_running: float  # counted FLOPs / the time their kernels ran
+    coverage_pct: float  # share of compute-kernel time whose ops had a formula
+    hfu_lower_bound: float | None  # flops per step / (step time × those ranks' peaks)
+    by_family: dict[str, int]  # over all steps and ranks
+    attention_causal_unknown_flops: int  # counted as a full square
+
+
+@dataclass(frozen=True)
 class Throughput:
     steps: tuple[int, ...]  # the steps step time is taken over (first dropped as warm-up)
     step_time_ns: int | None  # median over those steps of the slowest rank's ProfilerStep span
@@ -81,6 +94,7 @@ class Throughput:
     missing: str | None  # why MFU is not computed, in words
     warnings: tuple[str, ...] = ()
     energy: EnergyReport | None = None
+    observed: ObservedReport | None = None
 
 
 def throughput(
@@ -133,6 +147,42 @@ def throughput(
         missing=missing,
         warnings=_warnings(mfu, gaps) + energy_warnings,
         energy=energy,
+        observed=_observed(ranks, step_time, devices, peak_tflops),
+    )
+
+
+def _observed(
+    ranks: Sequence[RankReport],
+    step_ns: int,
+    devices: Sequence[DevicePeak],
+    peak_tflops: float | None,
+) -> ObservedReport | None:
+    shaped = [
+        (r, r.breakdown.observed)
+        for r in ranks
+        if r.breakdown.observed is not None and r.breakdown.included_steps
+    ]
+    if not shaped:
+        return None
+    per_step = sum(o.flops / len(r.breakdown.included_steps) for r, o in shaped)
+    kernel_ns = sum(o.kernel_ns for _, o in shaped)
+    every = sum(o.compute_kernel_ns for _, o in shaped)
+    peaks = {d.name: d.peak.tflops for d in devices if d.peak is not None}
+    rank_peaks = [peaks.get(r.devices[0] if r.devices else "") for r, _ in shaped]
+    total_peak = None if None in rank_peaks else sum(p for p in rank_peaks if p is not None)
+    families: Counter[str] = Counter()
+    for _, o in shaped:
+        families.update(o.by_family)
+    return ObservedReport(
+        ranks=len(shaped),
+        flops_per_step=per_step,
+        tflops_while_running=sum(o.flops for _, o in shaped) / kernel_ns / 1e3
+        if kernel_ns
+        else 0.0,
+        coverage_pct=100.0 * kernel_ns / every if every else 0.0,
+        hfu_lower_bound=per_step / (step_ns / 1e9 * total_peak * 1e12) if total_peak else None,
+        by_family=dict(families),
+        attention_causal_unknown_flops=sum(o.attention_causal_unknown_flops for _, o in shaped),
     )
 
 

@@ -21,6 +21,7 @@ from tracecomm.engine.model import (
     TypeFigures,
     WindowFigures,
 )
+from tracecomm.engine.observed import observed_flops
 from tracecomm.engine.steps import link_launches, step_windows
 from tracecomm.ingest.model import RankEvents
 from tracecomm.ingest.power import PowerSeries
@@ -70,6 +71,7 @@ def breakdown(
         collectives=collective_instances(linked),
         work_signature=_work_signature(linked, result),
         devices=devices,
+        observed=observed_flops(rank.shaped_ops, linked, {s.step for s in result.included_steps}),
     )
 
 

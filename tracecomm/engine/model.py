@@ -79,6 +79,24 @@ class StepFigures:
 
 
 @dataclass(frozen=True)
+class ObservedFlops:
+    """FLOPs of the recorded matmul / conv / attention ops over the included steps, and the
+    time their kernels ran (mfu.md §8): a lower bound on what the GPU executed."""
+
+    flops: int
+    kernel_ns: int  # sum of the counted ops' kernel durations
+    compute_kernel_ns: int  # sum of every compute kernel's duration: coverage = the share
+    ops: int
+    by_family: dict[str, int]  # matmul / conv / attention -> FLOPs
+    attention_causal_unknown_flops: int  # counted as a full square: the trace does not say
+    unrecognized_ops: int  # shapes that fit no formula
+
+    @property
+    def coverage(self) -> float | None:
+        return self.kernel_ns / self.compute_kernel_ns if self.compute_kernel_ns else None
+
+
+@dataclass(frozen=True)
 class RankBreakdown:
     """Everything the engine knows about one rank, before any cross-rank analysis."""
 
@@ -95,6 +113,7 @@ class RankBreakdown:
     # same work (data-parallel peers) share it
     work_signature: str | None = None
     devices: tuple[int, ...] = ()  # device ids the rank's kernels ran on, most used first
+    observed: ObservedFlops | None = None  # with record_shapes traces
 
     @property
     def included_steps(self) -> tuple[StepFigures, ...]:

@@ -14,11 +14,14 @@ DEVICE_LAUNCH_PATTERN = r"(?i)launch.*kernel|kernel.*launch|graphlaunch"
 
 
 def link_launches(device: pl.DataFrame, rank: RankEvents) -> pl.DataFrame:
-    """Add ``launch_ns`` (start of the runtime call that launched the event) and ``step``."""
+    """Add ``launch_ns`` and ``launch_tid`` (the runtime call that launched the event) and
+    ``step``."""
     launches = (
         rank.launches.filter(pl.col("correlation").is_not_null())
         .unique("correlation", keep="first")
-        .select("correlation", pl.col("start_ns").alias("launch_ns"))
+        .select(
+            "correlation", pl.col("start_ns").alias("launch_ns"), pl.col("tid").alias("launch_tid")
+        )
     )
     linked = device.join(launches, on="correlation", how="left", maintain_order="left")
     return linked.with_columns(step_of(pl.col("launch_ns"), rank.steps, linked).alias("step"))

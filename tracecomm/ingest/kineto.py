@@ -21,6 +21,7 @@ import polars as pl
 from tracecomm.errors import NotATrace, TraceError
 from tracecomm.ingest.model import DEVICE_KINDS, RankEvents, TraceMeta
 from tracecomm.ingest.timestamps import us_text_to_ns
+from tracecomm.mfu.opflops import SHAPED_OPS
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -67,6 +68,8 @@ class _Args(msgspec.Struct, gc=False):
     seq: Any = msgspec.field(default=None, name="Seq")
     src_rank: Any = msgspec.field(default=None, name="Src Rank")
     dst_rank: Any = msgspec.field(default=None, name="Dst Rank")
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")
 
 
 class _EventFields(msgspec.Struct, gc=False):
@@ -200,6 +203,7 @@ def _load_rank(path: Path) -> RankEvents:
         steps=_step_frame(events),
         comm_annotations=_gpu_annotation_frame(events),
         comm_ops=_comm_op_frame(events),
+        shaped_ops=_shaped_op_frame(events),
         cpu=_cpu_frame(events),
         warnings=tuple(warnings),
         truncated=salvaged is not None,
@@ -402,7 +406,10 @@ def _wanted_rows(events: list[_Event]) -> list[int]:
     rows = [
         i
         for i, e in enumerate(events)
-        if e.ph == "X" and (keep[e.cat] == 1 or (keep[e.cat] == 2 and e.name == _COMM_OP))
+        if e.ph == "X"
+        and (
+            keep[e.cat] == 1 or (keep[e.cat] == 2 and (e.name == _COMM_OP or e.name in SHAPED_OPS))
+        )
     ]
     device_cats = {
         c
@@ -415,6 +422,7 @@ def _wanted_rows(events: list[_Event]) -> list[int]:
 
 
 _COMM_OP = "record_param_comms"
+_CPU_OPS_KEPT = frozenset({_COMM_OP, *SHAPED_OPS})
 _ARGS_DECODER = msgspec.json.Decoder(_Args | None)
 _ARGS_LIST_DECODER = msgspec.json.Decoder(list[_Args | None])
 _NO_ARGS = _Args()
@@ -434,6 +442,16 @@ def _attach_args(frame: pl.DataFrame, raw_args: list[msgspec.Raw]) -> pl.DataFra
     wanted = frame.select(
         (pl.col("kind") == "kernel") | (pl.col("name") == "record_param_comms")
     ).to_series()
+    shaped_rows = frame.select(pl.col("name").is_in(list(SHAPED_OPS))).to_series().arg_true()
+    dims = pl.DataFrame(
+        {
+            "row": shaped_rows,
+            # kept as JSON text: nesting varies by op (scalars, tensors, tensor lists)
+            "input_dims": [_json(args[i].input_dims) for i in shaped_rows.to_list()],
+            "concrete_inputs": [_json(args[i].concrete_inputs) for i in shaped_rows.to_list()],
+        },
+        schema={"row": pl.UInt32, "input_dims": pl.String, "concrete_inputs": pl.String},
+    )
     meta_rows = wanted.arg_true().to_list()
     meta_values = _unzip([args[i] for i in meta_rows], tuple(_META_FIELDS), len(_META_FIELDS))
     meta = pl.DataFrame(
@@ -448,8 +466,13 @@ def _attach_args(frame: pl.DataFrame, raw_args: list[msgspec.Raw]) -> pl.DataFra
     return (
         frame.with_row_index("row")
         .join(meta, on="row", how="left", maintain_order="left")
+        .join(dims, on="row", how="left", maintain_order="left")
         .drop("row")
     )
+
+
+def _json(value: object) -> str | None:
+    return None if value is None else msgspec.json.encode(value).decode()
 
 
 def _decode_args(raw_args: list[msgspec.Raw]) -> list[_Args | None]:
@@ -569,6 +592,15 @@ def _comm_op_frame(events: pl.DataFrame) -> pl.DataFrame:
     return events.filter(
         (pl.col("kind") == "cpu_op") & (pl.col("name") == "record_param_comms")
     ).select("external_id", "start_ns", *_META_FIELDS)
+
+
+def _shaped_op_frame(events: pl.DataFrame) -> pl.DataFrame:
+    """Matmul / conv / attention CPU ops with their recorded shapes (``record_shapes``)."""
+    return events.filter(
+        (pl.col("kind") == "cpu_op")
+        & pl.col("name").is_in(list(SHAPED_OPS))
+        & pl.col("input_dims").is_not_null()
+    ).select("name", "tid", "start_ns", "end_ns", "input_dims", "concrete_inputs")
 
 
 def _cpu_frame(events: pl.DataFrame) -> pl.DataFrame:

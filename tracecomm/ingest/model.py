@@ -53,6 +53,9 @@ class RankEvents:
     comm_annotations: pl.DataFrame
     comm_ops: pl.DataFrame
     cpu: pl.DataFrame
+    # matmul / conv / attention CPU ops with Input Dims (name, tid, start_ns, end_ns,
+    # input_dims and concrete_inputs as JSON text); empty without record_shapes
+    shaped_ops: pl.DataFrame = field(default_factory=pl.DataFrame)
     warnings: tuple[str, ...] = ()
     truncated: bool = False
     repaired_events: int = field(default=0)

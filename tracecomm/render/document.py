@@ -188,5 +188,9 @@ def _rank(rank: RankReport) -> dict[str, Any]:
             else None
         ),
         "steps": [_step(s) for s in bd.steps],
+        "observed": None
+        if bd.observed is None
+        else asdict(bd.observed) | {"coverage": bd.observed.coverage},
+        "power_log": rank.power_source,
         "notes": list(bd.notes),
     }

@@ -5,6 +5,8 @@ Kept to 80 columns: one headline block, then per group of ranks a stacked bar an
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.text import Text
 
 from tracecomm.analysis.throughput import GapShares, Throughput
@@ -26,7 +28,7 @@ def mfu_panel(th: Throughput, group_label: str) -> Text:
     text.append(f" ({th.dtype} dense peak)\n")
     text.append(_step_line(th))
     if th.flops is not None:
-        text.append(f"\nFLOPs per step {th.flops.per_step:.4g}: {th.flops.source}")
+        text.append(f"\nFLOPs per step {th.flops.per_step:.4g}\n  from {th.flops.source}")
     if th.mfu is not None:
         text.append("\nMFU ")
         text.append(f"{100 * th.mfu:.2f} %", style="bold")
@@ -40,14 +42,30 @@ def mfu_panel(th: Throughput, group_label: str) -> Text:
             f"\n{th.assumed_ranks} rank(s) without a trace assumed to run the same device",
             style="yellow",
         )
+    if th.observed is not None:
+        text.append(_observed(th))
     if th.energy is not None:
         text.append(_energy(th))
     for gap in th.gaps:
         text.append("\n\n")
         text.append(_bar(gap, group_label if len(th.gaps) == 1 else None))
     if th.missing:
-        text.append(f"\n{th.missing}", style="yellow")
+        text.append("\n" + textwrap.fill(th.missing, 80), style="yellow")
     return text
+
+
+def _observed(th: Throughput) -> str:
+    o = th.observed
+    assert o is not None
+    line = (
+        f"\nobserved from recorded shapes (a lower bound): {o.tflops_while_running:,.1f} "
+        f"TFLOP/s\n  while those kernels ran, {o.coverage_pct:.0f} % of compute time covered"
+    )
+    if o.hfu_lower_bound is not None:
+        line += f"\n  HFU ≥ {100 * o.hfu_lower_bound:.2f} % ({o.ranks} ranks with shapes)"
+    if o.attention_causal_unknown_flops:
+        line += "\n  some attention counted as a full square: the trace does not say causal"
+    return line
 
 
 def _energy(th: Throughput) -> str:

@@ -58,6 +58,9 @@ class Op:
     # Point-to-point ops ("send" / "recv", coll SendRecv): the peer's global rank.
     p2p: str = ""
     peer: int = -1
+    # record_shapes: the launching cpu_op's Input Dims and Concrete Inputs (empty: not written)
+    shapes: tuple[tuple[int, ...], ...] = ()
+    concrete: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Runs once per op of 100 MB benchmark specs: test first, format a message only on error.

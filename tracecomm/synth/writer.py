@@ -106,6 +106,7 @@ class _RankWriter:
         self.clock.set_first(self.trace_start)
         self._names: dict[str, str] = {}
         self._kernel_tails: dict[str, str] = {}
+        self._shapes = any(launch.op.shapes for launch in self.plan.launches)
         self._world = ProcessGroup("world", "default_pg", tuple(range(run.world_size)))
         self._groups = {g.name: g for g in run.groups}
 
@@ -205,7 +206,7 @@ class _RankWriter:
         trace_id = hashlib.sha256(seed).hexdigest()[:32].upper()
         return (
             '{\n  "schemaVersion": 1,\n  "deviceProperties": [' + props + "\n  ],\n"
-            '  "record_shapes": 0,\n  "profile_memory": 1,\n  "with_stack": 1,\n'
+            f'  "record_shapes": {int(self._shapes)},\n  "profile_memory": 1,\n  "with_stack": 1,\n'
             f'  "trace_id": "{trace_id}",\n  "host_name": {_jstr(self.spec.host)},\n'
             f'  "distributedInfo": {json.dumps(dist)},\n  "traceEvents": ['
         )
@@ -295,6 +296,10 @@ class _RankWriter:
             if span.metadata:
                 within = self._group(launch).ranks.index(self.spec.rank)
                 args += ", " + self._coll_args(launch) + f', "Rank": {within}'
+            if launch.op.shapes and span.cat == "cpu_op":
+                args += f', "Input Dims": {json.dumps([list(d) for d in launch.op.shapes])}'
+                if launch.op.concrete:
+                    args += f', "Concrete Inputs": {json.dumps(list(launch.op.concrete))}'
             yield self._x(span.cat, span.name, self.pid, tid, span.start, span.end, args)
 
     def _group(self, launch: Launch) -> ProcessGroup:

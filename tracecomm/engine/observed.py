@@ -1,0 +1,82 @@
+"""Observed FLOPs (mfu.md §8): matmul / conv / attention ops with recorded shapes, their FLOPs
+and the time their kernels ran. A lower bound on the FLOPs the GPU executed (HFU side)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import msgspec
+import polars as pl
+
+from tracecomm.engine.model import ObservedFlops
+from tracecomm.mfu.opflops import op_flops
+
+
+def observed_flops(
+    shaped_ops: pl.DataFrame, linked: pl.DataFrame, included: Collection[int]
+) -> ObservedFlops | None:
+    """``linked``: device work with ``launch_ns`` / ``launch_tid`` / ``step``; only kernels of the
+    included steps count. None when the trace recorded no shapes."""
+    if shaped_ops.height == 0:
+        return None
+    recognized = _with_flops(shaped_ops)
+    ops = _outermost(recognized)
+    kernels = linked.filter(
+        (pl.col("cls") == "compute") & pl.col("step").is_in(list(included))
+    ).with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur"))
+    launched = (
+        kernels.filter(pl.col("launch_ns").is_not_null())
+        .sort("launch_ns")
+        .join_asof(
+            ops.sort("start_ns").select(
+                pl.col("tid").alias("launch_tid"),
+                pl.col("start_ns").alias("op_start"),
+                pl.col("end_ns").alias("op_end"),
+                "op",
+            ),
+            left_on="launch_ns",
+            right_on="op_start",
+            by="launch_tid",
+            strategy="backward",
+            check_sortedness=False,  # sorted as a whole, hence within each thread
+        )
+        .filter(pl.col("op").is_not_null() & (pl.col("launch_ns") < pl.col("op_end")))
+    )
+    counted = ops.join(launched.group_by("op").agg(pl.col("dur").sum().alias("kernel_ns")), on="op")
+    by_family = dict(counted.group_by("family").agg(pl.col("flops").sum()).iter_rows())
+    unknown = counted.filter((pl.col("family") == "attention") & pl.col("causal").is_null())
+    return ObservedFlops(
+        flops=int(counted["flops"].sum()),
+        kernel_ns=int(counted["kernel_ns"].sum()),
+        compute_kernel_ns=int(kernels["dur"].sum()),
+        ops=counted.height,
+        by_family={str(k): int(v) for k, v in sorted(by_family.items())},
+        attention_causal_unknown_flops=int(unknown["flops"].sum()),
+        unrecognized_ops=shaped_ops.height - recognized.height,
+    )
+
+
+def _with_flops(shaped_ops: pl.DataFrame) -> pl.DataFrame:
+    """FLOPs per op from its shapes; ops whose shapes do not fit a formula are dropped."""
+    rows = []
+    decode = msgspec.json.decode
+    for i, (name, dims, concrete) in enumerate(
+        shaped_ops.select("name", "input_dims", "concrete_inputs").iter_rows()
+    ):
+        found = op_flops(name, decode(dims), decode(concrete) if concrete else None)
+        if found is not None:
+            rows.append((i, *found))
+    counted = pl.DataFrame(
+        rows,
+        schema={"op": pl.UInt32, "flops": pl.Int64, "family": pl.String, "causal": pl.Boolean},
+        orient="row",
+    )
+    return shaped_ops.with_row_index("op").join(counted, on="op")
+
+
+def _outermost(ops: pl.DataFrame) -> pl.DataFrame:
+    """Drop ops nested in another counted op on the same thread (SDPA calls the flash op,
+    ``matmul`` calls ``mm``): each kernel's FLOPs count once, at the outer op."""
+    ordered = ops.sort("tid", "start_ns", pl.col("end_ns"), descending=[False, False, True])
+    reach = pl.col("end_ns").cum_max().shift(1).over("tid")
+    return ordered.filter(reach.is_null() | (pl.col("start_ns") >= reach))
