@@ -422,7 +422,14 @@ def _wanted_rows(events: list[_Event]) -> list[int]:
 
 
 _COMM_OP = "record_param_comms"
-_CPU_OPS_KEPT = frozenset({_COMM_OP, *SHAPED_OPS})
+
+
+def _kept_op(e: _Event) -> bool:
+    """CPU ops of a GPU trace worth their rows: collective metadata, and matmul / conv /
+    attention ops that recorded their shapes (most traces do not: skip those cheaply)."""
+    return e.name == _COMM_OP or (e.name in SHAPED_OPS and b'"Input Dims"' in bytes(e.args))
+
+
 _ARGS_DECODER = msgspec.json.Decoder(_Args | None)
 _ARGS_LIST_DECODER = msgspec.json.Decoder(list[_Args | None])
 _NO_ARGS = _Args()
@@ -442,16 +449,6 @@ def _attach_args(frame: pl.DataFrame, raw_args: list[msgspec.Raw]) -> pl.DataFra
     wanted = frame.select(
         (pl.col("kind") == "kernel") | (pl.col("name") == "record_param_comms")
     ).to_series()
-    shaped_rows = frame.select(pl.col("name").is_in(list(SHAPED_OPS))).to_series().arg_true()
-    dims = pl.DataFrame(
-        {
-            "row": shaped_rows,
-            # kept as JSON text: nesting varies by op (scalars, tensors, tensor lists)
-            "input_dims": [_json(args[i].input_dims) for i in shaped_rows.to_list()],
-            "concrete_inputs": [_json(args[i].concrete_inputs) for i in shaped_rows.to_list()],
-        },
-        schema={"row": pl.UInt32, "input_dims": pl.String, "concrete_inputs": pl.String},
-    )
     meta_rows = wanted.arg_true().to_list()
     meta_values = _unzip([args[i] for i in meta_rows], tuple(_META_FIELDS), len(_META_FIELDS))
     meta = pl.DataFrame(
@@ -463,12 +460,30 @@ def _attach_args(frame: pl.DataFrame, raw_args: list[msgspec.Raw]) -> pl.DataFra
             ),
         ]
     )
-    return (
-        frame.with_row_index("row")
-        .join(meta, on="row", how="left", maintain_order="left")
-        .join(dims, on="row", how="left", maintain_order="left")
-        .drop("row")
+    return _attach_dims(
+        frame.with_row_index("row").join(meta, on="row", how="left", maintain_order="left"), args
+    ).drop("row")
+
+
+def _attach_dims(frame: pl.DataFrame, args: list[_Args]) -> pl.DataFrame:
+    """Input Dims / Concrete Inputs of the matmul, conv and attention ops, as JSON text (their
+    nesting varies by op); null columns, and no join, for traces without them."""
+    rows = frame.select(pl.col("name").is_in(list(SHAPED_OPS))).to_series().arg_true().to_list()
+    rows = [i for i in rows if args[i].input_dims is not None]
+    if not rows:
+        return frame.with_columns(
+            pl.lit(None, pl.String).alias("input_dims"),
+            pl.lit(None, pl.String).alias("concrete_inputs"),
+        )
+    dims = pl.DataFrame(
+        {
+            "row": rows,
+            "input_dims": [_json(args[i].input_dims) for i in rows],
+            "concrete_inputs": [_json(args[i].concrete_inputs) for i in rows],
+        },
+        schema={"row": pl.UInt32, "input_dims": pl.String, "concrete_inputs": pl.String},
     )
+    return frame.join(dims, on="row", how="left", maintain_order="left")
 
 
 def _json(value: object) -> str | None:
