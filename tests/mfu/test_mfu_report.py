@@ -99,9 +99,10 @@ def test_settings_file_in_the_run_folder(run: tuple[RunSpec, Path], tmp_path: Pa
 def test_unknown_device_is_named_and_mfu_omitted(tmp_path: Path) -> None:
     spec = dataclasses.replace(fsdp_run(world_size=2, steps=3), device_name="NVIDIA Quantum 9000")
     write_run(spec, tmp_path)
-    code, doc, _ = analyze(tmp_path, "--model-flops-per-step", "1e12")
+    code, doc, stderr = analyze(tmp_path, "--model-flops-per-step", "1e12")
     th = doc["throughput"]
     assert code == EXIT_OK and th["mfu"] is None
+    assert "warning: no peak for device 'NVIDIA Quantum 9000'" in stderr
     assert "'NVIDIA Quantum 9000'" in th["missing"] and "--peak-tflops" in th["missing"]
     assert th["devices"] == [{"name": "NVIDIA Quantum 9000", "ranks": 2, "peak": None}]
 

@@ -111,6 +111,7 @@ def test_generated_run_with_shapes(tmp_path: Path) -> None:
             every,
         )
         assert got["attention_causal_unknown_flops"] > 0  # the backward's flag is missing
+        assert got["tflops_while_running"] == pytest.approx(flops / counted / 1e3)
     observed = doc["throughput"]["observed"]
     total = sum(f for f, _, _ in want.values())
     assert observed["flops_per_step"] == pytest.approx(total / 3)

@@ -145,7 +145,9 @@ def throughput(
         hfu=hfu,
         gaps=gaps,
         missing=missing,
-        warnings=_warnings(mfu, gaps) + energy_warnings,
+        warnings=_warnings(mfu, gaps)
+        + energy_warnings
+        + ((missing,) if flops is not None and missing else ()),
         energy=energy,
         observed=_observed(ranks, step_time, devices, peak_tflops),
     )

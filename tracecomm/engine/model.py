@@ -95,6 +95,11 @@ class ObservedFlops:
     def coverage(self) -> float | None:
         return self.kernel_ns / self.compute_kernel_ns if self.compute_kernel_ns else None
 
+    @property
+    def tflops_while_running(self) -> float | None:
+        """FLOPs / the counted kernels' time (1 FLOP per ns = 1e-3 TFLOP/s)."""
+        return self.flops / self.kernel_ns / 1e3 if self.kernel_ns else None
+
 
 @dataclass(frozen=True)
 class RankBreakdown:

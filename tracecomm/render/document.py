@@ -190,7 +190,11 @@ def _rank(rank: RankReport) -> dict[str, Any]:
         "steps": [_step(s) for s in bd.steps],
         "observed": None
         if bd.observed is None
-        else asdict(bd.observed) | {"coverage": bd.observed.coverage},
+        else asdict(bd.observed)
+        | {
+            "coverage": bd.observed.coverage,
+            "tflops_while_running": bd.observed.tflops_while_running,
+        },
         "power_log": rank.power_source,
         "notes": list(bd.notes),
     }
