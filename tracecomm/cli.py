@@ -23,6 +23,8 @@ from tracecomm.mfu.inputs import ModelInputs
 
 if TYPE_CHECKING:
     from tracecomm.analysis.model import Report
+    from tracecomm.gate.compare import CheckResult
+    from tracecomm.gate.figures import RunFigures
 
 EXIT_OK = 0
 EXIT_USAGE = 2  # bad option or path (also click's own usage errors)
@@ -31,6 +33,7 @@ EXIT_PARTIAL = 4  # a report was produced, but some rank is missing or was only 
 EXIT_INTERNAL = 70  # a bug in tracecomm (EX_SOFTWARE)
 
 _MFU: dict[str, Any] = {"rich_help_panel": "MFU (model FLOPs and device peak)"}
+_GATE: dict[str, Any] = {"rich_help_panel": "Budgets (relative: 5% or 0.05; times: 12ms, 100us)"}
 
 app = typer.Typer(
     name="tracecomm",
@@ -87,39 +90,155 @@ def parse_steps(text: str | None) -> tuple[int | None, int | None]:
     return lo, hi
 
 
+RunArg = Annotated[
+    list[Path],
+    typer.Argument(help="Run folder(s), searched recursively for *.json[.gz], or trace files."),
+]
+StepsOpt = Annotated[
+    str | None,
+    typer.Option(help="ProfilerStep numbers to analyze, inclusive: 3:7, 3:, :7 or 5."),
+]
+AllStepsOpt = Annotated[
+    bool, typer.Option("--all-steps", help="Also analyze incomplete (cut-short) steps.")
+]
+CommPatternOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--comm-pattern",
+        help="Regex (case-sensitive, Rust syntax): kernels whose name matches count as "
+        "communication. Repeatable.",
+    ),
+]
+JobsOpt = Annotated[
+    int | None,
+    typer.Option("--jobs", "-j", min=1, help="Parallel parse processes (default: per core)."),
+]
+NoClockAlignOpt = Annotated[
+    bool, typer.Option("--no-clock-align", help="Do not estimate per-host clock offsets.")
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No warnings on stderr.")]
+FlopsPerStepOpt = Annotated[
+    str | None,
+    typer.Option(help="Model FLOPs of one training step (fwd + bwd), e.g. 3.16e15.", **_MFU),
+]
+FlopsPerTokenOpt = Annotated[
+    str | None, typer.Option(help="Training FLOPs per token; needs --tokens-per-step.", **_MFU)
+]
+TokensPerStepOpt = Annotated[
+    int | None, typer.Option(min=1, help="Global tokens per step (each counted once).", **_MFU)
+]
+ModelConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Hugging Face config.json (Llama-style, MoE, MLA); needs --seq-len and "
+        "--global-batch.",
+        **_MFU,
+    ),
+]
+SeqLenOpt = Annotated[int | None, typer.Option(min=1, help="Training sequence length T.", **_MFU)]
+GlobalBatchOpt = Annotated[
+    int | None, typer.Option(min=1, help="Sequences per step, all ranks.", **_MFU)
+]
+FormulaOpt = Annotated[
+    str,
+    typer.Option(
+        help="With --model-config: exact (default), 6n, 6n-hf, palm, torchtitan, megatron.",
+        **_MFU,
+    ),
+]
+AttentionOpt = Annotated[
+    str,
+    typer.Option(
+        help="Causal attention in the exact count: halved (default) or full (the square).",
+        **_MFU,
+    ),
+]
+DtypeOpt = Annotated[
+    str, typer.Option(help="Peak to compare with: bf16 (default), fp16, fp8, tf32, fp32.", **_MFU)
+]
+PeakOpt = Annotated[
+    float | None,
+    typer.Option(help="Dense peak TFLOP/s per device, overriding the peak table.", **_MFU),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Analysis:
+    """The options every command that analyzes a run shares."""
+
+    steps: str | None = None
+    all_steps: bool = False
+    comm_pattern: list[str] | None = None
+    jobs: int | None = None
+    no_clock_align: bool = False
+    model_flops_per_step: str | None = None
+    flops_per_token: str | None = None
+    tokens_per_step: int | None = None
+    model_config: Path | None = None
+    seq_len: int | None = None
+    global_batch: int | None = None
+    flops_formula: str = "exact"
+    attention: str = "halved"
+    dtype: str = "bf16"
+    peak_tflops: float | None = None
+
+    def model(self) -> ModelInputs:
+        return ModelInputs(
+            model_flops_per_step=_flops(self.model_flops_per_step, "--model-flops-per-step"),
+            flops_per_token=_flops(self.flops_per_token, "--flops-per-token"),
+            tokens_per_step=self.tokens_per_step,
+            model_config=self.model_config,
+            seq_len=self.seq_len,
+            global_batch=self.global_batch,
+            flops_formula=self.flops_formula,
+            attention=self.attention,
+            dtype=self.dtype,
+            peak_tflops=self.peak_tflops,
+        )
+
+    def run(
+        self,
+        inputs: list[Path],
+        detail_instances: bool = False,
+        show_progress: bool = False,
+        no_input_code: int = EXIT_NO_INPUT,
+    ) -> Report:
+        first, last = parse_steps(self.steps)
+        patterns = tuple(self.comm_pattern or ())
+        if patterns:
+            from tracecomm.engine.classify import check_pattern
+
+            for pattern in patterns:
+                problem = check_pattern(pattern)
+                if problem:
+                    raise typer.BadParameter(f"{pattern!r}: {problem}", param_hint="--comm-pattern")
+        return _run(
+            [str(p) for p in inputs],
+            first,
+            last,
+            self.all_steps,
+            patterns,
+            self.jobs,
+            not self.no_clock_align,
+            detail_instances,
+            self.model(),
+            show_progress=show_progress,
+            no_input_code=no_input_code,
+        )
+
+
 @app.command()
 def analyze(
-    run: Annotated[
-        list[Path],
-        typer.Argument(help="Run folder(s), searched recursively for *.json[.gz], or trace files."),
-    ],
+    run: RunArg,
     output_format: Annotated[
         OutputFormat,
         typer.Option("--format", "-f", help="terminal report, one JSON document, or per-rank CSV."),
     ] = OutputFormat.terminal,
-    steps: Annotated[
-        str | None,
-        typer.Option(help="ProfilerStep numbers to analyze, inclusive: 3:7, 3:, :7 or 5."),
-    ] = None,
-    all_steps: Annotated[
-        bool, typer.Option("--all-steps", help="Also analyze incomplete (cut-short) steps.")
-    ] = False,
-    comm_pattern: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--comm-pattern",
-            help="Regex (case-sensitive, Rust syntax): kernels whose name matches count as "
-            "communication. Repeatable.",
-        ),
-    ] = None,
-    jobs: Annotated[
-        int | None,
-        typer.Option("--jobs", "-j", min=1, help="Parallel parse processes (default: per core)."),
-    ] = None,
-    no_clock_align: Annotated[
-        bool,
-        typer.Option("--no-clock-align", help="Do not estimate per-host clock offsets."),
-    ] = False,
+    steps: StepsOpt = None,
+    all_steps: AllStepsOpt = False,
+    comm_pattern: CommPatternOpt = None,
+    jobs: JobsOpt = None,
+    no_clock_align: NoClockAlignOpt = False,
     detail: Annotated[
         list[Detail] | None,
         typer.Option(help="Add bulky records to the JSON: 'instances' (every matched collective)."),
@@ -132,103 +251,47 @@ def analyze(
             help="Straggler ranks to list by root delay (default: 8 in the terminal, all in JSON).",
         ),
     ] = None,
-    model_flops_per_step: Annotated[
-        str | None,
-        typer.Option(help="Model FLOPs of one training step (fwd + bwd), e.g. 3.16e15.", **_MFU),
-    ] = None,
-    flops_per_token: Annotated[
-        str | None,
-        typer.Option(help="Training FLOPs per token; needs --tokens-per-step.", **_MFU),
-    ] = None,
-    tokens_per_step: Annotated[
-        int | None,
-        typer.Option(min=1, help="Global tokens per step (each counted once).", **_MFU),
-    ] = None,
-    model_config: Annotated[
-        Path | None,
-        typer.Option(
-            help="Hugging Face config.json (Llama-style, MoE, MLA); needs --seq-len and "
-            "--global-batch.",
-            **_MFU,
-        ),
-    ] = None,
-    seq_len: Annotated[
-        int | None, typer.Option(min=1, help="Training sequence length T.", **_MFU)
-    ] = None,
-    global_batch: Annotated[
-        int | None, typer.Option(min=1, help="Sequences per step, all ranks.", **_MFU)
-    ] = None,
-    flops_formula: Annotated[
-        str,
-        typer.Option(
-            help="With --model-config: exact (default), 6n, 6n-hf, palm, torchtitan, megatron.",
-            **_MFU,
-        ),
-    ] = "exact",
-    attention: Annotated[
-        str,
-        typer.Option(
-            help="Causal attention in the exact count: halved (default) or full (the square).",
-            **_MFU,
-        ),
-    ] = "halved",
-    dtype: Annotated[
-        str,
-        typer.Option(help="Peak to compare with: bf16 (default), fp16, fp8, tf32, fp32.", **_MFU),
-    ] = "bf16",
-    peak_tflops: Annotated[
-        float | None,
-        typer.Option(help="Dense peak TFLOP/s per device, overriding the peak table.", **_MFU),
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No warnings on stderr.")] = False,
+    model_flops_per_step: FlopsPerStepOpt = None,
+    flops_per_token: FlopsPerTokenOpt = None,
+    tokens_per_step: TokensPerStepOpt = None,
+    model_config: ModelConfigOpt = None,
+    seq_len: SeqLenOpt = None,
+    global_batch: GlobalBatchOpt = None,
+    flops_formula: FormulaOpt = "exact",
+    attention: AttentionOpt = "halved",
+    dtype: DtypeOpt = "bf16",
+    peak_tflops: PeakOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Per-rank compute / communication breakdown of a run's profiler traces.
 
     Exit codes: 0 success; 2 usage error; 3 no usable input; 4 partial result (a rank is
     missing or was only partly readable; the report covers the others); 70 internal error.
     """
-    first, last = parse_steps(steps)
-    patterns = tuple(comm_pattern or ())
-    if patterns:
-        from tracecomm.engine.classify import check_pattern
-
-        for pattern in patterns:
-            problem = check_pattern(pattern)
-            if problem:
-                raise typer.BadParameter(f"{pattern!r}: {problem}", param_hint="--comm-pattern")
-    model = ModelInputs(
-        model_flops_per_step=_flops(model_flops_per_step, "--model-flops-per-step"),
-        flops_per_token=_flops(flops_per_token, "--flops-per-token"),
-        tokens_per_step=tokens_per_step,
-        model_config=model_config,
-        seq_len=seq_len,
-        global_batch=global_batch,
-        flops_formula=flops_formula,
-        attention=attention,
-        dtype=dtype,
-        peak_tflops=peak_tflops,
-    )
-    report = _run(
-        [str(p) for p in run],
-        first,
-        last,
+    analysis = _Analysis(
+        steps,
         all_steps,
-        patterns,
+        comm_pattern,
         jobs,
-        not no_clock_align,
+        no_clock_align,
+        model_flops_per_step,
+        flops_per_token,
+        tokens_per_step,
+        model_config,
+        seq_len,
+        global_batch,
+        flops_formula,
+        attention,
+        dtype,
+        peak_tflops,
+    )
+    report = analysis.run(
+        run,
         Detail.instances in (detail or ()),
-        model,
         show_progress=output_format is OutputFormat.terminal,
     )
     if not quiet:
-        for line in report.warnings:
-            _stderr(f"warning: {line}")
-        for missing in report.missing:
-            who = f"rank {missing.rank}" if missing.rank is not None else "a rank"
-            where = f"{missing.path}: " if missing.path else ""
-            _stderr(f"error: {who} missing: {where}{missing.reason}")
-        for skipped in report.skipped:
-            _stderr(f"warning: skipped {skipped.path}: {skipped.reason}")
+        _warn(report)
     if top is not None and report.stragglers is not None:
         ranks = report.stragglers.ranks[:top]
         report = dataclasses.replace(
@@ -236,6 +299,285 @@ def analyze(
         )
     _render(report, output_format, top)
     raise typer.Exit(EXIT_PARTIAL if report.partial else EXIT_OK)
+
+
+class CheckFormat(str, Enum):
+    terminal = "terminal"
+    json = "json"
+    github = "github"
+    junit = "junit"
+    markdown = "markdown"
+
+
+EXIT_REGRESSION = 1  # tracecomm check: a figure passed its budget
+
+
+@app.command()
+def check(
+    run: Annotated[
+        Path,
+        typer.Argument(help="The current run: a folder of traces, or its analyze JSON."),
+    ],
+    baseline: Annotated[
+        Path,
+        typer.Option(
+            "--baseline",
+            "-b",
+            help="A baseline from `tracecomm baseline`, an analyze JSON, or a run folder.",
+        ),
+    ],
+    output_format: Annotated[
+        CheckFormat,
+        typer.Option(
+            "--format", "-f", help="terminal, json, github (annotations), junit, markdown."
+        ),
+    ] = CheckFormat.terminal,
+    max_step_time_increase: Annotated[
+        str | None, typer.Option(help="Relative budget, e.g. 3% (default 3%).", **_GATE)
+    ] = None,
+    max_exposed_comm_increase: Annotated[
+        str | None,
+        typer.Option(help="Relative, total and per collective type (default 5%).", **_GATE),
+    ] = None,
+    max_idle_increase: Annotated[
+        str | None, typer.Option(help="Relative (default 10%).", **_GATE)
+    ] = None,
+    max_overlap_decrease: Annotated[
+        str | None, typer.Option(help="Relative (default 5%).", **_GATE)
+    ] = None,
+    max_mfu_decrease: Annotated[
+        str | None, typer.Option(help="Relative (default 3%).", **_GATE)
+    ] = None,
+    max_straggler_delay_increase: Annotated[
+        str | None, typer.Option(help="Relative (default 50%).", **_GATE)
+    ] = None,
+    max_step_time: Annotated[
+        str | None, typer.Option(help="Absolute cap, e.g. 120ms.", **_GATE)
+    ] = None,
+    max_exposed_comm: Annotated[
+        str | None, typer.Option(help="Absolute cap, e.g. 12ms.", **_GATE)
+    ] = None,
+    max_idle: Annotated[str | None, typer.Option(help="Absolute cap.", **_GATE)] = None,
+    min_overlap: Annotated[
+        str | None, typer.Option(help="Absolute floor in %, e.g. 70.", **_GATE)
+    ] = None,
+    min_mfu: Annotated[
+        str | None, typer.Option(help="Absolute floor, e.g. 0.35 or 35%.", **_GATE)
+    ] = None,
+    max_straggler_delay: Annotated[
+        str | None, typer.Option(help="Absolute cap on the worst rank's root delay.", **_GATE)
+    ] = None,
+    noise_floor: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="FIGURE=VALUE: a change below it never regresses (e.g. exposed_comm=50us). "
+            "Repeatable.",
+            **_GATE,
+        ),
+    ] = None,
+    steps: StepsOpt = None,
+    all_steps: AllStepsOpt = False,
+    comm_pattern: CommPatternOpt = None,
+    jobs: JobsOpt = None,
+    model_flops_per_step: FlopsPerStepOpt = None,
+    flops_per_token: FlopsPerTokenOpt = None,
+    tokens_per_step: TokensPerStepOpt = None,
+    model_config: ModelConfigOpt = None,
+    seq_len: SeqLenOpt = None,
+    global_batch: GlobalBatchOpt = None,
+    flops_formula: FormulaOpt = "exact",
+    attention: AttentionOpt = "halved",
+    dtype: DtypeOpt = "bf16",
+    peak_tflops: PeakOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Gate a run against a baseline: exit 1 when a figure got worse than its budget allows.
+
+    Compares medians over steps and ranks (step time, exposed comm in total and per collective
+    type, overlap, idle, MFU, straggler delay). A figure regresses when it is worse by more
+    than its relative budget AND by more than its noise floor, or beyond an absolute cap.
+    Budgets also come from a [check] table in tracecomm.toml (flags win).
+
+    Exit codes: 0 pass; 1 regression; 2 usage or input error.
+    """
+    from tracecomm.gate.budgets import DEFAULT_BUDGETS, BudgetError, apply
+    from tracecomm.gate.compare import NothingShared, compare
+
+    analysis = _Analysis(
+        steps,
+        all_steps,
+        comm_pattern,
+        jobs,
+        False,
+        model_flops_per_step,
+        flops_per_token,
+        tokens_per_step,
+        model_config,
+        seq_len,
+        global_batch,
+        flops_formula,
+        attention,
+        dtype,
+        peak_tflops,
+    )
+    flags = {
+        "max_step_time_increase": max_step_time_increase,
+        "max_exposed_comm_increase": max_exposed_comm_increase,
+        "max_idle_increase": max_idle_increase,
+        "max_overlap_decrease": max_overlap_decrease,
+        "max_mfu_decrease": max_mfu_decrease,
+        "max_straggler_delay_increase": max_straggler_delay_increase,
+        "max_step_time": max_step_time,
+        "max_exposed_comm": max_exposed_comm,
+        "max_idle": max_idle,
+        "min_overlap": min_overlap,
+        "min_mfu": min_mfu,
+        "max_straggler_delay": max_straggler_delay,
+        "noise_floor": _pairs(noise_floor, "--noise-floor"),
+    }
+    try:
+        budgets = apply(flags, apply(_check_settings(run), DEFAULT_BUDGETS))
+    except BudgetError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    current = _figures(run, analysis, quiet)
+    base = _figures(baseline, analysis, quiet)
+    try:
+        result = compare(base, current, budgets)
+    except NothingShared as exc:
+        _fail(str(exc), EXIT_USAGE)
+    _render_check(result, output_format)
+    raise typer.Exit(EXIT_OK if result.passed else EXIT_REGRESSION)
+
+
+@app.command()
+def baseline(
+    run: Annotated[
+        Path, typer.Argument(help="The run to take as the baseline: a folder, or its analyze JSON.")
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Where to write the baseline JSON.")
+    ],
+    steps: StepsOpt = None,
+    all_steps: AllStepsOpt = False,
+    comm_pattern: CommPatternOpt = None,
+    jobs: JobsOpt = None,
+    model_flops_per_step: FlopsPerStepOpt = None,
+    flops_per_token: FlopsPerTokenOpt = None,
+    tokens_per_step: TokensPerStepOpt = None,
+    model_config: ModelConfigOpt = None,
+    seq_len: SeqLenOpt = None,
+    global_batch: GlobalBatchOpt = None,
+    flops_formula: FormulaOpt = "exact",
+    attention: AttentionOpt = "halved",
+    dtype: DtypeOpt = "bf16",
+    peak_tflops: PeakOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Write the compact baseline `tracecomm check --baseline` reads (figures only, versioned).
+
+    Exit codes: 0 written; 2 usage or input error.
+    """
+    import orjson
+
+    from tracecomm.gate.figures import baseline_document
+
+    analysis = _Analysis(
+        steps,
+        all_steps,
+        comm_pattern,
+        jobs,
+        False,
+        model_flops_per_step,
+        flops_per_token,
+        tokens_per_step,
+        model_config,
+        seq_len,
+        global_batch,
+        flops_formula,
+        attention,
+        dtype,
+        peak_tflops,
+    )
+    figures = _figures(run, analysis, quiet)
+    try:
+        output.write_bytes(
+            orjson.dumps(baseline_document(figures), option=orjson.OPT_INDENT_2) + b"\n"
+        )
+    except OSError as exc:
+        _fail(f"{output}: {exc.strerror or exc}", EXIT_USAGE)
+    if not quiet:
+        _stderr(f"baseline of {len(figures.ranks)} ranks written to {output}")
+
+
+def _figures(path: Path, analysis: _Analysis, quiet: bool) -> RunFigures:
+    """Gate figures of a run folder (analyzed now), an analyze JSON or a baseline file."""
+    from tracecomm.gate.figures import BaselineError, from_document, read_baseline_file
+    from tracecomm.render.document import report_document
+
+    if path.is_file() and path.suffix == ".json":
+        try:
+            return read_baseline_file(path)
+        except BaselineError as exc:
+            _fail(str(exc), EXIT_USAGE)
+    if not path.exists():
+        _fail(f"{path}: no such file or folder", EXIT_USAGE)
+    report = analysis.run([path], no_input_code=EXIT_USAGE)
+    if not quiet:
+        _warn(report)
+    return from_document(report_document(report), str(path))
+
+
+def _check_settings(run: Path) -> dict[str, Any]:
+    """The [check] table of tracecomm.toml in the run folder."""
+    from tracecomm.mfu.inputs import InputError, read_settings
+
+    try:
+        return dict(read_settings([str(run)]).get("check", {}))
+    except InputError as exc:
+        _fail(str(exc), EXIT_USAGE)
+
+
+def _pairs(items: list[str] | None, flag: str) -> dict[str, str] | None:
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"{item!r}: expected FIGURE=VALUE", param_hint=flag)
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _render_check(result: CheckResult, output_format: CheckFormat) -> None:
+    from tracecomm.render import check as out
+
+    if output_format is CheckFormat.json:
+        sys.stdout.buffer.write(out.render_json(result))
+    elif output_format is CheckFormat.junit:
+        sys.stdout.write(out.render_junit(result))
+    elif output_format is CheckFormat.markdown:
+        sys.stdout.write(out.render_markdown(result))
+    elif output_format is CheckFormat.github:
+        sys.stdout.write(out.render_github(result))
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            with open(summary, "a", encoding="utf-8") as handle:
+                handle.write(out.render_markdown(result))
+    else:
+        out.render_terminal(result, sys.stdout)
+    sys.stdout.flush()
+
+
+def _warn(report: Report) -> None:
+    for line in report.warnings:
+        _stderr(f"warning: {line}")
+    for missing in report.missing:
+        who = f"rank {missing.rank}" if missing.rank is not None else "a rank"
+        where = f"{missing.path}: " if missing.path else ""
+        _stderr(f"error: {who} missing: {where}{missing.reason}")
+    for skipped in report.skipped:
+        _stderr(f"warning: skipped {skipped.path}: {skipped.reason}")
 
 
 def _run(
@@ -249,6 +591,7 @@ def _run(
     detail_instances: bool,
     model: ModelInputs,
     show_progress: bool,
+    no_input_code: int = EXIT_NO_INPUT,
 ) -> Report:
     from tracecomm.engine import BreakdownOptions
     from tracecomm.errors import NoUsableInput, UsageError
@@ -267,7 +610,7 @@ def _run(
     except UsageError as exc:
         _fail(str(exc), EXIT_USAGE)
     except NoUsableInput as exc:
-        _fail(str(exc), EXIT_NO_INPUT)
+        _fail(str(exc), no_input_code)
 
 
 def _progress() -> Callable[[int, int, str], None] | None:

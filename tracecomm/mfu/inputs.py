@@ -62,17 +62,29 @@ class ModelFlops:
     hfu_per_step: int | None = None  # with full activation recompute (config only)
 
 
-def settings_file(runs: list[str]) -> ModelInputs:
-    """tracecomm.toml in the (single) run folder, if any; paths in it are relative to it."""
-    folders = [Path(r) for r in runs if Path(r).is_dir()]
-    found = [f / SETTINGS_FILE for f in folders if (f / SETTINGS_FILE).is_file()]
-    if not found:
-        return ModelInputs()
-    path = found[0]
+def settings_path(runs: list[str]) -> Path | None:
+    """tracecomm.toml in the first run folder (a file's own folder) that has one."""
+    folders = [p if p.is_dir() else p.parent for p in map(Path, runs) if p.exists()]
+    return next((f / SETTINGS_FILE for f in folders if (f / SETTINGS_FILE).is_file()), None)
+
+
+def read_settings(runs: list[str]) -> dict[str, Any]:
+    """The parsed tracecomm.toml of the run (an empty table without one)."""
+    path = settings_path(runs)
+    if path is None:
+        return {}
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise InputError(f"{path}: {exc}") from exc
+
+
+def settings_file(runs: list[str]) -> ModelInputs:
+    """The [model] and [device] tables of tracecomm.toml; paths in it are relative to it."""
+    doc = read_settings(runs)
+    path = settings_path(runs)
+    if path is None:
+        return ModelInputs()
     model, device = doc.get("model", {}), doc.get("device", {})
     if not isinstance(model, dict) or not isinstance(device, dict):
         raise InputError(f"{path}: [model] and [device] must be tables")

@@ -9,7 +9,7 @@ NCCL kernels as they do on real hardware.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tracecomm.synth import names as kn
@@ -124,6 +124,7 @@ class _Builder:
     world: int
     program: list[_Instr] = field(default_factory=list)
     next_key: int = 0
+    comm_factor: Mapping[str, float] = field(default_factory=dict)  # per collective type
 
     def add(self, launch: _Launch) -> int:
         self.program.append(launch)
@@ -168,6 +169,7 @@ class _Builder:
         thread: str = "main",
         deps: tuple[int, ...] = (),
     ) -> int:
+        dur_us *= self.comm_factor.get(coll, 1.0)
         launch = _Launch(
             self.next_key, "comm", COMM_STREAM, dur_us, "", coll, nelems, thread, deps, cost_us=31.0
         )
@@ -467,6 +469,7 @@ def fsdp_run(
     host_offsets_ns: Sequence[int] | None = None,
     skip: tuple[int, int] | None = None,
     jitter: float = JITTER,
+    comm_slowdown: Mapping[str, float] | None = None,
 ) -> RunSpec:
     """An FSDP-style run: steps complete steps (plus one incomplete one) on every rank.
 
@@ -484,10 +487,18 @@ def fsdp_run(
 
     ``jitter``: the relative spread of compute and CPU durations (collectives get 1/15 of it);
     0 gives a jitter-free schedule, every duration exactly as scheduled on every rank.
+
+    ``comm_slowdown={"ReduceScatter": 0.1}``: that collective type's kernels run 10 % longer on
+    every rank (a regression for the CI gate to catch).
     """
     if world_size < 1 or steps < 1 or layers < 1 or scale < 1:
         raise ValueError("world_size, steps, layers and scale must all be >= 1")
-    builder = _Builder(layers, scale, world_size)
+    builder = _Builder(
+        layers,
+        scale,
+        world_size,
+        comm_factor={t: 1.0 + x for t, x in (comm_slowdown or {}).items()},
+    )
     total = steps + (1 if partial_last_step else 0)
     for i in range(total):
         builder.step(FIRST_STEP + i, partial=partial_last_step and i == total - 1)

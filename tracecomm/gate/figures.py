@@ -1,0 +1,163 @@
+"""What the CI gate compares: per-rank medians over steps, from an ``analyze`` JSON document or
+a compact baseline file (``tracecomm baseline``)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+BASELINE_KIND = "tracecomm-baseline"
+BASELINE_VERSION = 1
+
+
+class BaselineError(ValueError):
+    """A baseline that cannot be read (the message names the file and the problem)."""
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    """One rank's medians over its included steps (ns, except ``overlap_pct``)."""
+
+    step_time_ns: int
+    exposed_comm_ns: int
+    idle_ns: int
+    overlap_pct: float | None
+    exposed_by_type_ns: dict[str, int]
+    root_delay_ns: int  # straggler root delay per step (metrics.md §6), 0 without matching
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    ranks: dict[int, RankFigures]
+    steps: tuple[int, ...]
+    world_size: int | None
+    mfu: float | None
+    source: str  # where the figures came from, for messages
+    tool_version: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+
+def from_document(doc: Mapping[str, Any], source: str) -> RunFigures:
+    """Figures of an ``analyze --format json`` document."""
+    delays = {r["rank"]: r["root_delay_ns"] for r in (doc.get("stragglers") or {}).get("ranks", [])}
+    ranks = {}
+    for rank in doc.get("ranks", []):
+        median = rank.get("step_median")
+        if not median:
+            continue
+        ranks[rank["rank"]] = RankFigures(
+            step_time_ns=median["window_ns"],
+            exposed_comm_ns=median["exposed_comm_ns"],
+            idle_ns=median["idle_ns"],
+            overlap_pct=median["overlap_pct"],
+            exposed_by_type_ns=_by_type_medians(rank.get("steps", [])),
+            root_delay_ns=max(0, delays.get(rank["rank"], 0)),
+        )
+    throughput = doc.get("throughput") or {}
+    return RunFigures(
+        ranks=ranks,
+        steps=tuple(doc.get("summary", {}).get("steps", ())),
+        world_size=doc.get("summary", {}).get("world_size"),
+        mfu=throughput.get("mfu"),
+        source=source,
+        tool_version=(doc.get("tool") or {}).get("version"),
+    )
+
+
+def _by_type_medians(steps: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Median over the included steps of each type's exposed time (0 in a step without it)."""
+    windows = [s["window"] for s in steps if s.get("included") and s.get("window")]
+    types = sorted({t["coll_type"] for w in windows for t in w["by_type"]})
+    out = {}
+    for coll in types:
+        values = [
+            sum(t["exposed_comm_ns"] for t in w["by_type"] if t["coll_type"] == coll)
+            for w in windows
+        ]
+        out[coll] = math.floor(statistics.median(values) + 0.5)
+    return out
+
+
+def baseline_document(figures: RunFigures) -> dict[str, Any]:
+    """The compact, versioned baseline: figures only (a small file to commit)."""
+    return {
+        "kind": BASELINE_KIND,
+        "schema_version": BASELINE_VERSION,
+        "tool_version": figures.tool_version,
+        "source": figures.source,
+        "world_size": figures.world_size,
+        "steps": list(figures.steps),
+        "mfu": figures.mfu,
+        "ranks": [
+            {
+                "rank": rank,
+                "step_time_ns": f.step_time_ns,
+                "exposed_comm_ns": f.exposed_comm_ns,
+                "idle_ns": f.idle_ns,
+                "overlap_pct": f.overlap_pct,
+                "exposed_by_type_ns": f.exposed_by_type_ns,
+                "root_delay_ns": f.root_delay_ns,
+            }
+            for rank, f in sorted(figures.ranks.items())
+        ],
+    }
+
+
+def read_baseline_file(path: Path) -> RunFigures:
+    """A baseline written by ``tracecomm baseline``, or a whole ``analyze --format json`` file."""
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise BaselineError(f"{path}: {exc.strerror or exc}") from exc
+    except orjson.JSONDecodeError as exc:
+        raise BaselineError(f"{path}: not JSON ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise BaselineError(f"{path}: not a tracecomm baseline or analyze JSON document")
+    if doc.get("kind") == BASELINE_KIND:
+        return _from_baseline(doc, path)
+    if "ranks" in doc and "schema_version" in doc and "summary" in doc:
+        return from_document(doc, str(path))
+    raise BaselineError(f"{path}: not a tracecomm baseline or analyze JSON document")
+
+
+def _from_baseline(doc: Mapping[str, Any], path: Path) -> RunFigures:
+    version = doc.get("schema_version")
+    if version != BASELINE_VERSION:
+        newer = isinstance(version, int) and version > BASELINE_VERSION
+        raise BaselineError(
+            f"{path}: baseline schema version {version!r} "
+            + (
+                f"is newer than this tracecomm reads ({BASELINE_VERSION}): upgrade tracecomm"
+                if newer
+                else f"is not one this tracecomm reads ({BASELINE_VERSION}): write it again "
+                "with `tracecomm baseline`"
+            )
+        )
+    try:
+        ranks = {
+            int(r["rank"]): RankFigures(
+                step_time_ns=int(r["step_time_ns"]),
+                exposed_comm_ns=int(r["exposed_comm_ns"]),
+                idle_ns=int(r["idle_ns"]),
+                overlap_pct=r["overlap_pct"],
+                exposed_by_type_ns={str(k): int(v) for k, v in r["exposed_by_type_ns"].items()},
+                root_delay_ns=int(r["root_delay_ns"]),
+            )
+            for r in doc["ranks"]
+        }
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BaselineError(f"{path}: malformed baseline ({type(exc).__name__}: {exc})") from exc
+    return RunFigures(
+        ranks=ranks,
+        steps=tuple(doc.get("steps") or ()),
+        world_size=doc.get("world_size"),
+        mfu=doc.get("mfu"),
+        source=str(path),
+        tool_version=doc.get("tool_version"),
+    )
