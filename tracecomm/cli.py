@@ -181,6 +181,7 @@ class _Analysis:
     attention: str = "halved"
     dtype: str = "bf16"
     peak_tflops: float | None = None
+    nccl_logs: tuple[Path, ...] = ()
 
     def model(self) -> ModelInputs:
         return ModelInputs(
@@ -224,6 +225,7 @@ class _Analysis:
             self.model(),
             show_progress=show_progress,
             no_input_code=no_input_code,
+            nccl_logs=self.nccl_logs,
         )
 
 
@@ -261,6 +263,13 @@ def analyze(
     attention: AttentionOpt = "halved",
     dtype: DtypeOpt = "bf16",
     peak_tflops: PeakOpt = None,
+    nccl_log: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--nccl-log",
+            help="An NCCL debug log outside the run folder (those inside are found). Repeatable.",
+        ),
+    ] = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Per-rank compute / communication breakdown of a run's profiler traces.
@@ -284,6 +293,7 @@ def analyze(
         attention,
         dtype,
         peak_tflops,
+        nccl_logs=tuple(nccl_log or ()),
     )
     report = analysis.run(
         run,
@@ -569,6 +579,64 @@ def _render_check(result: CheckResult, output_format: CheckFormat) -> None:
     sys.stdout.flush()
 
 
+class NcclFormat(str, Enum):
+    terminal = "terminal"
+    json = "json"
+
+
+@app.command()
+def nccl(
+    logs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="NCCL debug logs, Flight Recorder dumps (nccl_trace_rank_N), or folders of them."
+        ),
+    ],
+    output_format: Annotated[
+        NcclFormat, typer.Option("--format", "-f", help="terminal report or one JSON document.")
+    ] = NcclFormat.terminal,
+    quiet: QuietOpt = False,
+) -> None:
+    """The NCCL side alone: versions, networks, transports, WARNs, watchdog timeouts and hangs
+    from NCCL_DEBUG logs and Flight Recorder dumps, for users who have no traces.
+
+    Exit codes: 0 success (findings do not change it); 2 usage error; 3 no NCCL log or dump.
+    """
+    from tracecomm.nccl.discover import analyze_nccl, discover
+
+    missing = [p for p in logs if not p.exists()]
+    if missing:
+        _fail(f"{missing[0]}: no such file or folder", EXIT_USAGE)
+    # a file named on the command line is read as a log even without a log suffix
+    found = discover(logs, [p for p in logs if p.is_file()])
+    summary, warnings = analyze_nccl(found)
+    if not quiet:
+        for line in warnings:
+            _stderr(f"warning: {line}")
+    if summary is None:
+        _fail(f"{', '.join(map(str, logs))}: no NCCL log or Flight Recorder dump", EXIT_NO_INPUT)
+    if output_format is NcclFormat.json:
+        import orjson
+
+        from tracecomm.render.document import nccl_document
+
+        doc = {
+            "kind": "tracecomm-nccl",
+            "schema_version": 1,
+            "nccl": nccl_document(summary),
+            "warnings": warnings,
+        }
+        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        from rich.console import Console
+
+        from tracecomm.render.nccl_section import nccl_section
+
+        out = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 120)
+        out.print(nccl_section(summary))
+    sys.stdout.flush()
+
+
 def _warn(report: Report) -> None:
     for line in report.warnings:
         _stderr(f"warning: {line}")
@@ -592,6 +660,7 @@ def _run(
     model: ModelInputs,
     show_progress: bool,
     no_input_code: int = EXIT_NO_INPUT,
+    nccl_logs: tuple[Path, ...] = (),
 ) -> Report:
     from tracecomm.engine import BreakdownOptions
     from tracecomm.errors import NoUsableInput, UsageError
@@ -604,6 +673,7 @@ def _run(
         align_clocks,
         detail_instances,
         model,
+        nccl_logs,
     )
     try:
         return run_pipeline(inputs, opts, _progress() if show_progress else None)

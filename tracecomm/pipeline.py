@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -26,6 +26,8 @@ from tracecomm.ingest.power import (
     series_for_host,
 )
 from tracecomm.mfu.inputs import InputError, ModelInputs, model_flops, settings_file
+from tracecomm.nccl.discover import analyze_nccl
+from tracecomm.nccl.discover import discover as discover_nccl
 
 # Below this much input a process pool costs more (interpreter + polars start) than it saves.
 _POOL_MIN_BYTES = 64 * 2**20
@@ -40,6 +42,7 @@ class AnalyzeOptions:
     align_clocks: bool = True  # metrics.md §5; --no-clock-align turns it off
     detail_instances: bool = False  # per-instance straggler records (--detail instances)
     model: ModelInputs = field(default_factory=ModelInputs)  # FLOPs and peak inputs for MFU
+    nccl_logs: tuple[Path, ...] = ()  # --nccl-log: logs outside the run folder
 
 
 def analyze_file(
@@ -111,6 +114,8 @@ def analyze(
         MfuInputs(flops, model.dtype, model.peak_tflops),
         power_warnings,
     )
+    nccl, nccl_warnings = analyze_nccl(discover_nccl(inputs, opts.nccl_logs))
+    report = replace(report, nccl=nccl, warnings=report.warnings + tuple(nccl_warnings))
     if not report.ranks:
         reasons = "; ".join(m.reason for m in report.missing[:3])
         raise NoUsableInput(f"no usable rank: {reasons}")

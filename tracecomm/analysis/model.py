@@ -12,6 +12,7 @@ from tracecomm.ingest.model import TraceMeta
 
 if TYPE_CHECKING:  # throughput.py reads RankReport from here
     from tracecomm.analysis.throughput import Throughput
+    from tracecomm.nccl.diagnose import NcclSummary
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ class Report:
     cross_rank: CrossRank | None = None  # matching and clocks, when two or more ranks are analyzed
     stragglers: Stragglers | None = None  # metrics.md §6, from the matched instances
     throughput: Throughput | None = None  # step time, tokens/s, MFU (metrics.md §8)
+    nccl: NcclSummary | None = None  # NCCL logs and Flight Recorder dumps in the run folder
 
     @property
     def partial(self) -> bool:

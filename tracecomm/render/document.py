@@ -12,6 +12,7 @@ from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.model import RankReport, Report
 from tracecomm.analysis.stragglers import Stragglers
 from tracecomm.engine.model import Figures, StepFigures, WindowFigures
+from tracecomm.nccl.diagnose import NcclSummary
 
 SCHEMA_VERSION = 1
 
@@ -55,8 +56,13 @@ def report_document(report: Report) -> dict[str, Any]:
         "cross_rank": _cross_rank(report.cross_rank),
         "stragglers": _stragglers(report.stragglers),
         "throughput": None if report.throughput is None else plain(asdict(report.throughput)),
+        "nccl": nccl_document(report.nccl),
         "partial": report.partial,
     }
+
+
+def nccl_document(summary: NcclSummary | None) -> dict[str, Any] | None:
+    return None if summary is None else plain(asdict(summary))
 
 
 def plain(value: Any) -> Any:

@@ -11,6 +11,7 @@ from rich.text import Text
 from tracecomm.analysis.model import RankReport, Report
 from tracecomm.analysis.report import compact_ranges
 from tracecomm.render.mfu_panel import mfu_panel
+from tracecomm.render.nccl_section import nccl_section
 
 # Beyond this many ranks the table shows the slowest ones; JSON and CSV always hold them all.
 MAX_RANK_ROWS = 32
@@ -43,6 +44,9 @@ def render_terminal(
     if report.cross_rank is not None:
         console.print()
         console.print(_cross_rank(report))
+    if report.nccl is not None:
+        console.print()
+        console.print(nccl_section(report.nccl))
     if report.missing:
         console.print()
         console.print(_missing_table(report))
