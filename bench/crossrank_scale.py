@@ -46,6 +46,8 @@ def instance_tables(ranks: int, instances: int, seed: int = 0) -> dict[int, pl.D
                 "direction": [None] * instances,
                 "peer": [None] * instances,
                 "p2p_ordinal": [None] * instances,
+                "bytes": np.full(instances, 2 << 20),
+                "group_size": np.full(instances, ranks),
             }
         ).cast(INSTANCE_SCHEMA)  # type: ignore[arg-type]
     return tables

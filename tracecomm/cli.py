@@ -182,6 +182,7 @@ class _Analysis:
     dtype: str = "bf16"
     peak_tflops: float | None = None
     nccl_logs: tuple[Path, ...] = ()
+    link_gbps: float | None = None
 
     def model(self) -> ModelInputs:
         return ModelInputs(
@@ -226,6 +227,7 @@ class _Analysis:
             show_progress=show_progress,
             no_input_code=no_input_code,
             nccl_logs=self.nccl_logs,
+            link_gbps=self.link_gbps,
         )
 
 
@@ -270,6 +272,14 @@ def analyze(
             help="An NCCL debug log outside the run folder (those inside are found). Repeatable.",
         ),
     ] = None,
+    link_gbps: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            help="Link bandwidth in Gbit/s: the bandwidth table adds the share of collectives "
+            "whose bus bandwidth stays below it.",
+        ),
+    ] = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Per-rank compute / communication breakdown of a run's profiler traces.
@@ -294,6 +304,7 @@ def analyze(
         dtype,
         peak_tflops,
         nccl_logs=tuple(nccl_log or ()),
+        link_gbps=link_gbps,
     )
     report = analysis.run(
         run,
@@ -661,6 +672,7 @@ def _run(
     show_progress: bool,
     no_input_code: int = EXIT_NO_INPUT,
     nccl_logs: tuple[Path, ...] = (),
+    link_gbps: float | None = None,
 ) -> Report:
     from tracecomm.engine import BreakdownOptions
     from tracecomm.errors import NoUsableInput, UsageError
@@ -674,6 +686,7 @@ def _run(
         detail_instances,
         model,
         nccl_logs,
+        link_gbps,
     )
     try:
         return run_pipeline(inputs, opts, _progress() if show_progress else None)

@@ -43,6 +43,7 @@ class AnalyzeOptions:
     detail_instances: bool = False  # per-instance straggler records (--detail instances)
     model: ModelInputs = field(default_factory=ModelInputs)  # FLOPs and peak inputs for MFU
     nccl_logs: tuple[Path, ...] = ()  # --nccl-log: logs outside the run folder
+    link_gbps: float | None = None  # --link-gbps: bandwidth share below this link speed
 
 
 def analyze_file(
@@ -113,6 +114,7 @@ def analyze(
         opts.detail_instances,
         MfuInputs(flops, model.dtype, model.peak_tflops),
         power_warnings,
+        opts.link_gbps,
     )
     nccl, nccl_warnings = analyze_nccl(discover_nccl(inputs, opts.nccl_logs))
     report = replace(report, nccl=nccl, warnings=report.warnings + tuple(nccl_warnings))

@@ -11,6 +11,7 @@ from tracecomm.engine.model import Figures, RankBreakdown
 from tracecomm.ingest.model import TraceMeta
 
 if TYPE_CHECKING:  # throughput.py reads RankReport from here
+    from tracecomm.analysis.bandwidth import Bandwidth
     from tracecomm.analysis.throughput import Throughput
     from tracecomm.nccl.diagnose import NcclSummary
 
@@ -137,6 +138,7 @@ class Report:
     stragglers: Stragglers | None = None  # metrics.md §6, from the matched instances
     throughput: Throughput | None = None  # step time, tokens/s, MFU (metrics.md §8)
     nccl: NcclSummary | None = None  # NCCL logs and Flight Recorder dumps in the run folder
+    bandwidth: Bandwidth | None = None  # metrics.md §7, from matched instances with sizes
 
     @property
     def partial(self) -> bool:

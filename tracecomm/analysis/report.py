@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from tracecomm import __version__
+from tracecomm.analysis.bandwidth import bandwidth
 from tracecomm.analysis.crossrank import CrossRank, cross_rank
 from tracecomm.analysis.model import (
     FileFailure,
@@ -48,6 +49,7 @@ def build_report(
     detail_instances: bool = False,
     mfu: MfuInputs | None = None,
     power_warnings: Sequence[str] = (),
+    link_gbps: float | None = None,
 ) -> Report:
     warnings: list[str] = list(power_warnings)
     by_path = {r.path: r for r in results}
@@ -90,6 +92,7 @@ def build_report(
         cross_rank=(cr := _cross_rank(ranks, align_clocks)),
         stragglers=_stragglers(ranks, cr, detail_instances),
         throughput=rate,
+        bandwidth=bandwidth(cr.aligned, link_gbps) if cr is not None else None,
         skipped=tuple(f for f in failures if f.not_a_trace),
         warnings=tuple(warnings),
     )

@@ -19,6 +19,23 @@ INSTANCE_SCHEMA: dict[str, pl.DataType] = {
     "direction": pl.String(),  # "send" / "recv" for point-to-point kernels, else null
     "peer": pl.Int64(),  # the other rank of a send / recv (Dst Rank / Src Rank)
     "p2p_ordinal": pl.Int64(),  # among this rank's sends to (recvs from) that peer, in order
+    "bytes": pl.Int64(),  # nccl-tests' S (metrics.md §7), when the trace carries sizes
+    "group_size": pl.Int64(),
+}
+
+# c10 scalar type -> bytes per element (kineto-traces.md §12)
+DTYPE_BYTES = {
+    "Float": 4,
+    "Int": 4,
+    "BFloat16": 2,
+    "Half": 2,
+    "Double": 8,
+    "Long": 8,
+    "Byte": 1,
+    "Char": 1,
+    "Bool": 1,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
 }
 
 
@@ -46,6 +63,7 @@ def collective_instances(linked: pl.DataFrame) -> pl.DataFrame:
             pl.coalesce("in_msg_nelems", "in_msg_size").alias("nelems"),
             direction.alias("direction"),
             peer.alias("peer"),
+            _bytes().alias("bytes"),
         )
         .sort(launch_order, "start_ns")
         .with_columns(
@@ -55,3 +73,19 @@ def collective_instances(linked: pl.DataFrame) -> pl.DataFrame:
         .select(list(INSTANCE_SCHEMA))
         .cast(INSTANCE_SCHEMA)  # type: ignore[arg-type]
     )
+
+
+def _bytes() -> pl.Expr:
+    """nccl-tests' S from the kernel's element counts: the output for AllGather, the input for
+    ReduceScatter, the larger of the two for AllToAll, else the input (metrics.md §7)."""
+    size = pl.col("dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+    elems_in = pl.coalesce("in_msg_nelems", "in_msg_size")
+    elems_out = pl.coalesce("out_msg_nelems", "out_msg_size")
+    elems = (
+        pl.when(pl.col("coll_type") == "AllGather")
+        .then(elems_out)
+        .when(pl.col("coll_type") == "AllToAll")
+        .then(pl.max_horizontal(elems_in, elems_out))
+        .otherwise(elems_in)
+    )
+    return elems * size

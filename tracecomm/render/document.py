@@ -57,6 +57,7 @@ def report_document(report: Report) -> dict[str, Any]:
         "stragglers": _stragglers(report.stragglers),
         "throughput": None if report.throughput is None else plain(asdict(report.throughput)),
         "nccl": nccl_document(report.nccl),
+        "bandwidth": None if report.bandwidth is None else plain(asdict(report.bandwidth)),
         "partial": report.partial,
     }
 

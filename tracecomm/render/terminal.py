@@ -44,6 +44,9 @@ def render_terminal(
     if report.cross_rank is not None:
         console.print()
         console.print(_cross_rank(report))
+    if report.bandwidth is not None and report.bandwidth.rows:
+        console.print()
+        console.print(_bandwidth_table(report))
     if report.nccl is not None:
         console.print()
         console.print(nccl_section(report.nccl))
@@ -329,4 +332,36 @@ def _missing_table(report: Report) -> Table:
     table.add_column("Why")
     for m in report.missing:
         table.add_row("?" if m.rank is None else str(m.rank), m.path or "–", m.reason)
+    return table
+
+
+def _bandwidth_table(report: Report) -> Table:
+    bw = report.bandwidth
+    assert bw is not None
+    caption = (
+        "GB/s, medians over matched instances; busbw excludes waiting, the last column keeps it"
+    )
+    if bw.without_size:
+        caption += f"\n{bw.without_size} instance(s) without a message size in the trace"
+    table = Table(
+        title="Bandwidth per collective (metrics.md §7)", caption=caption, title_justify="left"
+    )
+    columns = ["Type", "Size", "Instances", "Median bytes", "algbw", "busbw", "busbw incl. wait"]
+    if bw.link_gbps is not None:
+        columns.append(f"< {bw.link_gbps:g} Gbit/s")
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("Type", "Size") else "right")
+    for r in bw.rows:
+        cells = [
+            r.coll_type,
+            r.size_bucket,
+            str(r.instances),
+            f"{r.bytes_median:,}",
+            f"{r.algbw_gbps:.1f}",
+            f"{r.busbw_gbps:.1f}",
+            f"{r.busbw_incl_wait_gbps:.1f}",
+        ]
+        if bw.link_gbps is not None:
+            cells.append(_pct(r.below_link_pct) + " %")
+        table.add_row(*cells)
     return table

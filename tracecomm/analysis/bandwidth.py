@@ -1,0 +1,107 @@
+"""Bandwidth per collective (metrics.md §7): algbw = bytes / transfer, busbw = algbw · f(n),
+and the kernel-duration variant that keeps the waiting in (``busbw_incl_wait``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+# message-size buckets (bytes), nccl-tests style powers of two; a bucket is [low, next low)
+BUCKETS = (0, 64 << 10, 1 << 20, 16 << 20, 256 << 20)
+_BUCKET_NAMES = ("< 64 KiB", "64 KiB–1 MiB", "1–16 MiB", "16–256 MiB", "≥ 256 MiB")
+
+
+@dataclass(frozen=True)
+class BandwidthRow:
+    """One collective type and message-size bucket, over the matched instances."""
+
+    coll_type: str
+    size_bucket: str
+    instances: int
+    bytes_median: int
+    algbw_gbps: float  # GB/s (10^9 bytes), median over instances, waiting excluded
+    busbw_gbps: float
+    busbw_incl_wait_gbps: float  # with each rank's whole kernel duration, averaged over ranks
+    below_link_pct: float | None  # share of instances whose busbw is under --link-gbps
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    rows: tuple[BandwidthRow, ...]
+    measured: int  # instances with a size and a positive transfer time
+    without_size: int  # matched instances whose trace carries no message size
+    link_gbps: float | None  # the link bandwidth given, in Gbit/s
+
+
+def bus_factor(coll_type: pl.Expr, n: pl.Expr) -> pl.Expr:
+    return (
+        pl.when(coll_type == "AllReduce")
+        .then(2 * (n - 1) / n)
+        .when(coll_type.is_in(["AllGather", "ReduceScatter", "AllToAll"]))
+        .then((n - 1) / n)
+        .otherwise(1.0)
+    )
+
+
+def bandwidth(aligned: pl.DataFrame, link_gbps: float | None = None) -> Bandwidth | None:
+    """``aligned``: matched instances per rank on one clock, with ``bytes`` and ``group_size``."""
+    if aligned.height == 0 or "bytes" not in aligned.columns:
+        return None
+    per = aligned.group_by("pg", "key", "coll_type").agg(
+        pl.col("bytes").drop_nulls().max().alias("bytes"),
+        pl.coalesce(pl.col("group_size").drop_nulls().max(), pl.len()).alias("n"),
+        (pl.col("end_ns").min() - pl.col("start_ns").max()).alias("transfer"),
+        (pl.col("end_ns") - pl.col("start_ns")).mean().alias("duration"),
+    )
+    without_size = per.filter(pl.col("bytes").is_null()).height
+    sized = per.filter(pl.col("bytes").is_not_null() & (pl.col("transfer") > 0))
+    if sized.height == 0:
+        return Bandwidth((), 0, without_size, link_gbps)
+    f = bus_factor(pl.col("coll_type"), pl.col("n").cast(pl.Float64))
+    order = pl.sum_horizontal([(pl.col("bytes") >= b).cast(pl.Int64) for b in BUCKETS[1:]])
+    measured = sized.with_columns(
+        (pl.col("bytes") / pl.col("transfer")).alias("algbw"),  # bytes per ns = GB/s
+        (pl.col("bytes") / pl.col("transfer") * f).alias("busbw"),
+        (pl.col("bytes") / pl.col("duration") * f).alias("busbw_wait"),
+        order.alias("order"),
+    ).with_columns(
+        pl.col("order")
+        .replace_strict(dict(enumerate(_BUCKET_NAMES)), return_dtype=pl.String)
+        .alias("bucket")
+    )
+    below = (
+        (pl.col("busbw") < link_gbps / 8).mean() * 100
+        if link_gbps is not None
+        else pl.lit(None, dtype=pl.Float64)
+    )
+    rows = (
+        measured.group_by("coll_type", "bucket", "order")
+        .agg(
+            pl.len().alias("instances"),
+            pl.col("bytes").median().alias("bytes_median"),
+            pl.col("algbw").median(),
+            pl.col("busbw").median(),
+            pl.col("busbw_wait").median(),
+            below.alias("below"),
+        )
+        .sort("coll_type", "order")
+    )
+    return Bandwidth(
+        rows=tuple(
+            BandwidthRow(
+                coll_type=r["coll_type"],
+                size_bucket=r["bucket"],
+                instances=r["instances"],
+                bytes_median=round(r["bytes_median"]),
+                algbw_gbps=r["algbw"],
+                busbw_gbps=r["busbw"],
+                busbw_incl_wait_gbps=r["busbw_wait"],
+                below_link_pct=r["below"],
+            )
+            for r in rows.iter_rows(named=True)
+        ),
+        measured=measured.height,
+        without_size=without_size,
+        link_gbps=link_gbps,
+    )
