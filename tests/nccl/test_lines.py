@@ -132,6 +132,8 @@ def test_nodes_line() -> None:
         ),
         ("Channel 02/0 : 1[1] -> 2[2] via P2P/indirect/3[3]", "P2P", None, False, None),
         ("Channel 02/0 : 1[1] -> 2[2] via P2P/CUMEM/read", "P2P", None, False, None),
+        ("Channel 02/0 : 1[1] -> 9[1] via P2P/MNNVL", "P2P", None, False, None),  # 2.20+
+        ("Channel 02/1 : 1[1] -> 2[2] via P2P/CUMEM/CE", "P2P", None, False, None),
         ("Channel 03 : 4[4] -> 5[5] via SHM/direct/direct", "SHM", None, False, None),
         ("Channel 03 : 4[4] -> 5[5] via SHM/direct", "SHM", None, False, None),  # 2.30
         ("Channel 03/0 : 14[6] -> 22[6] [send] via NET/IB/3(12)/GDRDMA", "NET", "IB", True, "send"),
@@ -202,6 +204,11 @@ def test_graph_lines_are_counted(message: str) -> None:
         "comm 0x55d0c83a1f60 rank 13 nranks 16 cudaDev 5 busId 9c000 - Destroy COMPLETE",
         "comm 0x55d0c83a1f60 rank 13 nranks 16 cudaDev 5 busId 9c000 - Abort COMPLETE",
         "threadThresholds 8/8/64 | 128/8/64 | 512 | 512",
+        "threadThresholds 8/8/64 | 128/8/64 | 8/8/512",  # ≤2.13
+        "  + PCI[24.0] - NIC/1c000",  # topology dump
+        "=====",
+        " 1 : NET/0 GPU/0-1b000 GPU/0-1c000 NET/0",  # 2.21+ ids
+        "NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file",
         "Setting affinity for GPU 5 to ffff,ffffffff",
         "P2P Chunksize set to 524288",
         "Comm config Blocking set to 1",
@@ -280,6 +287,11 @@ def test_network_selection() -> None:
             "AllReduce: opCount a sendbuff 0x1 recvbuff 0x1 count 8 datatype 9 op 6 root 0 "
             "comm 0x55d0c83a1f60 [nranks=2] stream 0x2",
             ("AllReduce", 10, 8, 9, 6, 0, "0x55d0c83a1f60", 2),
+        ),
+        (  # 2.29+ one-sided ops
+            "PutSignal: opCount 2 sendbuff 0x1 recvbuff (nil) count 64 datatype 0 op 0 root 3 "
+            "comm 0x55d0c83a1f60 [nranks=4] stream 0x2",
+            ("PutSignal", 2, 64, 0, 0, 3, "0x55d0c83a1f60", 4),
         ),
     ],
 )
