@@ -252,10 +252,10 @@ def _decode(data: bytes, path: Path, warnings: list[str]) -> tuple[_Trace, int |
     except msgspec.ValidationError as exc:
         raise TraceError(path, f"unexpected trace structure: {exc}") from None
     except UnicodeDecodeError:
-        # Older Kineto wrote raw bytes of kernel names; keep the events, mark the bytes.
-        warnings.append(f"{path}: invalid UTF-8 bytes in the file were replaced with U+FFFD")
-        return _decode(data.decode("utf-8", "replace").encode(), path, warnings)
+        return _replace_invalid_utf8(data, path, warnings)
     except msgspec.DecodeError as exc:
+        if "utf-8" in str(exc).lower():  # msgspec ≥ 0.23 reports it as a DecodeError
+            return _replace_invalid_utf8(data, path, warnings)
         if not data.strip():
             raise TraceError(path, "empty file") from None
         if data.lstrip()[:1] != b"{":
@@ -264,6 +264,14 @@ def _decode(data: bytes, path: Path, warnings: list[str]) -> tuple[_Trace, int |
         if salvaged is None:
             raise TraceError(path, f"invalid JSON: {exc}") from None
         return salvaged, len(salvaged.traceEvents or [])
+
+
+def _replace_invalid_utf8(
+    data: bytes, path: Path, warnings: list[str]
+) -> tuple[_Trace, int | None]:
+    """Older Kineto wrote raw bytes of kernel names: keep the events, mark the bytes."""
+    warnings.append(f"{path}: invalid UTF-8 bytes in the file were replaced with U+FFFD")
+    return _decode(data.decode("utf-8", "replace").encode(), path, warnings)
 
 
 _EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
