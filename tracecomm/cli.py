@@ -50,6 +50,10 @@ class Detail(str, Enum):
     instances = "instances"
 
 
+class Compat(str, Enum):
+    hta = "hta"
+
+
 class OutputFormat(str, Enum):
     terminal = "terminal"
     json = "json"
@@ -183,6 +187,7 @@ class _Analysis:
     peak_tflops: float | None = None
     nccl_logs: tuple[Path, ...] = ()
     link_gbps: float | None = None
+    compat_hta: bool = False
 
     def model(self) -> ModelInputs:
         return ModelInputs(
@@ -228,6 +233,7 @@ class _Analysis:
             no_input_code=no_input_code,
             nccl_logs=self.nccl_logs,
             link_gbps=self.link_gbps,
+            compat_hta=self.compat_hta,
         )
 
 
@@ -272,6 +278,12 @@ def analyze(
             help="An NCCL debug log outside the run folder (those inside are found). Repeatable.",
         ),
     ] = None,
+    compat: Annotated[
+        Compat | None,
+        typer.Option(
+            help="Also print another tool's figures, reproduced exactly: 'hta' (HTA 0.5.0)."
+        ),
+    ] = None,
     link_gbps: Annotated[
         float | None,
         typer.Option(
@@ -305,6 +317,7 @@ def analyze(
         peak_tflops,
         nccl_logs=tuple(nccl_log or ()),
         link_gbps=link_gbps,
+        compat_hta=compat is Compat.hta,
     )
     report = analysis.run(
         run,
@@ -648,6 +661,67 @@ def nccl(
     sys.stdout.flush()
 
 
+@app.command()
+def crosscheck(
+    run: Annotated[Path, typer.Argument(help="A run folder of traces.")],
+    quiet: QuietOpt = False,
+) -> None:
+    """Run HolisticTraceAnalysis 0.5.0 itself on the run and print its overlap and temporal
+    breakdown next to tracecomm's --compat hta figures, per rank, with the difference.
+
+    Needs the optional extra: pip install 'tracecomm[hta]'.
+    Exit codes: 0 every figure agrees to the printed precision; 1 some figure differs;
+    2 usage error (HTA not installed, no such folder); 3 no usable input.
+    """
+    from tracecomm.compat.crosscheck import HtaMissing, compare, run_hta
+
+    if not run.is_dir():
+        _fail(f"{run}: not a folder of traces", EXIT_USAGE)
+    report = _Analysis(compat_hta=True).run([run])
+    if not quiet:
+        _warn(report)
+    try:
+        theirs = run_hta(run)
+    except HtaMissing as exc:
+        _fail(str(exc), EXIT_USAGE)
+    rows = compare(list(report.hta_compat or ()), theirs)
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"tracecomm --compat hta against HTA run live on {run}",
+        caption="µs; overlap in %; agreement to the printed precision",
+        title_justify="left",
+    )
+    for name in ("Rank", "Figure", "tracecomm", "HTA", "Difference", ""):
+        table.add_column(name, justify="left" if name in ("Figure", "") else "right")
+    for r in rows:
+        diff = (
+            "–"
+            if r.tracecomm is None or r.hta is None
+            else f"{r.tracecomm - r.hta:+.2f}"
+            if r.figure == "comm_comp_overlap_pct"
+            else f"{r.tracecomm - r.hta:+,.0f}"
+        )
+        table.add_row(
+            str(r.rank),
+            r.figure,
+            _num(r.tracecomm, r.figure),
+            _num(r.hta, r.figure),
+            diff,
+            "✓" if r.agrees else "✗",
+            style=None if r.agrees else "bold red",
+        )
+    Console(file=sys.stdout, width=None if sys.stdout.isatty() else 120).print(table)
+    raise typer.Exit(EXIT_OK if all(r.agrees for r in rows) else 1)
+
+
+def _num(value: float | None, figure: str) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.2f}" if figure == "comm_comp_overlap_pct" else f"{value:,.0f}"
+
+
 def _warn(report: Report) -> None:
     for line in report.warnings:
         _stderr(f"warning: {line}")
@@ -673,6 +747,7 @@ def _run(
     no_input_code: int = EXIT_NO_INPUT,
     nccl_logs: tuple[Path, ...] = (),
     link_gbps: float | None = None,
+    compat_hta: bool = False,
 ) -> Report:
     from tracecomm.engine import BreakdownOptions
     from tracecomm.errors import NoUsableInput, UsageError
@@ -687,6 +762,7 @@ def _run(
         model,
         nccl_logs,
         link_gbps,
+        compat_hta,
     )
     try:
         return run_pipeline(inputs, opts, _progress() if show_progress else None)

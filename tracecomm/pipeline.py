@@ -44,6 +44,7 @@ class AnalyzeOptions:
     model: ModelInputs = field(default_factory=ModelInputs)  # FLOPs and peak inputs for MFU
     nccl_logs: tuple[Path, ...] = ()  # --nccl-log: logs outside the run folder
     link_gbps: float | None = None  # --link-gbps: bandwidth share below this link speed
+    compat_hta: bool = False  # --compat hta: HTA 0.5.0's own figures too (metrics.md §9)
 
 
 def analyze_file(
@@ -116,6 +117,11 @@ def analyze(
         power_warnings,
         opts.link_gbps,
     )
+    if opts.compat_hta:
+        from tracecomm.compat.hta import hta_figures, rank_events
+
+        frames = {r.rank: rank_events(Path(r.path)) for r in report.ranks}
+        report = replace(report, hta_compat=tuple(hta_figures(frames)))
     nccl, nccl_warnings = analyze_nccl(discover_nccl(inputs, opts.nccl_logs))
     report = replace(report, nccl=nccl, warnings=report.warnings + tuple(nccl_warnings))
     if not report.ranks:

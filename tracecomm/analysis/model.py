@@ -13,6 +13,7 @@ from tracecomm.ingest.model import TraceMeta
 if TYPE_CHECKING:  # throughput.py reads RankReport from here
     from tracecomm.analysis.bandwidth import Bandwidth
     from tracecomm.analysis.throughput import Throughput
+    from tracecomm.compat.hta import HtaFigures
     from tracecomm.nccl.diagnose import NcclSummary
 
 
@@ -139,6 +140,7 @@ class Report:
     throughput: Throughput | None = None  # step time, tokens/s, MFU (metrics.md §8)
     nccl: NcclSummary | None = None  # NCCL logs and Flight Recorder dumps in the run folder
     bandwidth: Bandwidth | None = None  # metrics.md §7, from matched instances with sizes
+    hta_compat: tuple[HtaFigures, ...] | None = None  # --compat hta (metrics.md §9)
 
     @property
     def partial(self) -> bool:

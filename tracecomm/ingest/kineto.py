@@ -174,13 +174,15 @@ def _load_rank(path: Path) -> RankEvents:
     data = read_trace_bytes(path)
     warnings: list[str] = []
     doc, salvaged = _decode(data, path, warnings)
+    size = len(data)
     del data
     if doc.traceEvents is None:
         raise NotATrace(path, "no traceEvents list: not a Kineto trace")
     if salvaged is not None:
         warnings.append(
-            f"{path}: truncated file (job killed while writing?): salvaged the first {salvaged} "
-            "events; steps cut short are excluded"
+            f"{path}: truncated file (job killed while writing?): the JSON breaks off at byte "
+            f"{size:,}; salvaged the {salvaged} complete events before it; steps cut short "
+            "are excluded"
         )
     meta = _meta(doc)
     if salvaged is not None and meta.base_time_ns is None:

@@ -58,6 +58,7 @@ def report_document(report: Report) -> dict[str, Any]:
         "throughput": None if report.throughput is None else plain(asdict(report.throughput)),
         "nccl": nccl_document(report.nccl),
         "bandwidth": None if report.bandwidth is None else plain(asdict(report.bandwidth)),
+        "hta_compat": None if report.hta_compat is None else [asdict(f) for f in report.hta_compat],
         "partial": report.partial,
     }
 

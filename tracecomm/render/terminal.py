@@ -29,6 +29,9 @@ def render_terminal(
     )
     console.print(_headline(report))
     console.print()
+    if report.hta_compat is not None:
+        console.print(_hta_table(report))
+        console.print()
     console.print(_rank_table(report))
     if report.by_type:
         console.print()
@@ -364,4 +367,24 @@ def _bandwidth_table(report: Report) -> Table:
         if bw.link_gbps is not None:
             cells.append(_pct(r.below_link_pct) + " %")
         table.add_row(*cells)
+    return table
+
+
+def _hta_table(report: Report) -> Table:
+    table = Table(
+        title="HTA-compatible figures (--compat hta: HolisticTraceAnalysis 0.5.0's definitions)",
+        caption="µs; overlap % = comm time overlapped by compute, HTA's kernel-name rules",
+        title_justify="left",
+    )
+    for name in ("Rank", "Overlap %", "Idle", "Compute", "Non-compute", "Kernel time"):
+        table.add_column(name, justify="right")
+    for f in report.hta_compat or ():
+        table.add_row(
+            str(f.rank),
+            "–" if f.comm_comp_overlap_pct is None else f"{f.comm_comp_overlap_pct:.2f}",
+            f"{f.idle_us:,}",
+            f"{f.compute_us:,}",
+            f"{f.non_compute_us:,}",
+            f"{f.kernel_time_us:,}",
+        )
     return table
