@@ -54,6 +54,11 @@ class Compat(str, Enum):
     hta = "hta"
 
 
+class RankFrom(str, Enum):
+    pid = "pid"
+    process_name = "process_name"
+
+
 class OutputFormat(str, Enum):
     terminal = "terminal"
     json = "json"
@@ -109,8 +114,16 @@ CommPatternOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--comm-pattern",
-        help="Regex (case-sensitive, Rust syntax): kernels whose name matches count as "
-        "communication. Repeatable.",
+        help="REGEX[=TYPE] (case-sensitive, Rust syntax): kernels and GPU ranges (NVTX) whose "
+        "name matches count as communication, of collective TYPE (e.g. AllReduce). Repeatable.",
+    ),
+]
+ComputePatternOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--compute-pattern",
+        help="REGEX: kernels and GPU ranges whose name matches count as compute, even when "
+        "they look like a collective. Repeatable.",
     ),
 ]
 JobsOpt = Annotated[
@@ -203,6 +216,9 @@ class _Analysis:
             peak_tflops=self.peak_tflops,
         )
 
+    compute_pattern: list[str] | None = None
+    rank_from: str | None = None
+
     def run(
         self,
         inputs: list[Path],
@@ -212,13 +228,15 @@ class _Analysis:
     ) -> Report:
         first, last = parse_steps(self.steps)
         patterns = tuple(self.comm_pattern or ())
-        if patterns:
-            from tracecomm.engine.classify import check_pattern
+        computes = tuple(self.compute_pattern or ())
+        if patterns or computes:
+            from tracecomm.engine.classify import check_pattern, split_rule
 
-            for pattern in patterns:
-                problem = check_pattern(pattern)
-                if problem:
-                    raise typer.BadParameter(f"{pattern!r}: {problem}", param_hint="--comm-pattern")
+            for flag, rules in (("--comm-pattern", patterns), ("--compute-pattern", computes)):
+                for rule in rules:
+                    problem = check_pattern(split_rule(rule)[0])
+                    if problem:
+                        raise typer.BadParameter(f"{rule!r}: {problem}", param_hint=flag)
         return _run(
             [str(p) for p in inputs],
             first,
@@ -229,6 +247,8 @@ class _Analysis:
             not self.no_clock_align,
             detail_instances,
             self.model(),
+            compute_patterns=computes,
+            rank_from=self.rank_from,
             show_progress=show_progress,
             no_input_code=no_input_code,
             nccl_logs=self.nccl_logs,
@@ -247,6 +267,7 @@ def analyze(
     steps: StepsOpt = None,
     all_steps: AllStepsOpt = False,
     comm_pattern: CommPatternOpt = None,
+    compute_pattern: ComputePatternOpt = None,
     jobs: JobsOpt = None,
     no_clock_align: NoClockAlignOpt = False,
     detail: Annotated[
@@ -276,6 +297,13 @@ def analyze(
         typer.Option(
             "--nccl-log",
             help="An NCCL debug log outside the run folder (those inside are found). Repeatable.",
+        ),
+    ] = None,
+    rank_from: Annotated[
+        RankFrom | None,
+        typer.Option(
+            help="The trace files are merged traces holding several ranks: take each "
+            "process's rank from its pid or its process_name metadata ('rank 3')."
         ),
     ] = None,
     compat: Annotated[
@@ -318,6 +346,8 @@ def analyze(
         nccl_logs=tuple(nccl_log or ()),
         link_gbps=link_gbps,
         compat_hta=compat is Compat.hta,
+        compute_pattern=compute_pattern,
+        rank_from=rank_from.value if rank_from else None,
     )
     report = analysis.run(
         run,
@@ -744,6 +774,8 @@ def _run(
     detail_instances: bool,
     model: ModelInputs,
     show_progress: bool,
+    compute_patterns: tuple[str, ...] = (),
+    rank_from: str | None = None,
     no_input_code: int = EXIT_NO_INPUT,
     nccl_logs: tuple[Path, ...] = (),
     link_gbps: float | None = None,
@@ -755,7 +787,7 @@ def _run(
     from tracecomm.pipeline import analyze as run_pipeline
 
     opts = AnalyzeOptions(
-        BreakdownOptions(first, last, all_steps, patterns),
+        BreakdownOptions(first, last, all_steps, patterns, compute_patterns),
         jobs,
         align_clocks,
         detail_instances,
@@ -763,6 +795,7 @@ def _run(
         nccl_logs,
         link_gbps,
         compat_hta,
+        rank_from,
     )
     try:
         return run_pipeline(inputs, opts, _progress() if show_progress else None)

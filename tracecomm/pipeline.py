@@ -16,8 +16,11 @@ from pathlib import Path
 from tracecomm.analysis.model import FileFailure, RankResult, Report
 from tracecomm.analysis.report import MfuInputs, build_report
 from tracecomm.engine import BreakdownOptions, breakdown
+from tracecomm.engine.classify import check_pattern, split_rule
 from tracecomm.errors import NotATrace, NoUsableInput, TraceError, UsageError
 from tracecomm.ingest import find_traces, load_rank
+from tracecomm.ingest.kineto import load_merged
+from tracecomm.ingest.model import RankEvents
 from tracecomm.ingest.power import (
     PowerLog,
     PowerLogError,
@@ -25,7 +28,13 @@ from tracecomm.ingest.power import (
     load_power_log,
     series_for_host,
 )
-from tracecomm.mfu.inputs import InputError, ModelInputs, model_flops, settings_file
+from tracecomm.mfu.inputs import (
+    InputError,
+    ModelInputs,
+    model_flops,
+    read_rules,
+    settings_file,
+)
 from tracecomm.nccl.discover import analyze_nccl
 from tracecomm.nccl.discover import discover as discover_nccl
 
@@ -45,26 +54,35 @@ class AnalyzeOptions:
     nccl_logs: tuple[Path, ...] = ()  # --nccl-log: logs outside the run folder
     link_gbps: float | None = None  # --link-gbps: bandwidth share below this link speed
     compat_hta: bool = False  # --compat hta: HTA 0.5.0's own figures too (metrics.md §9)
+    rank_from: str | None = None  # --rank-from pid|process_name: merged multi-rank traces
 
 
 def analyze_file(
-    path: str, opts: BreakdownOptions, power: Sequence[PowerLog] = ()
-) -> RankResult | FileFailure:
-    """Parse one trace and compute its breakdown; failures come back as values, not raises."""
+    path: str,
+    opts: BreakdownOptions,
+    power: Sequence[PowerLog] = (),
+    rank_from: str | None = None,
+) -> list[RankResult | FileFailure]:
+    """Parse one trace (several ranks when ``rank_from`` splits a merged trace) and compute the
+    breakdowns; failures come back as values, not raises."""
     try:
-        events = load_rank(path)
-        series, power_source = series_for_host(power, events.meta.host_name)
-        result = breakdown(events, opts, series)
+        ranks = [load_rank(path)] if rank_from is None else load_merged(path, rank_from)
+        return [_one_rank(events, opts, power) for events in ranks]
     except NotATrace as exc:
-        return FileFailure(exc.path, exc.reason, not_a_trace=True)
+        return [FileFailure(exc.path, exc.reason, not_a_trace=True)]
     except TraceError as exc:
-        return FileFailure(exc.path, exc.reason)
+        return [FileFailure(exc.path, exc.reason)]
     except MemoryError:
-        return FileFailure(path, "out of memory while parsing")
+        return [FileFailure(path, "out of memory while parsing")]
     except Exception as exc:  # one odd file must never take the other ranks down with it
-        return FileFailure(path, f"could not be analyzed ({type(exc).__name__}: {exc})")
+        return [FileFailure(path, f"could not be analyzed ({type(exc).__name__}: {exc})")]
+
+
+def _one_rank(events: RankEvents, opts: BreakdownOptions, power: Sequence[PowerLog]) -> RankResult:
+    series, power_source = series_for_host(power, events.meta.host_name)
+    result = breakdown(events, opts, series)
     return RankResult(
-        path=path,
+        path=events.path,
         meta=events.meta,
         breakdown=result,
         warnings=events.warnings,
@@ -85,8 +103,21 @@ def analyze(
     try:
         model = opts.model.over(settings_file([str(i) for i in inputs]))
         flops = model_flops(model)
+        comm_rules, compute_rules = read_rules([str(i) for i in inputs])
     except InputError as exc:
         raise UsageError(str(exc)) from exc
+    for rule in (*comm_rules, *compute_rules):
+        problem = check_pattern(split_rule(rule)[0])
+        if problem:
+            raise UsageError(f"[rules] {rule!r}: {problem}")
+    opts = replace(
+        opts,
+        breakdown=replace(
+            opts.breakdown,
+            comm_patterns=opts.breakdown.comm_patterns + comm_rules,
+            compute_patterns=opts.breakdown.compute_patterns + compute_rules,
+        ),
+    )
     paths = find_traces(inputs)
     if not paths:
         raise NoUsableInput(
@@ -117,7 +148,7 @@ def analyze(
         power_warnings,
         opts.link_gbps,
     )
-    if opts.compat_hta:
+    if opts.compat_hta and opts.rank_from is None:
         from tracecomm.compat.hta import hta_figures, rank_events
 
         frames = {r.rank: rank_events(Path(r.path)) for r in report.ranks}
@@ -156,15 +187,18 @@ def _map_files(
         progress(0, len(paths), "")
     if jobs <= 1:
         for i, path in enumerate(paths):
-            out.append(analyze_file(path, opts.breakdown, power))
+            out.extend(analyze_file(path, opts.breakdown, power, opts.rank_from))
             if progress:
                 progress(i + 1, len(paths), path)
         return out
     # spawn, not fork: forking a process whose polars thread pool is running can deadlock.
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        results = pool.map(analyze_file, paths, [opts.breakdown] * len(paths), [power] * len(paths))
+        n = len(paths)
+        results = pool.map(
+            analyze_file, paths, [opts.breakdown] * n, [power] * n, [opts.rank_from] * n
+        )
         for i, (path, outcome) in enumerate(zip(paths, results, strict=True)):
-            out.append(outcome)
+            out.extend(outcome)
             if progress:
                 progress(i + 1, len(paths), path)
     return out

@@ -38,7 +38,8 @@ class BreakdownOptions:
     first_step: int | None = None  # inclusive ProfilerStep numbers; None = open
     last_step: int | None = None
     all_steps: bool = False  # include incomplete steps that launched device work
-    comm_patterns: tuple[str, ...] = ()
+    comm_patterns: tuple[str, ...] = ()  # REGEX[=TYPE]: names that are communication
+    compute_patterns: tuple[str, ...] = ()  # names that are compute whatever they look like
 
 
 def breakdown(
@@ -51,7 +52,7 @@ def breakdown(
     ``power``: this rank's host's GPU power samples by GPU index; the rank's own GPU (the
     one most of its kernels ran on) gives each window its energy."""
     opts = opts or BreakdownOptions()
-    device = classify(rank, opts.comm_patterns)
+    device = classify(rank, opts.comm_patterns, opts.compute_patterns)
     work = device.filter(pl.col("cls") != "sync")
     if work.height == 0 and rank.cpu.height:
         return _cpu_breakdown(rank, opts)

@@ -71,35 +71,88 @@ def check_pattern(pattern: str) -> str | None:
     return None
 
 
-def classify(rank: RankEvents, comm_patterns: Sequence[str] = ()) -> pl.DataFrame:
+def split_rule(rule: str) -> tuple[str, str | None]:
+    """``REGEX=TYPE`` -> (REGEX, TYPE) when TYPE names a collective type (any case), else the
+    whole text is the regex (a regex may contain '=')."""
+    pattern, sep, suffix = rule.rpartition("=")
+    known = {t.lower(): t for t in COLL_TYPES}
+    if sep and suffix.strip().lower() in known:
+        return pattern, known[suffix.strip().lower()]
+    return rule, None
+
+
+def with_user_ranges(
+    rank: RankEvents, comm_rules: Sequence[str], compute_patterns: Sequence[str]
+) -> pl.DataFrame:
+    """The device frame plus the GPU-side ranges (NVTX / ``gpu_user_annotation``) that a user
+    rule names: work that is no kernel of its own, such as a range around a custom collective."""
+    patterns = [split_rule(r)[0] for r in comm_rules] + list(compute_patterns)
+    ranges = rank.gpu_ranges
+    if not patterns or ranges.height == 0:
+        return rank.device
+    wanted = ranges.filter(pl.col("name").str.contains("|".join(f"(?:{p})" for p in patterns)))
+    if wanted.height == 0:
+        return rank.device
+    rows = wanted.with_columns(pl.lit("kernel").alias("kind"))
+    return pl.concat([rank.device, rows], how="diagonal_relaxed")
+
+
+def classify(
+    rank: RankEvents,
+    comm_patterns: Sequence[str] = (),
+    compute_patterns: Sequence[str] = (),
+) -> pl.DataFrame:
     """The device frame with ``cls`` and, for comm kernels, ``coll_type`` and linked metadata.
 
-    Row order is kept. Types are resolved on the comm rows alone: a few thousand kernels,
-    not the hundreds of thousands of compute ones."""
-    device = rank.device.with_row_index("_row").with_columns(_cls(comm_patterns))
+    ``comm_patterns``: user rules ``REGEX[=TYPE]`` (names that are communication, of TYPE);
+    ``compute_patterns``: names that are compute even if they look like a collective. Row order
+    is kept. Types are resolved on the comm rows alone: a few thousand kernels, not the
+    hundreds of thousands of compute ones."""
+    work = with_user_ranges(rank, comm_patterns, compute_patterns)
+    device = work.with_row_index("_row").with_columns(_cls(comm_patterns, compute_patterns))
     is_comm = pl.col("cls") == "comm"
     comm = _fill_metadata_from_cpu_op(device.filter(is_comm), rank.comm_ops)
     comm = _annotation_type(comm, rank.comm_annotations)
     comm = comm.with_columns(
-        _coll_type().alias("coll_type"),
+        pl.coalesce(_user_type(comm_patterns), _coll_type()).alias("coll_type"),
         pl.coalesce("collective_name", "cpu_collective_name").alias("collective_name"),
     ).drop("annotation_type", "cpu_collective_name")
     rest = device.filter(~is_comm).with_columns(pl.lit(None, dtype=pl.String).alias("coll_type"))
     return pl.concat([comm, rest.select(comm.columns)]).sort("_row").drop("_row")
 
 
-def _cls(comm_patterns: Sequence[str]) -> pl.Expr:
-    pattern = "|".join([COMM_NAME_PATTERN, *(f"(?:{p})" for p in comm_patterns)])
+def _cls(comm_rules: Sequence[str], compute_patterns: Sequence[str]) -> pl.Expr:
+    """User comm rules first, then user compute patterns, then the built-in comm names."""
+    user_comm = _any_of([split_rule(r)[0] for r in comm_rules])
+    user_compute = _any_of(list(compute_patterns))
+    name = pl.col("name")
     return (
         pl.when(pl.col("kind") == "sync")
         .then(pl.lit("sync"))
         .when(pl.col("kind").is_in(["memcpy", "memset"]))
         .then(pl.lit("memory"))
-        .when(pl.col("name").str.contains(pattern))
+        .when(name.str.contains(user_comm) if user_comm else pl.lit(False))
+        .then(pl.lit("comm"))
+        .when(name.str.contains(user_compute) if user_compute else pl.lit(False))
+        .then(pl.lit("compute"))
+        .when(name.str.contains(COMM_NAME_PATTERN))
         .then(pl.lit("comm"))
         .otherwise(pl.lit("compute"))
         .alias("cls")
     )
+
+
+def _any_of(patterns: list[str]) -> str | None:
+    return "|".join(f"(?:{p})" for p in patterns) if patterns else None
+
+
+def _user_type(comm_rules: Sequence[str]) -> pl.Expr:
+    """The TYPE of the first ``REGEX=TYPE`` rule whose regex matches the name."""
+    expr: pl.Expr = pl.lit(None, dtype=pl.String)
+    for pattern, coll in reversed([split_rule(r) for r in comm_rules]):
+        if coll is not None:
+            expr = pl.when(pl.col("name").str.contains(pattern)).then(pl.lit(coll)).otherwise(expr)
+    return expr
 
 
 def _coll_type() -> pl.Expr:

@@ -11,6 +11,8 @@ import gzip
 import re
 import zlib
 from collections.abc import Sequence
+from dataclasses import replace
+from decimal import Decimal
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, ClassVar, Union
@@ -94,6 +96,26 @@ class _Complete(_EventFields, tag_field="ph", tag="X", gc=False):
     ph: ClassVar[str] = "X"
 
 
+class _Begin(_EventFields, tag_field="ph", tag="B", gc=False):
+    """Duration events written as a B / E pair (some tools and converters do)."""
+
+    ph: ClassVar[str] = "B"
+
+
+class _End(_EventFields, tag_field="ph", tag="E", gc=False):
+    ph: ClassVar[str] = "E"
+
+
+class _MetaEvent(msgspec.Struct, tag_field="ph", tag="M", gc=False):
+    """Metadata ('M'): process / thread names; merged traces name their ranks here."""
+
+    ph: ClassVar[str] = "M"
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    args: Any = None
+
+
 def _skipped_phase(phase: str) -> type:
     # Flows, instants, metadata, counters…: their fields are skipped unread, which saves a
     # third of the decode on traces where flow events are as many as kernel launches.
@@ -108,8 +130,8 @@ def _skipped_phase(phase: str) -> type:
 
 # Every phase of the Chrome trace event format; a file with any other value (or none) is
 # decoded again with the untagged _Event, which reads ph as a plain field.
-_PHASES = "BEiICbneSTpFstfPONDMVvRc()"
-_PHASE_TYPES = (_Complete, *(_skipped_phase(p) for p in _PHASES))
+_PHASES = "iICbneSTpFstfPONDVvRc()"
+_PHASE_TYPES = (_Complete, _Begin, _End, _MetaEvent, *(_skipped_phase(p) for p in _PHASES))
 _AnyPhase = Union[_PHASE_TYPES]  # type: ignore[valid-type]  # noqa: UP007
 
 
@@ -170,7 +192,76 @@ def load_rank(path: Path | str) -> RankEvents:
             gc.enable()
 
 
-def _load_rank(path: Path) -> RankEvents:
+def load_merged(path: Path | str, rank_from: str) -> list[RankEvents]:
+    """One Chrome trace holding several ranks (a merged trace): one RankEvents per rank.
+
+    ``rank_from="pid"``: each process id is a rank (an int, or the digits of a string pid);
+    ``"process_name"``: the first number in each process's ``process_name`` metadata (``rank 3``,
+    ``Rank 3 GPU 0``) is its rank. Processes without one are left out with a warning."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        doc, warnings, truncated = _read(Path(path))
+        events = doc.traceEvents or []
+        rank_of = _ranks_of_processes(events, rank_from)
+        groups: dict[int, list[Any]] = {}
+        left_out: set[object] = set()
+        for e in events:
+            if isinstance(e, _MetaEvent):
+                continue
+            rank = rank_of.get(getattr(e, "pid", None))
+            if rank is None:
+                left_out.add(getattr(e, "pid", None))
+            else:
+                groups.setdefault(rank, []).append(e)
+        if left_out - {None}:
+            warnings.append(
+                f"{path}: {len(left_out - {None})} process(es) with no rank by {rank_from} left "
+                f"out: {', '.join(sorted(map(str, left_out - {None})))[:200]}"
+            )
+        if not groups:
+            raise TraceError(path, f"no process has a rank by {rank_from}")
+        meta = _meta(doc)
+        return [
+            _rank_events(
+                f"{path}#rank{rank}",
+                replace(meta, rank=rank),
+                group,
+                list(warnings),
+                truncated,
+            )
+            for rank, group in sorted(groups.items())
+        ]
+    finally:
+        if enabled:
+            gc.enable()
+
+
+_NUMBER = re.compile(r"(?i)rank\D{0,3}(\d+)|(\d+)")
+
+
+def _ranks_of_processes(events: list[Any], rank_from: str) -> dict[object, int]:
+    if rank_from == "pid":
+        out: dict[object, int] = {}
+        for pid in {getattr(e, "pid", None) for e in events}:
+            if isinstance(pid, int) and not isinstance(pid, bool):
+                out[pid] = pid
+            elif isinstance(pid, str) and (m := _NUMBER.search(pid)):
+                out[pid] = int(m.group(1) or m.group(2))
+        return out
+    names = {
+        e.pid: e.args.get("name")
+        for e in events
+        if isinstance(e, _MetaEvent) and e.name == "process_name" and isinstance(e.args, dict)
+    }
+    return {
+        pid: int(m.group(1) or m.group(2))
+        for pid, name in names.items()
+        if isinstance(name, str) and (m := _NUMBER.search(name))
+    }
+
+
+def _read(path: Path) -> tuple[_Trace, list[str], bool]:
     data = read_trace_bytes(path)
     warnings: list[str] = []
     doc, salvaged = _decode(data, path, warnings)
@@ -184,21 +275,33 @@ def _load_rank(path: Path) -> RankEvents:
             f"{size:,}; salvaged the {salvaged} complete events before it; steps cut short "
             "are excluded"
         )
-    meta = _meta(doc)
-    if salvaged is not None and meta.base_time_ns is None:
+    return doc, warnings, salvaged is not None
+
+
+def _load_rank(path: Path) -> RankEvents:
+    doc, warnings, truncated = _read(path)
+    events = doc.traceEvents or []
+    doc.traceEvents = None  # the events become columns: keep no second reference
+    return _rank_events(str(path), _meta(doc), events, warnings, truncated)
+
+
+def _rank_events(
+    path: str, meta: TraceMeta, events_in: list[Any], warnings: list[str], truncated: bool
+) -> RankEvents:
+    if truncated and meta.base_time_ns is None:
         warnings.append(
             f"{path}: no baseTimeNanoseconds (Kineto writes it last): if the trace had one, "
             "this rank's times are relative and cannot be compared with other ranks'"
         )
-    events, event_warnings, repaired = _columns(doc.traceEvents, path)
-    del doc  # the decoded events are columns now: free them before building the frames
+    events, event_warnings, repaired = _columns(_with_begin_end(events_in), Path(path))
+    del events_in
     warnings.extend(event_warnings)
     if meta.base_time_ns is not None:
         # Relative Kineto timestamps (2024+): add the base so every rank is on the epoch clock.
         base = pl.lit(meta.base_time_ns, dtype=pl.Int64)
         events = events.with_columns(pl.col("start_ns") + base, pl.col("end_ns") + base)
     return RankEvents(
-        path=str(path),
+        path=path,
         meta=meta,
         device=_device_frame(events),
         launches=_launch_frame(events),
@@ -206,9 +309,10 @@ def _load_rank(path: Path) -> RankEvents:
         comm_annotations=_gpu_annotation_frame(events),
         comm_ops=_comm_op_frame(events),
         shaped_ops=_shaped_op_frame(events),
+        gpu_ranges=_gpu_range_frame(events),
         cpu=_cpu_frame(events),
         warnings=tuple(warnings),
-        truncated=salvaged is not None,
+        truncated=truncated,
         repaired_events=repaired,
     )
 
@@ -339,6 +443,30 @@ def _as_int(value: object) -> int | None:
 
 def _as_str(value: object) -> str | None:
     return None if value is None else str(value)
+
+
+def _with_begin_end(events: list[Any]) -> list[Any]:
+    """B / E pairs become complete events: per (pid, tid), each E closes the latest open B
+    (the format's nesting rule); unmatched ones are dropped."""
+    if not any(e.ph in ("B", "E") for e in events):
+        return events
+    open_: dict[tuple[object, object], list[Any]] = {}
+    paired = []
+    for e in events:
+        if e.ph == "B":
+            open_.setdefault((e.pid, e.tid), []).append(e)
+        elif e.ph == "E":
+            stack = open_.get((e.pid, e.tid))
+            if stack:
+                b = stack.pop()
+                if e.ts is None or b.ts is None:
+                    continue
+                try:
+                    dur = Decimal(str(e.ts)) - Decimal(str(b.ts))
+                except ArithmeticError:
+                    continue
+                paired.append(_Complete(b.cat, b.name, b.pid, b.tid, b.ts, str(dur), b.args))
+    return [e for e in events if e.ph not in ("B", "E")] + paired
 
 
 def _columns(events: list[_Event], path: Path) -> tuple[pl.DataFrame, list[str], int]:
@@ -605,6 +733,16 @@ def _gpu_annotation_frame(events: pl.DataFrame) -> pl.DataFrame:
     return events.filter(
         (pl.col("kind") == "gpu_annotation") & pl.col("name").str.starts_with("nccl:")
     ).select(
+        "name",
+        pl.coalesce("arg_device", pl.col("pid")).alias("device"),
+        pl.coalesce("arg_stream", pl.col("tid")).alias("stream"),
+        "start_ns",
+        "end_ns",
+    )
+
+
+def _gpu_range_frame(events: pl.DataFrame) -> pl.DataFrame:
+    return events.filter(pl.col("kind") == "gpu_annotation").select(
         "name",
         pl.coalesce("arg_device", pl.col("pid")).alias("device"),
         pl.coalesce("arg_stream", pl.col("tid")).alias("stream"),

@@ -56,6 +56,9 @@ class RankEvents:
     # matmul / conv / attention CPU ops with Input Dims (name, tid, start_ns, end_ns,
     # input_dims and concrete_inputs as JSON text); empty without record_shapes
     shaped_ops: pl.DataFrame = field(default_factory=pl.DataFrame)
+    # every GPU-side range (gpu_user_annotation: NVTX / record_function on the GPU timeline):
+    # name, device, stream, start_ns, end_ns; user rules may count them as work
+    gpu_ranges: pl.DataFrame = field(default_factory=pl.DataFrame)
     warnings: tuple[str, ...] = ()
     truncated: bool = False
     repaired_events: int = field(default=0)

@@ -63,20 +63,58 @@ class ModelFlops:
 
 
 def settings_path(runs: list[str]) -> Path | None:
-    """tracecomm.toml in the first run folder (a file's own folder) that has one."""
+    """tracecomm.toml, else a pyproject.toml with a [tool.tracecomm] table, in the first run
+    folder (a file's own folder) that has one."""
     folders = [p if p.is_dir() else p.parent for p in map(Path, runs) if p.exists()]
-    return next((f / SETTINGS_FILE for f in folders if (f / SETTINGS_FILE).is_file()), None)
+    for folder in folders:
+        if (folder / SETTINGS_FILE).is_file():
+            return folder / SETTINGS_FILE
+        if (folder / "pyproject.toml").is_file() and "tracecomm" in _tool(
+            folder / "pyproject.toml"
+        ):
+            return folder / "pyproject.toml"
+    return None
 
 
 def read_settings(runs: list[str]) -> dict[str, Any]:
-    """The parsed tracecomm.toml of the run (an empty table without one)."""
+    """The run's settings (an empty table without any): tracecomm.toml, or the
+    [tool.tracecomm] table of pyproject.toml."""
     path = settings_path(runs)
     if path is None:
         return {}
+    doc = _toml(path)
+    return dict(doc["tool"]["tracecomm"]) if path.name == "pyproject.toml" else doc
+
+
+def read_rules(runs: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(comm rules ``REGEX[=TYPE]``, compute patterns) from the settings' [rules] table."""
+    rules = read_settings(runs).get("rules", {})
+    if not isinstance(rules, dict):
+        raise InputError("[rules] must be a table: comm = [...], compute = [...]")
+    out = []
+    for key in ("comm", "compute"):
+        value = rules.get(key, [])
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise InputError(f"[rules] {key} must be a list of regex strings")
+        out.append(tuple(value))
+    return out[0], out[1]
+
+
+def _toml(path: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise InputError(f"{path}: {exc}") from exc
+
+
+def _tool(path: Path) -> dict[str, Any]:
+    try:
+        tool = _toml(path).get("tool", {})
+    except InputError:
+        return {}
+    return tool if isinstance(tool, dict) else {}
 
 
 def settings_file(runs: list[str]) -> ModelInputs:
