@@ -51,7 +51,7 @@ def coll_type_of(name: pl.Expr) -> pl.Expr:
     """Collective type from a c10d op / annotation / kernel-stem name; null stays null."""
     norm = (
         name.str.to_lowercase()
-        .str.replace(r"^(nccl|gloo|rccl|hccl):", "")
+        .str.replace(r"^(?:(?:nccl|gloo|rccl|hccl):|c10d::)", "")
         .str.replace_all("_", "")
         .str.strip_chars()
     )
