@@ -35,3 +35,12 @@ def test_compat_hta_equals_the_reference(folder: str) -> None:
             assert mine["comm_comp_overlap_pct"] == pytest.approx(float(expected_pct), abs=0.005)
         for figure in ("idle_us", "compute_us", "non_compute_us", "kernel_time_us"):
             assert mine[figure] == float(row[figure]), (folder, row["rank"], figure)
+
+
+@pytest.mark.hta
+@pytest.mark.skipif(not ROWS, reason="../shared/data/traces is absent")
+def test_crosscheck_on_a_real_pair() -> None:
+    pytest.importorskip("hta")
+    result = CliRunner().invoke(app, ["crosscheck", str(SHARED / "hta-trace_filter"), "-q"])
+    assert result.exit_code == EXIT_OK, result.stdout
+    assert result.stdout.count("✓") == 10  # 2 ranks × 5 figures
