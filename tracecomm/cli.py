@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from tracecomm import __version__
-from tracecomm.mfu.inputs import ModelInputs
 
 if TYPE_CHECKING:
     from tracecomm.analysis.model import Report
     from tracecomm.gate.compare import CheckResult
     from tracecomm.gate.figures import RunFigures
+    from tracecomm.mfu.inputs import ModelInputs
 
 EXIT_OK = 0
 EXIT_USAGE = 2  # bad option or path (also click's own usage errors)
@@ -126,6 +126,14 @@ ComputePatternOpt = Annotated[
         "they look like a collective. Repeatable.",
     ),
 ]
+CacheOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--cache",
+        help="Keep each rank's parsed columns in this folder (Parquet) so the next analyze / "
+        "check of the same files skips the parse. Off by default.",
+    ),
+]
 JobsOpt = Annotated[
     int | None,
     typer.Option("--jobs", "-j", min=1, help="Parallel parse processes (default: per core)."),
@@ -203,6 +211,8 @@ class _Analysis:
     compat_hta: bool = False
 
     def model(self) -> ModelInputs:
+        from tracecomm.mfu.inputs import ModelInputs
+
         return ModelInputs(
             model_flops_per_step=_flops(self.model_flops_per_step, "--model-flops-per-step"),
             flops_per_token=_flops(self.flops_per_token, "--flops-per-token"),
@@ -218,6 +228,7 @@ class _Analysis:
 
     compute_pattern: list[str] | None = None
     rank_from: str | None = None
+    cache: Path | None = None
 
     def run(
         self,
@@ -249,6 +260,7 @@ class _Analysis:
             self.model(),
             compute_patterns=computes,
             rank_from=self.rank_from,
+            cache=self.cache,
             show_progress=show_progress,
             no_input_code=no_input_code,
             nccl_logs=self.nccl_logs,
@@ -269,6 +281,7 @@ def analyze(
     comm_pattern: CommPatternOpt = None,
     compute_pattern: ComputePatternOpt = None,
     jobs: JobsOpt = None,
+    cache: CacheOpt = None,
     no_clock_align: NoClockAlignOpt = False,
     detail: Annotated[
         list[Detail] | None,
@@ -348,6 +361,7 @@ def analyze(
         compat_hta=compat is Compat.hta,
         compute_pattern=compute_pattern,
         rank_from=rank_from.value if rank_from else None,
+        cache=cache,
     )
     report = analysis.run(
         run,
@@ -443,6 +457,7 @@ def check(
     all_steps: AllStepsOpt = False,
     comm_pattern: CommPatternOpt = None,
     jobs: JobsOpt = None,
+    cache: CacheOpt = None,
     model_flops_per_step: FlopsPerStepOpt = None,
     flops_per_token: FlopsPerTokenOpt = None,
     tokens_per_step: TokensPerStepOpt = None,
@@ -483,6 +498,7 @@ def check(
         attention,
         dtype,
         peak_tflops,
+        cache=cache,
     )
     flags = {
         "max_step_time_increase": max_step_time_increase,
@@ -525,6 +541,7 @@ def baseline(
     all_steps: AllStepsOpt = False,
     comm_pattern: CommPatternOpt = None,
     jobs: JobsOpt = None,
+    cache: CacheOpt = None,
     model_flops_per_step: FlopsPerStepOpt = None,
     flops_per_token: FlopsPerTokenOpt = None,
     tokens_per_step: TokensPerStepOpt = None,
@@ -561,6 +578,7 @@ def baseline(
         attention,
         dtype,
         peak_tflops,
+        cache=cache,
     )
     figures = _figures(run, analysis, quiet)
     try:
@@ -776,6 +794,7 @@ def _run(
     show_progress: bool,
     compute_patterns: tuple[str, ...] = (),
     rank_from: str | None = None,
+    cache: Path | None = None,
     no_input_code: int = EXIT_NO_INPUT,
     nccl_logs: tuple[Path, ...] = (),
     link_gbps: float | None = None,
@@ -796,6 +815,7 @@ def _run(
         link_gbps,
         compat_hta,
         rank_from,
+        cache,
     )
     try:
         return run_pipeline(inputs, opts, _progress() if show_progress else None)

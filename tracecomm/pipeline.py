@@ -6,6 +6,7 @@ processes here and can run on remote workers later. Only its small result travel
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -19,6 +20,9 @@ from tracecomm.engine import BreakdownOptions, breakdown
 from tracecomm.engine.classify import check_pattern, split_rule
 from tracecomm.errors import NotATrace, NoUsableInput, TraceError, UsageError
 from tracecomm.ingest import find_traces, load_rank
+from tracecomm.ingest.cache import load as cache_load
+from tracecomm.ingest.cache import load_result, options_key, store_result
+from tracecomm.ingest.cache import store as cache_store
 from tracecomm.ingest.kineto import load_merged
 from tracecomm.ingest.model import RankEvents
 from tracecomm.ingest.power import (
@@ -55,6 +59,7 @@ class AnalyzeOptions:
     link_gbps: float | None = None  # --link-gbps: bandwidth share below this link speed
     compat_hta: bool = False  # --compat hta: HTA 0.5.0's own figures too (metrics.md §9)
     rank_from: str | None = None  # --rank-from pid|process_name: merged multi-rank traces
+    cache: Path | None = None  # --cache DIR: parsed columns as Parquet for repeat runs
 
 
 def analyze_file(
@@ -62,10 +67,13 @@ def analyze_file(
     opts: BreakdownOptions,
     power: Sequence[PowerLog] = (),
     rank_from: str | None = None,
+    cache: Path | None = None,
 ) -> list[RankResult | FileFailure]:
     """Parse one trace (several ranks when ``rank_from`` splits a merged trace) and compute the
     breakdowns; failures come back as values, not raises."""
     try:
+        if cache is not None and rank_from is None:
+            return [_cached_result(path, opts, power, cache)]
         ranks = [load_rank(path)] if rank_from is None else load_merged(path, rank_from)
         return [_one_rank(events, opts, power) for events in ranks]
     except NotATrace as exc:
@@ -76,6 +84,27 @@ def analyze_file(
         return [FileFailure(path, "out of memory while parsing")]
     except Exception as exc:  # one odd file must never take the other ranks down with it
         return [FileFailure(path, f"could not be analyzed ({type(exc).__name__}: {exc})")]
+
+
+def _cached_result(
+    path: str, opts: BreakdownOptions, power: Sequence[PowerLog], cache: Path
+) -> RankResult:
+    """The finished result when these options ran before, else the parsed columns when the
+    file did, else a parse; what was missing is stored (a cache that cannot be written only
+    costs the next run its speed-up)."""
+    key = options_key(opts, [(log.path, Path(log.path).stat().st_mtime_ns) for log in power])
+    done = load_result(cache, Path(path), key)
+    if isinstance(done, RankResult):
+        return done
+    events = cache_load(cache, Path(path))
+    if events is None:
+        events = load_rank(path)
+        with contextlib.suppress(OSError):
+            cache_store(cache, Path(path), events)
+    result = _one_rank(events, opts, power)
+    with contextlib.suppress(OSError):
+        store_result(cache, Path(path), key, result)
+    return result
 
 
 def _one_rank(events: RankEvents, opts: BreakdownOptions, power: Sequence[PowerLog]) -> RankResult:
@@ -181,13 +210,15 @@ def _map_files(
     progress: Progress | None,
     power: tuple[PowerLog, ...] = (),
 ) -> list[RankResult | FileFailure]:
-    jobs = _jobs(paths, opts.jobs)
+    jobs = (
+        1 if opts.cache is not None and _all_cached(paths, opts.cache) else _jobs(paths, opts.jobs)
+    )
     out: list[RankResult | FileFailure] = []
     if progress:
         progress(0, len(paths), "")
     if jobs <= 1:
         for i, path in enumerate(paths):
-            out.extend(analyze_file(path, opts.breakdown, power, opts.rank_from))
+            out.extend(analyze_file(path, opts.breakdown, power, opts.rank_from, opts.cache))
             if progress:
                 progress(i + 1, len(paths), path)
         return out
@@ -195,13 +226,28 @@ def _map_files(
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
         n = len(paths)
         results = pool.map(
-            analyze_file, paths, [opts.breakdown] * n, [power] * n, [opts.rank_from] * n
+            analyze_file,
+            paths,
+            [opts.breakdown] * n,
+            [power] * n,
+            [opts.rank_from] * n,
+            [opts.cache] * n,
         )
         for i, (path, outcome) in enumerate(zip(paths, results, strict=True)):
             out.extend(outcome)
             if progress:
                 progress(i + 1, len(paths), path)
     return out
+
+
+def _all_cached(paths: Sequence[str], cache: Path) -> bool:
+    """Every file has an entry: reading Parquet / results costs less than starting a pool."""
+    from tracecomm.ingest.cache import cache_key
+
+    try:
+        return all((cache / cache_key(Path(p))).is_dir() for p in paths)
+    except OSError:
+        return False
 
 
 def json_size(path: str) -> int:
