@@ -210,21 +210,21 @@ class _Analysis:
     link_gbps: float | None = None
     compat_hta: bool = False
 
+    @classmethod
+    def of(cls, params: dict[str, Any], **extra: Any) -> _Analysis:
+        """From a command's parameters (``locals()``): the ones this class has, plus ``extra``."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**({k: v for k, v in params.items() if k in names} | extra))
+
     def model(self) -> ModelInputs:
         from tracecomm.mfu.inputs import ModelInputs
 
-        return ModelInputs(
-            model_flops_per_step=_flops(self.model_flops_per_step, "--model-flops-per-step"),
-            flops_per_token=_flops(self.flops_per_token, "--flops-per-token"),
-            tokens_per_step=self.tokens_per_step,
-            model_config=self.model_config,
-            seq_len=self.seq_len,
-            global_batch=self.global_batch,
-            flops_formula=self.flops_formula,
-            attention=self.attention,
-            dtype=self.dtype,
-            peak_tflops=self.peak_tflops,
-        )
+        shared = {f.name for f in dataclasses.fields(ModelInputs)} & set(self.__dict__)
+        values = {name: getattr(self, name) for name in shared}
+        # FLOP counts are read as decimals here: 3.16e15 is a whole number
+        values["model_flops_per_step"] = _flops(self.model_flops_per_step, "--model-flops-per-step")
+        values["flops_per_token"] = _flops(self.flops_per_token, "--flops-per-token")
+        return ModelInputs(**values)
 
     compute_pattern: list[str] | None = None
     rank_from: str | None = None
@@ -340,28 +340,11 @@ def analyze(
     Exit codes: 0 success; 2 usage error; 3 no usable input; 4 partial result (a rank is
     missing or was only partly readable; the report covers the others); 70 internal error.
     """
-    analysis = _Analysis(
-        steps,
-        all_steps,
-        comm_pattern,
-        jobs,
-        no_clock_align,
-        model_flops_per_step,
-        flops_per_token,
-        tokens_per_step,
-        model_config,
-        seq_len,
-        global_batch,
-        flops_formula,
-        attention,
-        dtype,
-        peak_tflops,
+    analysis = _Analysis.of(
+        locals(),
         nccl_logs=tuple(nccl_log or ()),
-        link_gbps=link_gbps,
         compat_hta=compat is Compat.hta,
-        compute_pattern=compute_pattern,
         rank_from=rank_from.value if rank_from else None,
-        cache=cache,
     )
     report = analysis.run(
         run,
@@ -482,24 +465,7 @@ def check(
     from tracecomm.gate.budgets import DEFAULT_BUDGETS, BudgetError, apply
     from tracecomm.gate.compare import NothingShared, compare
 
-    analysis = _Analysis(
-        steps,
-        all_steps,
-        comm_pattern,
-        jobs,
-        False,
-        model_flops_per_step,
-        flops_per_token,
-        tokens_per_step,
-        model_config,
-        seq_len,
-        global_batch,
-        flops_formula,
-        attention,
-        dtype,
-        peak_tflops,
-        cache=cache,
-    )
+    analysis = _Analysis.of(locals())
     flags = {
         "max_step_time_increase": max_step_time_increase,
         "max_exposed_comm_increase": max_exposed_comm_increase,
@@ -562,24 +528,7 @@ def baseline(
 
     from tracecomm.gate.figures import baseline_document
 
-    analysis = _Analysis(
-        steps,
-        all_steps,
-        comm_pattern,
-        jobs,
-        False,
-        model_flops_per_step,
-        flops_per_token,
-        tokens_per_step,
-        model_config,
-        seq_len,
-        global_batch,
-        flops_formula,
-        attention,
-        dtype,
-        peak_tflops,
-        cache=cache,
-    )
+    analysis = _Analysis.of(locals())
     figures = _figures(run, analysis, quiet)
     try:
         output.write_bytes(
