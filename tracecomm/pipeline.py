@@ -23,7 +23,7 @@ from tracecomm.ingest import find_traces, load_rank
 from tracecomm.ingest.cache import load as cache_load
 from tracecomm.ingest.cache import load_result, options_key, store_result
 from tracecomm.ingest.cache import store as cache_store
-from tracecomm.ingest.kineto import load_merged
+from tracecomm.ingest.kineto import json_size, load_merged
 from tracecomm.ingest.model import RankEvents
 from tracecomm.ingest.power import (
     PowerLog,
@@ -248,19 +248,6 @@ def _all_cached(paths: Sequence[str], cache: Path) -> bool:
         return all((cache / cache_key(Path(p))).is_dir() for p in paths)
     except OSError:
         return False
-
-
-def json_size(path: str) -> int:
-    """Bytes of JSON to parse: a gzip member's trailer holds its uncompressed size (mod 2**32)."""
-    size = os.path.getsize(path)
-    try:
-        with open(path, "rb") as handle:
-            if handle.read(2) != b"\x1f\x8b" or size < 18:
-                return size
-            handle.seek(-4, os.SEEK_END)
-            return max(size, int.from_bytes(handle.read(4), "little"))
-    except OSError:
-        return size
 
 
 def _jobs(paths: Sequence[str], requested: int | None) -> int:

@@ -6,8 +6,10 @@ process pool today and on remote workers later. It keeps only what the engine ne
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import gzip
+import os
 import re
 import zlib
 from collections.abc import Sequence
@@ -278,7 +280,28 @@ def _read(path: Path) -> tuple[_Trace, list[str], bool]:
     return doc, warnings, salvaged is not None
 
 
+def json_size(path: Path | str) -> int:
+    """Bytes of JSON to parse: a gzip member's trailer holds its uncompressed size (mod 2**32)."""
+    size = os.path.getsize(path)
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(2) != _GZIP_MAGIC or size < 18:
+                return size
+            handle.seek(-4, os.SEEK_END)
+            return max(size, int.from_bytes(handle.read(4), "little"))
+    except OSError:
+        return size
+
+
 def _load_rank(path: Path) -> RankEvents:
+    from tracecomm.ingest import stream
+
+    with contextlib.suppress(OSError):
+        if json_size(path) >= stream.STREAM_FROM_BYTES:
+            try:
+                return stream.stream_rank(path)
+            except stream.Fallback:
+                pass  # the whole-file reader below has the salvage logic
     doc, warnings, truncated = _read(path)
     events = doc.traceEvents or []
     doc.traceEvents = None  # the events become columns: keep no second reference
@@ -288,14 +311,26 @@ def _load_rank(path: Path) -> RankEvents:
 def _rank_events(
     path: str, meta: TraceMeta, events_in: list[Any], warnings: list[str], truncated: bool
 ) -> RankEvents:
+    events, event_warnings, repaired = _columns(_with_begin_end(events_in), Path(path))
+    del events_in
+    warnings.extend(event_warnings)
+    return rank_from_columns(path, meta, events, warnings, truncated, repaired)
+
+
+def rank_from_columns(
+    path: str,
+    meta: TraceMeta,
+    events: pl.DataFrame,
+    warnings: list[str],
+    truncated: bool,
+    repaired: int,
+) -> RankEvents:
+    """The per-rank frames from the kept events' columns (times still on the file's scale)."""
     if truncated and meta.base_time_ns is None:
         warnings.append(
             f"{path}: no baseTimeNanoseconds (Kineto writes it last): if the trace had one, "
             "this rank's times are relative and cannot be compared with other ranks'"
         )
-    events, event_warnings, repaired = _columns(_with_begin_end(events_in), Path(path))
-    del events_in
-    warnings.extend(event_warnings)
     if meta.base_time_ns is not None:
         # Relative Kineto timestamps (2024+): add the base so every rank is on the epoch clock.
         base = pl.lit(meta.base_time_ns, dtype=pl.Int64)
@@ -469,9 +504,12 @@ def _with_begin_end(events: list[Any]) -> list[Any]:
     return [e for e in events if e.ph not in ("B", "E")] + paired
 
 
-def _columns(events: list[_Event], path: Path) -> tuple[pl.DataFrame, list[str], int]:
-    """One row per complete ('X') event of a category we use, with exact ns times."""
-    picked = [events[i] for i in _wanted_rows(events)]
+def _columns(
+    events: list[_Event], path: Path, rows: list[int] | None = None
+) -> tuple[pl.DataFrame, list[str], int]:
+    """One row per complete ('X') event of a category we use (or of ``rows``), with exact ns
+    times."""
+    picked = [events[i] for i in (_wanted_rows(events) if rows is None else rows)]
     cats, names, pids, tids, ts, durs, args = _unzip(picked, _EVENT_FIELDS, len(_EVENT_FIELDS))
     del picked
     frame = pl.DataFrame(
@@ -537,24 +575,24 @@ class _Keep(dict[object, int]):
         return keep
 
 
-def _wanted_rows(events: list[_Event]) -> list[int]:
+def _wanted_rows(events: list[_Event], cpu_only: bool | None = None) -> list[int]:
     """Rows to keep: device work, launches, annotations; CPU ops only when they carry collective
-    metadata, or when the trace has no device work at all (CPU-only traces)."""
+    metadata, or when the trace has no device work at all (CPU-only traces). ``cpu_only``
+    forces the choice (a streamed chunk does not see the whole trace)."""
     keep = _Keep()
+    if cpu_only:
+        return [i for i, e in enumerate(events) if e.ph == "X" and keep[e.cat] > 0]
     rows = [
         i
         for i, e in enumerate(events)
-        if e.ph == "X"
-        and (
-            keep[e.cat] == 1 or (keep[e.cat] == 2 and (e.name == _COMM_OP or e.name in SHAPED_OPS))
-        )
+        if e.ph == "X" and (keep[e.cat] == 1 or (keep[e.cat] == 2 and _kept_op(e)))
     ]
     device_cats = {
         c
         for c, k in keep.items()
         if k == 1 and isinstance(c, str) and _KIND_OF_CAT[c.lower()] in DEVICE_KINDS
     }
-    if any(events[i].cat in device_cats for i in rows):
+    if cpu_only is False or any(events[i].cat in device_cats for i in rows):
         return rows
     return [i for i, e in enumerate(events) if e.ph == "X" and keep[e.cat] > 0]
 
