@@ -25,7 +25,7 @@ from tracecomm.ingest import kineto as k
 from tracecomm.ingest.model import DEVICE_KINDS, RankEvents
 
 STREAM_FROM_BYTES = 256 << 20  # uncompressed JSON; smaller files are read whole (faster)
-CHUNK_BYTES = 32 << 20
+CHUNK_BYTES = 8 << 20
 _HEADER_LIMIT = 64 << 20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _CHUNK_DECODER = msgspec.json.Decoder(list[k._AnyPhase], float_hook=str)
