@@ -326,6 +326,22 @@ def rank_from_columns(
     repaired: int,
 ) -> RankEvents:
     """The per-rank frames from the kept events' columns (times still on the file's scale)."""
+    return rank_from_frames(path, meta, split_frames(events), warnings, truncated, repaired)
+
+
+def split_frames(events: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """The kept events' columns, one frame per use (a streamed chunk is split at once)."""
+    return {name: build(events) for name, build in _FRAME_BUILDERS.items()}
+
+
+def rank_from_frames(
+    path: str,
+    meta: TraceMeta,
+    frames: dict[str, pl.DataFrame],
+    warnings: list[str],
+    truncated: bool,
+    repaired: int,
+) -> RankEvents:
     if truncated and meta.base_time_ns is None:
         warnings.append(
             f"{path}: no baseTimeNanoseconds (Kineto writes it last): if the trace had one, "
@@ -334,18 +350,23 @@ def rank_from_columns(
     if meta.base_time_ns is not None:
         # Relative Kineto timestamps (2024+): add the base so every rank is on the epoch clock.
         base = pl.lit(meta.base_time_ns, dtype=pl.Int64)
-        events = events.with_columns(pl.col("start_ns") + base, pl.col("end_ns") + base)
+        frames = {
+            name: frame.with_columns(
+                pl.col(c) + base for c in ("start_ns", "end_ns") if c in frame.columns
+            )
+            for name, frame in frames.items()
+        }
     return RankEvents(
         path=path,
         meta=meta,
-        device=_device_frame(events),
-        launches=_launch_frame(events),
-        steps=_step_frame(events),
-        comm_annotations=_gpu_annotation_frame(events),
-        comm_ops=_comm_op_frame(events),
-        shaped_ops=_shaped_op_frame(events),
-        gpu_ranges=_gpu_range_frame(events),
-        cpu=_cpu_frame(events),
+        device=frames["device"],
+        launches=frames["launches"],
+        steps=frames["steps"].sort("start_ns", maintain_order=True),
+        comm_annotations=frames["comm_annotations"],
+        comm_ops=frames["comm_ops"],
+        shaped_ops=frames["shaped_ops"],
+        gpu_ranges=frames["gpu_ranges"],
+        cpu=frames["cpu"],
         warnings=tuple(warnings),
         truncated=truncated,
         repaired_events=repaired,
@@ -809,3 +830,15 @@ def _cpu_frame(events: pl.DataFrame) -> pl.DataFrame:
     return events.filter(pl.col("kind").is_in(["cpu_op", "annotation"])).select(
         "kind", "name", "pid", "tid", "start_ns", "end_ns"
     )
+
+
+_FRAME_BUILDERS = {
+    "device": _device_frame,
+    "launches": _launch_frame,
+    "steps": _step_frame,
+    "comm_annotations": _gpu_annotation_frame,
+    "comm_ops": _comm_op_frame,
+    "shaped_ops": _shaped_op_frame,
+    "gpu_ranges": _gpu_range_frame,
+    "cpu": _cpu_frame,
+}

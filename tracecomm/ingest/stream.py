@@ -37,42 +37,72 @@ class Fallback(Exception):
 
 def stream_rank(path: Path) -> RankEvents:
     """Raises ``Fallback`` when the file is not a well-formed trace object."""
+    parts: dict[str, list[pl.DataFrame]] = {}
+    pending: list[pl.DataFrame] = []  # unsplit chunks of a trace not yet known to have devices
+    warnings: list[str] = []
+    repaired = 0
+    begin_end: list[Any] = []
     with _open(path) as handle:
         header, rest = _header(handle, path)
-        frames: list[pl.DataFrame] = []
-        warnings: list[str] = []
-        repaired = 0
-        begin_end: list[Any] = []
-        device_seen = False
+        # a trace that lists GPUs keeps only the CPU ops it needs from the start (Kineto writes
+        # every CPU event before the first kernel: keeping them all would double the memory)
+        gpu_listed = bool(header.deviceProperties)
+        state = {"device": gpu_listed}
         tail = b""
         for chunk, last in _chunks(handle, rest):
             if last:
                 tail = chunk
                 break
-            events = _decode(b"[" + chunk + b"]")
-            frame, w, r = _frame(events, path, device_seen, begin_end)
-            device_seen = device_seen or _has_device(frame)
-            frames.append(frame)
-            warnings.extend(w)
-            repaired += r
+            repaired += _take(
+                _decode(b"[" + chunk + b"]"), path, state, parts, pending, warnings, begin_end
+            )
     trailer = _trailer(tail)
-    events = list(trailer.traceEvents or [])
-    frame, w, r = _frame(events, path, device_seen, begin_end)
-    frames.append(frame)
-    warnings.extend(w)
-    repaired += r
+    repaired += _take(
+        list(trailer.traceEvents or []), path, state, parts, pending, warnings, begin_end
+    )
     if begin_end:
         paired = k._with_begin_end(begin_end)
-        frame, w, r = _frame(paired, path, device_seen, [])
-        frames.append(frame)
-        warnings.extend(w)
-        repaired += r
-    columns = pl.concat(frames, how="vertical_relaxed")
-    device_seen = device_seen or _has_device(columns)
-    if device_seen:
-        columns = columns.filter(_gpu_trace_row())
+        repaired += _take(paired, path, state, parts, pending, warnings, [])
+    for frame in pending:  # a CPU-only trace: every CPU op stays
+        _split(frame, parts)
+    if gpu_listed and not any(f.height for f in parts.get("device", [])):
+        raise Fallback("no device work in a trace that lists GPUs")  # CPU timeline: read whole
+    frames = {name: pl.concat(fs, how="vertical_relaxed") for name, fs in parts.items()}
     doc = _merge(header, trailer)
-    return k.rank_from_columns(str(path), k._meta(doc), columns, warnings, False, repaired)
+    return k.rank_from_frames(str(path), k._meta(doc), frames, warnings, False, repaired)
+
+
+def _take(
+    events: list[Any],
+    path: Path,
+    state: dict[str, bool],
+    parts: dict[str, list[pl.DataFrame]],
+    pending: list[pl.DataFrame],
+    warnings: list[str],
+    begin_end: list[Any],
+) -> int:
+    """Columns of one chunk, split at once; B / E events wait for the end. Until device work
+    has been seen (or the header lists GPUs), all CPU ops are kept unsplit: without device
+    work the trace is analyzed on its CPU timeline."""
+    begin_end.extend(e for e in events if e.ph in ("B", "E"))
+    frame, w, repaired = k._columns(events, path, k._wanted_rows(events, not state["device"]))
+    warnings.extend(w)
+    if not state["device"] and _has_device(frame):
+        state["device"] = True
+        for early in pending:
+            _split(early.filter(_gpu_trace_row()), parts)
+        pending.clear()
+        frame = frame.filter(_gpu_trace_row())
+    if state["device"]:
+        _split(frame, parts)
+    else:
+        pending.append(frame)
+    return repaired
+
+
+def _split(frame: pl.DataFrame, parts: dict[str, list[pl.DataFrame]]) -> None:
+    for name, part in k.split_frames(frame).items():
+        parts.setdefault(name, []).append(part)
 
 
 def _open(path: Path) -> IO[bytes]:
@@ -148,16 +178,6 @@ def _trailer(tail: bytes) -> k._Trace:
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise Fallback("the file does not end as a trace ends") from None
     return doc
-
-
-def _frame(
-    events: list[Any], path: Path, device_seen: bool, begin_end: list[Any]
-) -> tuple[pl.DataFrame, list[str], int]:
-    """Columns of a chunk. Until device work has been seen, CPU ops are kept too (a trace
-    without any device work is analyzed on its CPU timeline); B / E events wait for the end."""
-    begin_end.extend(e for e in events if e.ph in ("B", "E"))
-    rows = k._wanted_rows(events, cpu_only=not device_seen)
-    return k._columns(events, path, rows)
 
 
 def _has_device(frame: pl.DataFrame) -> bool:
