@@ -24,7 +24,7 @@ import polars as pl
 from tracecomm.ingest import kineto as k
 from tracecomm.ingest.model import DEVICE_KINDS, RankEvents
 
-STREAM_FROM_BYTES = 256 << 20  # uncompressed JSON; smaller files are read whole (faster)
+STREAM_FROM_BYTES = 16 << 20  # uncompressed JSON; smaller files are read whole
 CHUNK_BYTES = 8 << 20
 _HEADER_LIMIT = 64 << 20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
