@@ -11,13 +11,14 @@ from polars.testing import assert_frame_equal
 from tests.conftest import SAMPLE_RUN, simple_events, trace_doc, write_trace
 from tracecomm.ingest import stream
 from tracecomm.ingest.kineto import _load_rank
+from tracecomm.ingest.model import RankEvents
 from tracecomm.synth import fsdp_run, write_run
 from tracecomm.synth.shapes import with_shapes
 
 FRAMES = ("device", "launches", "steps", "comm_annotations", "comm_ops", "cpu", "shaped_ops")
 
 
-def both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[object, object]:
+def both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[RankEvents, RankEvents]:
     whole = _load_rank(path)
     monkeypatch.setattr(stream, "STREAM_FROM_BYTES", 0)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 50_000)  # many chunks even for small files
@@ -30,7 +31,7 @@ def test_chunks_equal_the_whole_file(name: str, monkeypatch: pytest.MonkeyPatch)
     whole, chunked = both(SAMPLE_RUN / name, monkeypatch)
     for frame in FRAMES:
         assert_frame_equal(getattr(chunked, frame), getattr(whole, frame))
-    assert chunked.meta == whole.meta  # type: ignore[attr-defined]
+    assert chunked.meta == whole.meta
     assert chunked.meta.base_time_ns is not None  # written after the event array
 
 
@@ -38,12 +39,12 @@ def test_shapes_cpu_only_and_begin_end(tmp_path: Path, monkeypatch: pytest.Monke
     write_run(with_shapes(fsdp_run(world_size=1, steps=2, seed=1)), tmp_path / "shapes")
     path = next((tmp_path / "shapes").iterdir())
     whole, chunked = both(path, monkeypatch)
-    assert_frame_equal(chunked.shaped_ops, whole.shaped_ops)  # type: ignore[attr-defined]
+    assert_frame_equal(chunked.shaped_ops, whole.shaped_ops)
     events = [dict(e, cat="cpu_op") for e in simple_events()] * 500  # no device work at all
     cpu = write_trace(tmp_path / "cpu.json", trace_doc(events, world=1))
     whole, chunked = both(cpu, monkeypatch)
-    assert_frame_equal(chunked.cpu, whole.cpu)  # type: ignore[attr-defined]
-    assert chunked.cpu.height == 3500  # type: ignore[attr-defined]
+    assert_frame_equal(chunked.cpu, whole.cpu)
+    assert chunked.cpu.height == 3500
 
 
 def test_truncated_or_odd_files_fall_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
