@@ -4,7 +4,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import kernel, trace_doc, write_trace
-from tracecomm.engine.classify import classify, coll_type_of
+from tracecomm.engine.classify import classify, classify_with_comm, coll_type_of
 from tracecomm.ingest import load_rank
 
 
@@ -117,4 +117,6 @@ def test_type_from_linked_record_param_comms_and_gpu_annotation(tmp_path: Path) 
     rank = load_rank(write_trace(tmp_path / "t.json", trace_doc(events)))
     out = classify(rank).sort("start_ns")
     assert out["coll_type"].to_list() == ["Broadcast", "AllGather"]
-    assert out["group_size"].to_list()[0] == 4
+    # the collective metadata rides with the comm rows (the linked CPU op's, here)
+    comm = classify_with_comm(rank)[1].sort("start_ns")
+    assert comm["group_size"].to_list()[0] == 4

@@ -81,8 +81,15 @@ def test_collective_metadata_is_kept_per_kernel(tmp_path: Path) -> None:
         "Process Group Ranks": "[0, 1, 2, 3, 4, 5, 6, 7]",
         "Seq": 17,
     }
-    events = [kernel("ncclDevKernel_AllGather_RING_LL(x)", 1, 2, 1, **meta)]
-    row = load_rank(write_trace(tmp_path / "t.json", trace_doc(events))).device.row(0, named=True)
+    events = [
+        kernel("sm90_gemm", 0, 1, 2),
+        kernel("ncclDevKernel_AllGather_RING_LL(x)", 1, 2, 1, **meta),
+    ]
+    rank = load_rank(write_trace(tmp_path / "t.json", trace_doc(events)))
+    # kept apart from the device rows, by their dev_row: the compute kernel has none
+    assert rank.device_meta.height == 1
+    row = rank.device_meta.row(0, named=True)
+    assert rank.device.filter(pl.col("dev_row") == row["dev_row"])["name"][0].startswith("nccl")
     assert row["collective_name"] == "_allgather_base"
     assert (row["in_msg_nelems"], row["out_msg_nelems"], row["group_size"]) == (1024, 8192, 8)
     assert (row["dtype"], row["pg_name"], row["seq"]) == ("BFloat16", "0", 17)

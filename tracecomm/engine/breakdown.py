@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import polars as pl
 
-from tracecomm.engine.classify import COLL_TYPES, classify, coll_type_of
+from tracecomm.engine.classify import COLL_TYPES, classify_with_comm, coll_type_of
 from tracecomm.engine.collectives import collective_instances
 from tracecomm.engine.energy import window_energy
 from tracecomm.engine.intervals import Coverage, IntArray, coverage, measure
@@ -52,7 +52,7 @@ def breakdown(
     ``power``: this rank's host's GPU power samples by GPU index; the rank's own GPU (the
     one most of its kernels ran on) gives each window its energy."""
     opts = opts or BreakdownOptions()
-    device = classify(rank, opts.comm_patterns, opts.compute_patterns)
+    device, comm = classify_with_comm(rank, opts.comm_patterns, opts.compute_patterns)
     work = device.filter(pl.col("cls") != "sync")
     if work.height == 0 and rank.cpu.height:
         return _cpu_breakdown(rank, opts)
@@ -69,7 +69,13 @@ def breakdown(
     result = _gpu_breakdown(linked.filter(pl.col("cls") != "sync"), steps, device, opts, series)
     return replace(
         result,
-        collectives=collective_instances(linked),
+        collectives=collective_instances(
+            linked.filter(pl.col("cls") == "comm").join(
+                comm.drop(*(c for c in comm.columns if c in linked.columns and c != "_row")),
+                on="_row",
+                how="left",
+            )
+        ),
         work_signature=_work_signature(linked, result),
         devices=devices,
         observed=observed_flops(rank.shaped_ops, linked, {s.step for s in result.included_steps}),

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from tracecomm.ingest.kineto import META_SCHEMA
 from tracecomm.ingest.model import RankEvents
 
 COLL_TYPES = (
@@ -102,7 +103,17 @@ def classify(
     comm_patterns: Sequence[str] = (),
     compute_patterns: Sequence[str] = (),
 ) -> pl.DataFrame:
-    """The device frame with ``cls`` and, for comm kernels, ``coll_type`` and linked metadata.
+    """The device frame with ``cls`` and, for comm kernels, ``coll_type``."""
+    return classify_with_comm(rank, comm_patterns, compute_patterns)[0]
+
+
+def classify_with_comm(
+    rank: RankEvents,
+    comm_patterns: Sequence[str] = (),
+    compute_patterns: Sequence[str] = (),
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(device frame with ``cls``, ``coll_type`` and a ``_row`` key; the comm rows alone with
+    their collective metadata, by ``_row``).
 
     ``comm_patterns``: user rules ``REGEX[=TYPE]`` (names that are communication, of TYPE);
     ``compute_patterns``: names that are compute even if they look like a collective. Row order
@@ -111,14 +122,24 @@ def classify(
     work = with_user_ranges(rank, comm_patterns, compute_patterns)
     device = work.with_row_index("_row").with_columns(_cls(comm_patterns, compute_patterns))
     is_comm = pl.col("cls") == "comm"
-    comm = _fill_metadata_from_cpu_op(device.filter(is_comm), rank.comm_ops)
+    comm = _with_metadata(device.filter(is_comm), rank.device_meta)
+    comm = _fill_metadata_from_cpu_op(comm, rank.comm_ops)
     comm = _annotation_type(comm, rank.comm_annotations)
     comm = comm.with_columns(
         pl.coalesce(_user_type(comm_patterns), _coll_type()).alias("coll_type"),
         pl.coalesce("collective_name", "cpu_collective_name").alias("collective_name"),
     ).drop("annotation_type", "cpu_collective_name")
-    rest = device.filter(~is_comm).with_columns(pl.lit(None, dtype=pl.String).alias("coll_type"))
-    return pl.concat([comm, rest.select(comm.columns)]).sort("_row").drop("_row")
+    typed = device.join(comm.select("_row", "coll_type"), on="_row", how="left")
+    return typed.sort("_row"), comm
+
+
+def _with_metadata(comm: pl.DataFrame, meta: pl.DataFrame) -> pl.DataFrame:
+    """The comm rows' collective metadata columns (null where the trace has none)."""
+    if "dev_row" in meta.columns and "dev_row" in comm.columns:
+        return comm.join(meta, on="dev_row", how="left", maintain_order="left")
+    return comm.with_columns(
+        pl.lit(None, dtype=dtype).alias(name) for name, dtype in META_SCHEMA.items()
+    )
 
 
 def _cls(comm_rules: Sequence[str], compute_patterns: Sequence[str]) -> pl.Expr:

@@ -23,6 +23,7 @@ from tracecomm.ingest.model import RankEvents, TraceMeta
 
 _FRAMES = (
     "device",
+    "device_meta",
     "launches",
     "steps",
     "comm_annotations",

@@ -163,7 +163,7 @@ def _decode_doc(data: bytes) -> _Trace:
 
 
 # Collective metadata copied from record_param_comms onto the kernel (kineto-traces.md §12).
-_META_FIELDS: dict[str, pl.DataType] = {
+META_SCHEMA: dict[str, pl.DataType] = {
     "collective_name": pl.String(),
     "in_msg_nelems": pl.Int64(),
     "out_msg_nelems": pl.Int64(),
@@ -293,6 +293,9 @@ def json_size(path: Path | str) -> int:
         return size
 
 
+_META_FIELDS = META_SCHEMA
+
+
 def _load_rank(path: Path) -> RankEvents:
     from tracecomm.ingest import stream
 
@@ -360,6 +363,7 @@ def rank_from_frames(
         path=path,
         meta=meta,
         device=frames["device"],
+        device_meta=frames["device_meta"],
         launches=frames["launches"],
         steps=frames["steps"].sort("start_ns", maintain_order=True),
         comm_annotations=frames["comm_annotations"],
@@ -755,6 +759,9 @@ def _repair_times(frame: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[s
 
 
 def _device_frame(events: pl.DataFrame) -> pl.DataFrame:
+    """Device work; its collective metadata lives apart (``_device_meta_frame``, by
+    ``dev_row``): a handful of comm kernels carry it, and as null columns on every compute
+    kernel it was most of the frame's memory."""
     return events.filter(pl.col("kind").is_in(list(DEVICE_KINDS))).select(
         "kind",
         "name",
@@ -764,7 +771,14 @@ def _device_frame(events: pl.DataFrame) -> pl.DataFrame:
         "end_ns",
         "correlation",
         "external_id",
-        *_META_FIELDS,
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("dev_row"),
+    )
+
+
+def _device_meta_frame(events: pl.DataFrame) -> pl.DataFrame:
+    device = events.filter(pl.col("kind").is_in(list(DEVICE_KINDS))).with_row_index("dev_row")
+    return device.filter(pl.any_horizontal(pl.col(list(_META_FIELDS)).is_not_null())).select(
+        pl.col("dev_row").cast(pl.Int64), *_META_FIELDS
     )
 
 
@@ -834,6 +848,7 @@ def _cpu_frame(events: pl.DataFrame) -> pl.DataFrame:
 
 _FRAME_BUILDERS = {
     "device": _device_frame,
+    "device_meta": _device_meta_frame,
     "launches": _launch_frame,
     "steps": _step_frame,
     "comm_annotations": _gpu_annotation_frame,

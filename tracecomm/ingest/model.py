@@ -59,6 +59,8 @@ class RankEvents:
     # every GPU-side range (gpu_user_annotation: NVTX / record_function on the GPU timeline):
     # name, device, stream, start_ns, end_ns; user rules may count them as work
     gpu_ranges: pl.DataFrame = field(default_factory=pl.DataFrame)
+    # collective metadata of the device rows that carry any (dev_row -> metadata columns)
+    device_meta: pl.DataFrame = field(default_factory=pl.DataFrame)
     warnings: tuple[str, ...] = ()
     truncated: bool = False
     repaired_events: int = field(default=0)

@@ -101,7 +101,11 @@ def _take(
 
 
 def _split(frame: pl.DataFrame, parts: dict[str, list[pl.DataFrame]]) -> None:
+    """A chunk's frames; device rows are numbered across chunks (``dev_row``)."""
+    offset = sum(f.height for f in parts.get("device", []))
     for name, part in k.split_frames(frame).items():
+        if name in ("device", "device_meta") and offset:
+            part = part.with_columns(pl.col("dev_row") + offset)
         parts.setdefault(name, []).append(part)
 
 
