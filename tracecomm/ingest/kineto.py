@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import replace
 from decimal import Decimal
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, ClassVar, Union
 
@@ -508,7 +508,8 @@ def _as_str(value: object) -> str | None:
 def _with_begin_end(events: list[Any]) -> list[Any]:
     """B / E pairs become complete events: per (pid, tid), each E closes the latest open B
     (the format's nesting rule); unmatched ones are dropped."""
-    if not any(e.ph in ("B", "E") for e in events):
+    phases = set(map(attrgetter("ph"), events))
+    if "B" not in phases and "E" not in phases:
         return events
     open_: dict[tuple[object, object], list[Any]] = {}
     paired = []
@@ -530,19 +531,17 @@ def _with_begin_end(events: list[Any]) -> list[Any]:
 
 
 def _columns(
-    events: list[_Event], path: Path, rows: list[int] | None = None
+    events: list[_Event], path: Path, cpu_only: bool | None = None
 ) -> tuple[pl.DataFrame, list[str], int]:
-    """One row per complete ('X') event of a category we use (or of ``rows``), with exact ns
-    times."""
-    picked = [events[i] for i in (_wanted_rows(events) if rows is None else rows)]
-    cats, names, pids, tids, ts, durs, args = _unzip(picked, _EVENT_FIELDS, len(_EVENT_FIELDS))
-    del picked
-    frame = pl.DataFrame(
+    """One row per complete ('X') event of a category we use, with exact ns times.
+
+    Rows are chosen in polars on the category and name columns, and only the chosen events'
+    other fields are gathered: no Python code runs per event beyond ``attrgetter``."""
+    complete = [e for e in events if e.ph == "X"]
+    head = pl.DataFrame(
         {
-            "cat": _str_series("cat", cats),
-            "name": _str_series("name", names),
-            "pid": _num_series("pid", pids),
-            "tid": _num_series("tid", tids),
+            "cat": _str_series("cat", _field(complete, "cat")),
+            "name": _str_series("name", _field(complete, "name")),
         }
     ).with_columns(
         # MTIA's DMA requests are copy-engine work, not compute.
@@ -553,21 +552,31 @@ def _columns(
         .then(pl.lit("memcpy"))
         .otherwise(_KIND)
         .alias("kind"),
-        us_text_to_ns(ts, "ts_ns"),
-        us_text_to_ns(durs, "dur_ns"),
     )
-    frame = _attach_args(frame, list(args))
+    rows = _wanted_rows(head, complete, cpu_only)
+    picked = _pick(complete, rows)
+    del complete
+    frame = head[rows].with_columns(
+        _num_series("pid", _field(picked, "pid")),
+        _num_series("tid", _field(picked, "tid")),
+        us_text_to_ns(_field(picked, "ts"), "ts_ns"),
+        us_text_to_ns(_field(picked, "dur"), "dur_ns"),
+    )
+    frame = _attach_args(frame, _field(picked, "args"))
     return _repair_times(frame, path)
 
 
-_EVENT_FIELDS = ("cat", "name", "pid", "tid", "ts", "dur", "args")
+def _field(items: Sequence[Any], attr: str) -> list[Any]:
+    """One attribute of every item, gathered at C speed."""
+    return list(map(attrgetter(attr), items))
 
 
-def _unzip(items: list[Any], attrs: tuple[str, ...], width: int) -> list[tuple[Any, ...]]:
-    """Columns of attributes, gathered at C speed (attrgetter + zip) rather than per field."""
-    if not items:
-        return [()] * width
-    return list(zip(*map(attrgetter(*attrs), items), strict=True))
+def _pick(items: list[Any], rows: list[int]) -> list[Any]:
+    if len(rows) == len(items):
+        return items
+    if len(rows) < 2:
+        return [items[i] for i in rows]
+    return list(itemgetter(*rows)(items))
 
 
 def _str_series(name: str, values: Sequence[object]) -> pl.Series:
@@ -590,45 +599,30 @@ def _num_series(name: str, values: Sequence[object]) -> pl.Series:
 _KIND = pl.col("cat").str.to_lowercase().replace_strict(_KIND_OF_CAT, default=None)
 
 
-class _Keep(dict[object, int]):
-    """cat -> 0 skip, 1 keep, 2 CPU op; computed once per distinct spelling, then a C lookup."""
-
-    def __missing__(self, cat: object) -> int:
-        kind = _KIND_OF_CAT.get(cat.lower()) if isinstance(cat, str) else None
-        keep = 0 if kind is None else (2 if kind == "cpu_op" else 1)
-        self[cat] = keep
-        return keep
-
-
-def _wanted_rows(events: list[_Event], cpu_only: bool | None = None) -> list[int]:
+def _wanted_rows(head: pl.DataFrame, complete: list[Any], cpu_only: bool | None) -> list[int]:
     """Rows to keep: device work, launches, annotations; CPU ops only when they carry collective
-    metadata, or when the trace has no device work at all (CPU-only traces). ``cpu_only``
-    forces the choice (a streamed chunk does not see the whole trace)."""
-    keep = _Keep()
+    metadata or recorded shapes, or when the trace has no device work at all (CPU-only
+    traces). ``cpu_only`` forces the choice (a streamed chunk does not see the whole trace)."""
+    kind = pl.col("kind")
+    used = kind.is_not_null()
     if cpu_only:
-        return [i for i, e in enumerate(events) if e.ph == "X" and keep[e.cat] > 0]
-    rows = [
-        i
-        for i, e in enumerate(events)
-        if e.ph == "X" and (keep[e.cat] == 1 or (keep[e.cat] == 2 and _kept_op(e)))
-    ]
-    device_cats = {
-        c
-        for c, k in keep.items()
-        if k == 1 and isinstance(c, str) and _KIND_OF_CAT[c.lower()] in DEVICE_KINDS
-    }
-    if cpu_only is False or any(events[i].cat in device_cats for i in rows):
-        return rows
-    return [i for i, e in enumerate(events) if e.ph == "X" and keep[e.cat] > 0]
+        return _true_rows(head, used)
+    # matmul / conv / attention ops are worth a row only with their shapes (most traces do
+    # not record them): a byte search in the few candidates' raw args
+    candidates = _true_rows(head, (kind == "cpu_op") & pl.col("name").is_in(list(SHAPED_OPS)))
+    shaped = [i for i in candidates if b'"Input Dims"' in bytes(complete[i].args)]
+    kept_op = (pl.col("name") == _COMM_OP) | pl.int_range(pl.len()).is_in(shaped)
+    gpu_rows = used & ((kind != "cpu_op") | kept_op)
+    if cpu_only is None and not head.select((gpu_rows & kind.is_in(DEVICE_KINDS)).any()).item():
+        return _true_rows(head, used)
+    return _true_rows(head, gpu_rows)
+
+
+def _true_rows(frame: pl.DataFrame, mask: pl.Expr) -> list[int]:
+    return frame.select(mask.fill_null(False)).to_series().arg_true().to_list()
 
 
 _COMM_OP = "record_param_comms"
-
-
-def _kept_op(e: _Event) -> bool:
-    """CPU ops of a GPU trace worth their rows: collective metadata, and matmul / conv /
-    attention ops that recorded their shapes (most traces do not: skip those cheaply)."""
-    return e.name == _COMM_OP or (e.name in SHAPED_OPS and b'"Input Dims"' in bytes(e.args))
 
 
 _ARGS_DECODER = msgspec.json.Decoder(_Args | None)
@@ -640,7 +634,7 @@ _LINK_FIELDS = ("correlation", "external_id", "external_id_lc", "device", "strea
 def _attach_args(frame: pl.DataFrame, raw_args: list[msgspec.Raw]) -> pl.DataFrame:
     """Decode args only for the kept rows, in one call: skipping the rest keeps the parse fast."""
     args = [a if a is not None else _NO_ARGS for a in _decode_args(raw_args)]
-    corr, ext, ext_lc, device, stream = _unzip(args, _LINK_FIELDS, len(_LINK_FIELDS))
+    corr, ext, ext_lc, device, stream = (_field(args, f) for f in _LINK_FIELDS)
     frame = frame.with_columns(
         _int_series("correlation", corr),
         _int_series("external_id", ext).fill_null(_int_series("external_id", ext_lc)),
@@ -651,7 +645,8 @@ def _attach_args(frame: pl.DataFrame, raw_args: list[msgspec.Raw]) -> pl.DataFra
         (pl.col("kind") == "kernel") | (pl.col("name") == "record_param_comms")
     ).to_series()
     meta_rows = wanted.arg_true().to_list()
-    meta_values = _unzip([args[i] for i in meta_rows], tuple(_META_FIELDS), len(_META_FIELDS))
+    meta_args = _pick(args, meta_rows)
+    meta_values = [_field(meta_args, f) for f in _META_FIELDS]
     meta = pl.DataFrame(
         [
             pl.Series("row", meta_rows, dtype=pl.UInt32),

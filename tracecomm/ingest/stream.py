@@ -15,6 +15,7 @@ import gzip
 import re
 import zlib
 from collections.abc import Iterator
+from operator import attrgetter
 from pathlib import Path
 from typing import IO, Any
 
@@ -28,6 +29,7 @@ STREAM_FROM_BYTES = 16 << 20  # uncompressed JSON; smaller files are read whole
 CHUNK_BYTES = 8 << 20
 _HEADER_LIMIT = 64 << 20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_PHASE = attrgetter("ph")
 _CHUNK_DECODER = msgspec.json.Decoder(list[k._AnyPhase], float_hook=str)
 
 
@@ -84,8 +86,10 @@ def _take(
     """Columns of one chunk, split at once; B / E events wait for the end. Until device work
     has been seen (or the header lists GPUs), all CPU ops are kept unsplit: without device
     work the trace is analyzed on its CPU timeline."""
-    begin_end.extend(e for e in events if e.ph in ("B", "E"))
-    frame, w, repaired = k._columns(events, path, k._wanted_rows(events, not state["device"]))
+    phases = set(map(_PHASE, events))
+    if "B" in phases or "E" in phases:
+        begin_end.extend(e for e in events if e.ph in ("B", "E"))
+    frame, w, repaired = k._columns(events, path, not state["device"])
     warnings.extend(w)
     if not state["device"] and _has_device(frame):
         state["device"] = True
