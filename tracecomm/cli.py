@@ -48,6 +48,7 @@ app = typer.Typer(
 
 class Detail(str, Enum):
     instances = "instances"
+    timeline = "timeline"
 
 
 class Compat(str, Enum):
@@ -186,6 +187,36 @@ PeakOpt = Annotated[
     typer.Option(help="Dense peak TFLOP/s per device, overriding the peak table.", **_MFU),
 ]
 
+NcclLogOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--nccl-log",
+        help="An NCCL debug log outside the run folder (those inside are found). Repeatable.",
+    ),
+]
+RankFromOpt = Annotated[
+    RankFrom | None,
+    typer.Option(
+        help="The trace files are merged traces holding several ranks: take each "
+        "process's rank from its pid or its process_name metadata ('rank 3')."
+    ),
+]
+LinkGbpsOpt = Annotated[
+    float | None,
+    typer.Option(
+        min=0.001,
+        help="Link bandwidth in Gbit/s: the bandwidth table adds the share of collectives "
+        "whose bus bandwidth stays below it.",
+    ),
+]
+TimelineRanksOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Ranks for the one-step timeline, e.g. 0,7,12 (default: the fastest, median and "
+        "slowest by median step time, and the worst straggler)."
+    ),
+]
+
 
 @dataclasses.dataclass(frozen=True)
 class _Analysis:
@@ -229,6 +260,7 @@ class _Analysis:
     compute_pattern: list[str] | None = None
     rank_from: str | None = None
     cache: Path | None = None
+    timeline_ranks: str | None = None
 
     def run(
         self,
@@ -236,6 +268,7 @@ class _Analysis:
         detail_instances: bool = False,
         show_progress: bool = False,
         no_input_code: int = EXIT_NO_INPUT,
+        timeline: bool = False,
     ) -> Report:
         first, last = parse_steps(self.steps)
         patterns = tuple(self.comm_pattern or ())
@@ -266,6 +299,8 @@ class _Analysis:
             nccl_logs=self.nccl_logs,
             link_gbps=self.link_gbps,
             compat_hta=self.compat_hta,
+            timeline=timeline,
+            timeline_ranks=_rank_list(self.timeline_ranks),
         )
 
 
@@ -285,7 +320,11 @@ def analyze(
     no_clock_align: NoClockAlignOpt = False,
     detail: Annotated[
         list[Detail] | None,
-        typer.Option(help="Add bulky records to the JSON: 'instances' (every matched collective)."),
+        typer.Option(
+            help="Add bulky records to the JSON: 'instances' (every matched collective), "
+            "'timeline' (one step of the fastest, median and slowest rank, as the HTML report "
+            "draws it). Repeatable."
+        ),
     ] = None,
     top: Annotated[
         int | None,
@@ -305,34 +344,16 @@ def analyze(
     attention: AttentionOpt = "halved",
     dtype: DtypeOpt = "bf16",
     peak_tflops: PeakOpt = None,
-    nccl_log: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--nccl-log",
-            help="An NCCL debug log outside the run folder (those inside are found). Repeatable.",
-        ),
-    ] = None,
-    rank_from: Annotated[
-        RankFrom | None,
-        typer.Option(
-            help="The trace files are merged traces holding several ranks: take each "
-            "process's rank from its pid or its process_name metadata ('rank 3')."
-        ),
-    ] = None,
+    nccl_log: NcclLogOpt = None,
+    rank_from: RankFromOpt = None,
     compat: Annotated[
         Compat | None,
         typer.Option(
             help="Also print another tool's figures, reproduced exactly: 'hta' (HTA 0.5.0)."
         ),
     ] = None,
-    link_gbps: Annotated[
-        float | None,
-        typer.Option(
-            min=0.001,
-            help="Link bandwidth in Gbit/s: the bandwidth table adds the share of collectives "
-            "whose bus bandwidth stays below it.",
-        ),
-    ] = None,
+    link_gbps: LinkGbpsOpt = None,
+    timeline_ranks: TimelineRanksOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Per-rank compute / communication breakdown of a run's profiler traces.
@@ -350,6 +371,7 @@ def analyze(
         run,
         Detail.instances in (detail or ()),
         show_progress=output_format is OutputFormat.terminal,
+        timeline=Detail.timeline in (detail or ()),
     )
     if not quiet:
         _warn(report)
@@ -360,6 +382,68 @@ def analyze(
         )
     _render(report, output_format, top)
     raise typer.Exit(EXIT_PARTIAL if report.partial else EXIT_OK)
+
+
+@app.command()
+def report(
+    run: RunArg,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            dir_okay=False,
+            help="The HTML file to write: one self-contained page that opens offline.",
+        ),
+    ],
+    steps: StepsOpt = None,
+    all_steps: AllStepsOpt = False,
+    comm_pattern: CommPatternOpt = None,
+    compute_pattern: ComputePatternOpt = None,
+    jobs: JobsOpt = None,
+    cache: CacheOpt = None,
+    no_clock_align: NoClockAlignOpt = False,
+    model_flops_per_step: FlopsPerStepOpt = None,
+    flops_per_token: FlopsPerTokenOpt = None,
+    tokens_per_step: TokensPerStepOpt = None,
+    model_config: ModelConfigOpt = None,
+    seq_len: SeqLenOpt = None,
+    global_batch: GlobalBatchOpt = None,
+    flops_formula: FormulaOpt = "exact",
+    attention: AttentionOpt = "halved",
+    dtype: DtypeOpt = "bf16",
+    peak_tflops: PeakOpt = None,
+    nccl_log: NcclLogOpt = None,
+    rank_from: RankFromOpt = None,
+    link_gbps: LinkGbpsOpt = None,
+    timeline_ranks: TimelineRanksOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """A self-contained HTML report of the run: headline, per-rank bars, straggler heat map,
+    one-step timeline, collective bandwidth and the scaling view.
+
+    The page embeds the same JSON document as `analyze --format json --detail timeline`.
+    Exit codes as for analyze: 0, 2, 3, 4 (written, but a rank is missing), 70.
+    """
+    analysis = _Analysis.of(
+        locals(),
+        nccl_logs=tuple(nccl_log or ()),
+        rank_from=rank_from.value if rank_from else None,
+    )
+    result = analysis.run(run, show_progress=True, timeline=True)
+    if not quiet:
+        _warn(result)
+    from tracecomm.render.document import report_document
+    from tracecomm.render.html import render_html
+
+    page = render_html(report_document(result)).encode()
+    try:
+        output.write_bytes(page)
+    except OSError as exc:
+        _fail(f"{output}: cannot write the report: {exc.strerror or exc}", EXIT_USAGE)
+    if not quiet:
+        _stderr(f"wrote {output} ({len(page) / 1e6:.2f} MB)")
+    raise typer.Exit(EXIT_PARTIAL if result.partial else EXIT_OK)
 
 
 class CheckFormat(str, Enum):
@@ -748,6 +832,8 @@ def _run(
     nccl_logs: tuple[Path, ...] = (),
     link_gbps: float | None = None,
     compat_hta: bool = False,
+    timeline: bool = False,
+    timeline_ranks: tuple[int, ...] = (),
 ) -> Report:
     from tracecomm.engine import BreakdownOptions
     from tracecomm.errors import NoUsableInput, UsageError
@@ -765,6 +851,8 @@ def _run(
         compat_hta,
         rank_from,
         cache,
+        timeline,
+        timeline_ranks,
     )
     try:
         return run_pipeline(inputs, opts, _progress() if show_progress else None)
@@ -809,6 +897,17 @@ def _render(report: Report, output_format: OutputFormat, top: int | None) -> Non
 
         render_terminal(report, sys.stdout, straggler_rows=top)
     sys.stdout.flush()
+
+
+def _rank_list(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r}: expected rank numbers separated by commas", param_hint="--timeline-ranks"
+        ) from None
 
 
 def _flops(text: str | None, flag: str) -> int | None:

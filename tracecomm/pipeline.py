@@ -14,10 +14,18 @@ from dataclasses import asdict, dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 
-from tracecomm.analysis.model import FileFailure, RankResult, Report
+from tracecomm.analysis.model import (
+    FileFailure,
+    RankReport,
+    RankResult,
+    RankTimeline,
+    Report,
+    RunTimeline,
+)
 from tracecomm.analysis.report import MfuInputs, build_report
 from tracecomm.engine import BreakdownOptions, breakdown
 from tracecomm.engine.classify import check_pattern, split_rule
+from tracecomm.engine.timeline import step_timeline
 from tracecomm.errors import NotATrace, NoUsableInput, TraceError, UsageError
 from tracecomm.ingest import find_traces, load_rank
 from tracecomm.ingest.cache import load as cache_load
@@ -60,6 +68,8 @@ class AnalyzeOptions:
     compat_hta: bool = False  # --compat hta: HTA 0.5.0's own figures too (metrics.md §9)
     rank_from: str | None = None  # --rank-from pid|process_name: merged multi-rank traces
     cache: Path | None = None  # --cache DIR: parsed columns as Parquet for repeat runs
+    timeline: bool = False  # one step of the fastest / median / slowest rank (HTML report)
+    timeline_ranks: tuple[int, ...] = ()  # those ranks instead
 
 
 def analyze_file(
@@ -184,6 +194,8 @@ def analyze(
         report = replace(report, hta_compat=tuple(hta_figures(frames)))
     nccl, nccl_warnings = analyze_nccl(discover_nccl(inputs, opts.nccl_logs))
     report = replace(report, nccl=nccl, warnings=report.warnings + tuple(nccl_warnings))
+    if opts.timeline:
+        report = replace(report, timeline=run_timeline(report, opts))
     if not report.ranks:
         reasons = "; ".join(m.reason for m in report.missing[:3])
         raise NoUsableInput(f"no usable rank: {reasons}")
@@ -191,6 +203,73 @@ def analyze(
         notes = "; ".join(f"{r.path}: {r.breakdown.notes[-1]}" for r in report.ranks[:3])
         raise NoUsableInput(f"nothing to analyze: {notes}")
     return report
+
+
+def run_timeline(report: Report, opts: AnalyzeOptions) -> RunTimeline:
+    """The median rank's most typical step on the fastest, median and slowest ranks (by median
+    step time) and on the worst flagged straggler, or on ``opts.timeline_ranks``: only their
+    files are read again (from the cache when there is one)."""
+    by_rank = {r.rank: r for r in report.ranks}
+    roles = _timeline_roles(report, opts.timeline_ranks)
+    if not roles:
+        return RunTimeline(None, (), "no rank has a complete step")
+    anchor = report.summary.median_rank
+    step = _typical_step(by_rank[anchor]) if anchor in by_rank else None
+    if step is None:
+        return RunTimeline(None, (), "the median rank has no analyzed step")
+    return RunTimeline(
+        step,
+        tuple(
+            _rank_timeline(by_rank[rank], role, step, opts)
+            if rank in by_rank
+            else RankTimeline(rank, role, None, f"rank {rank} is not among the analyzed ranks")
+            for rank, role in roles.items()
+        ),
+    )
+
+
+def _timeline_roles(report: Report, chosen: Sequence[int]) -> dict[int, str]:
+    if chosen:
+        return dict.fromkeys(chosen, "chosen")
+    order = report.summary.slowest_first
+    if not order:
+        return {}
+    roles = {order[-1]: "fastest"}
+    if report.summary.median_rank is not None:
+        roles.setdefault(report.summary.median_rank, "median")
+    roles.setdefault(order[0], "slowest")
+    worst = [r.rank for r in (report.stragglers.ranks if report.stragglers else ()) if r.flagged]
+    if worst:  # ranks are in order of root delay
+        roles.setdefault(worst[0], "straggler")
+    return roles
+
+
+def _typical_step(rank: RankReport) -> int | None:
+    """The included step whose window is the (lower) median of the rank's."""
+    steps = sorted(
+        (s.window.figures.window_ns, s.step)
+        for s in rank.breakdown.included_steps
+        if s.window is not None
+    )
+    return steps[(len(steps) - 1) // 2][1] if steps else None
+
+
+def _rank_timeline(rank: RankReport, role: str, step: int, opts: AnalyzeOptions) -> RankTimeline:
+    try:
+        events = _events_again(rank.path, rank.rank, opts)
+    except (TraceError, OSError) as exc:
+        return RankTimeline(rank.rank, role, None, f"could not read the file again: {exc}")
+    timeline = step_timeline(events, step, opts.breakdown)
+    reason = None if timeline is not None else f"no device work in step {step}"
+    return RankTimeline(rank.rank, role, timeline, reason)
+
+
+def _events_again(path: str, rank: int, opts: AnalyzeOptions) -> RankEvents:
+    if opts.rank_from is not None:
+        file = path.rsplit("#rank", 1)[0]
+        return next(e for e in load_merged(file, opts.rank_from) if e.meta.rank == rank)
+    cached = cache_load(opts.cache, Path(path)) if opts.cache is not None else None
+    return cached if cached is not None else load_rank(path)
 
 
 def _power_logs(inputs: Sequence[str | Path]) -> tuple[tuple[PowerLog, ...], list[str]]:

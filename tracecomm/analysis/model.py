@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.stragglers import Stragglers
 from tracecomm.engine.model import Figures, RankBreakdown
+from tracecomm.engine.timeline import StepTimeline
 from tracecomm.ingest.model import TraceMeta
 
 if TYPE_CHECKING:  # throughput.py reads RankReport from here
@@ -82,6 +83,23 @@ class RankReport:
 
 
 @dataclass(frozen=True)
+class RankTimeline:
+    rank: int
+    role: str  # fastest / median / slowest (by median step time)
+    timeline: StepTimeline | None
+    reason: str | None = None  # why there is none
+
+
+@dataclass(frozen=True)
+class RunTimeline:
+    """The same step on the run's fastest, median and slowest rank."""
+
+    step: int | None
+    ranks: tuple[RankTimeline, ...]
+    reason: str | None = None  # why no step was chosen
+
+
+@dataclass(frozen=True)
 class RankNote:
     """One engine note (an excluded step, unlinked events, …) and every rank it applies to."""
 
@@ -141,6 +159,7 @@ class Report:
     nccl: NcclSummary | None = None  # NCCL logs and Flight Recorder dumps in the run folder
     bandwidth: Bandwidth | None = None  # metrics.md §7, from matched instances with sizes
     hta_compat: tuple[HtaFigures, ...] | None = None  # --compat hta (metrics.md §9)
+    timeline: RunTimeline | None = None  # one step of chosen ranks, for the HTML report
 
     @property
     def partial(self) -> bool:

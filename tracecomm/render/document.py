@@ -59,6 +59,7 @@ def report_document(report: Report) -> dict[str, Any]:
         "nccl": nccl_document(report.nccl),
         "bandwidth": None if report.bandwidth is None else plain(asdict(report.bandwidth)),
         "hta_compat": None if report.hta_compat is None else [asdict(f) for f in report.hta_compat],
+        "timeline": None if report.timeline is None else plain(asdict(report.timeline)),
         "partial": report.partial,
     }
 

@@ -1,0 +1,158 @@
+"""The HTML report in a real headless Chromium: it loads offline with no console error, every
+section renders from the data, trace text stays text, and the sample run's screenshot is kept
+as a test artifact (test-artifacts/report-sample-run.png)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import REPO, SAMPLE_RUN
+from tests.render.browser import Page, chromium_or_skip, chromium_page
+from tracecomm.cli import EXIT_OK, app
+from tracecomm.synth import fsdp_run
+from tracecomm.synth.writer import write_run
+
+runner = CliRunner()
+ARTIFACTS = REPO / "test-artifacts"
+READY = "document.getElementById('report').dataset.ready === 'true'"
+SECTIONS = ["headline", "ranks", "stragglers", "timeline", "bandwidth", "scaling"]
+
+
+def report_of(run: Path, out: Path, *extra: str) -> Path:
+    result = runner.invoke(app, ["report", str(run), "-o", str(out), "-q", *extra])
+    assert result.exit_code == EXIT_OK, result.stderr
+    return out
+
+
+def open_report(page: Page, path: Path) -> list[str]:
+    load = page.open(path.resolve().as_uri(), READY)
+    assert load.network_requests == [path.resolve().as_uri()]  # nothing else is fetched
+    return load.console_errors
+
+
+def count(page: Page, selector: str) -> int:
+    return int(page.evaluate(f"document.querySelectorAll({json.dumps(selector)}).length"))
+
+
+@pytest.fixture(scope="module")
+def browser() -> str:
+    return chromium_or_skip()
+
+
+def test_sample_run_report_renders_every_section(browser: str, tmp_path: Path) -> None:
+    html = report_of(SAMPLE_RUN, tmp_path / "sample.html")
+    doc = json.loads(
+        runner.invoke(
+            app, ["analyze", str(SAMPLE_RUN), "-f", "json", "--detail", "timeline"]
+        ).stdout
+    )
+    with chromium_page() as page:
+        assert open_report(page, html) == []
+        assert page.evaluate("[...document.querySelectorAll('section')].map(s => s.id)") == (
+            SECTIONS
+        )
+        assert page.evaluate("document.querySelectorAll('section[data-empty]').length") == 0
+        # 1. headline: the step time and the flagged straggler, as in the JSON
+        cards = page.evaluate(
+            "[...document.querySelectorAll('.card .value')].map(e => e.textContent)"
+        )
+        assert cards[0] == f"{doc['throughput']['step_time_ns'] / 1e6:.2f} ms"
+        assert cards[-1] == f"rank {doc['stragglers']['flagged'][0]}"
+        # 2. one bar row per rank, under its host
+        assert count(page, "#ranks .rank-row") == len(doc["ranks"])
+        assert page.evaluate(
+            "[...document.querySelectorAll('#ranks .host text')].map(e => e.textContent)"
+        ) == ["node0"]
+        # 3. ranks x steps cells, the hottest one on the flagged rank
+        steps = doc["summary"]["steps"]
+        assert count(page, "#stragglers rect.cell") == len(doc["ranks"]) * len(steps)
+        worst = max(doc["stragglers"]["delay_by_step"], key=lambda c: c["delay_caused_ns"])
+        assert worst["rank"] in doc["stragglers"]["flagged"]
+        cell = f"#stragglers rect.cell[data-rank='{worst['rank']}'][data-step='{worst['step']}']"
+        assert page.evaluate(
+            f"document.querySelector({json.dumps(cell)}).getAttribute('fill')"
+        ) == (
+            "rgb(214,39,40)"  # the top of the scale
+        )
+        # 4. one timeline per chosen rank, lanes and exposed spans from the JSON
+        timelines = doc["timeline"]["ranks"]
+        assert count(page, "#timeline svg.timeline") == len(timelines)
+        assert count(page, "#timeline rect.segment") == sum(
+            len(lane["segments"]) for r in timelines for lane in r["timeline"]["lanes"]
+        )
+        assert count(page, "#timeline rect.exposed") == sum(
+            len(r["timeline"]["exposed"]) for r in timelines
+        )
+        # 5. one point per bandwidth row; 6. one bar row per collective type
+        assert count(page, "#bandwidth circle.point") == len(doc["bandwidth"]["rows"])
+        assert count(page, "#scaling g.type-row") == len(doc["by_type"])
+        ARTIFACTS.mkdir(exist_ok=True)
+        shot = page.screenshot(ARTIFACTS / "report-sample-run.png")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 20_000
+
+
+def test_sorting_by_exposed_comm_reorders_the_bars(browser: str, tmp_path: Path) -> None:
+    html = report_of(SAMPLE_RUN, tmp_path / "sample.html")
+    doc = json.loads(runner.invoke(app, ["analyze", str(SAMPLE_RUN), "-f", "json"]).stdout)
+    by_exposed = sorted(
+        doc["ranks"],
+        key=lambda r: (-r["window"]["figures"]["exposed_comm_ns"] / r["steps_included"], r["rank"]),
+    )
+    order = "[...document.querySelectorAll('#ranks .rank-row')].map(g => +g.dataset.rank)"
+    with chromium_page() as page:
+        assert open_report(page, html) == []
+        assert page.evaluate(order) == sorted(r["rank"] for r in doc["ranks"])
+        page.evaluate(
+            "const s = document.getElementById('rank-sort'); s.value = 'exposed';"
+            "s.dispatchEvent(new Event('change'))"
+        )
+        assert page.evaluate(order) == [r["rank"] for r in by_exposed]
+
+
+def test_trace_text_renders_as_text_never_as_markup(browser: str, tmp_path: Path) -> None:
+    """A kernel and a host named with markup: shown verbatim, nothing runs."""
+    kernel_payload = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned=2">'
+    host_payload = "<b>node</b><svg onload=window.__pwned=3>"
+    run = tmp_path / "run"
+    for path in write_run(fsdp_run(world_size=2, seed=0, gzip=False), run):
+        text = path.read_text()
+        names = {e["name"] for e in json.loads(text)["traceEvents"] if e.get("cat") == "kernel"}
+        gemm = next(n for n in sorted(names) if "gemm" in n)
+        text = text.replace(json.dumps(gemm), json.dumps(kernel_payload))
+        text = text.replace('"host_name": "node0"', f'"host_name": {json.dumps(host_payload)}')
+        path.with_suffix(".json.gz").write_bytes(gzip.compress(text.encode()))
+        path.unlink()
+    html = report_of(run, tmp_path / "xss.html", "--timeline-ranks", "0,1")
+    with chromium_page() as page:
+        assert open_report(page, html) == []
+        assert page.evaluate("window.__pwned === undefined")
+        assert page.evaluate("document.querySelectorAll('main script, main img, b').length") == 0
+        body = page.evaluate("document.body.textContent")
+        assert kernel_payload in body and host_payload in body
+
+
+def test_a_single_rank_says_why_sections_are_empty(browser: str, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    paths = write_run(fsdp_run(world_size=2, seed=0), run)
+    paths[1].unlink()
+    html = tmp_path / "one.html"
+    result = runner.invoke(app, ["report", str(run), "-o", str(html), "-q"])
+    assert result.exit_code in (EXIT_OK, 4), result.stderr  # 4: world_size says 2 ranks
+    with chromium_page() as page:
+        assert open_report(page, html) == []
+        assert page.evaluate("[...document.querySelectorAll('section')].map(s => s.id)") == (
+            SECTIONS
+        )
+        empty = page.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('section[data-empty]')]"
+            ".map(s => [s.id, s.querySelector('.empty').textContent]))"
+        )
+        assert set(empty) == {"stragglers", "bandwidth"}
+        assert "two or more ranks" in empty["stragglers"]
+        assert "message sizes" in empty["bandwidth"]

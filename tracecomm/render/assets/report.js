@@ -1,0 +1,517 @@
+// tracecomm HTML report: draws the embedded analysis document (report.schema.json) as SVG.
+// Every string from a trace goes through textContent, never innerHTML.
+(function () {
+  "use strict";
+
+  var doc = JSON.parse(document.getElementById("tracecomm-data").textContent);
+  var root = document.getElementById("report");
+  var SVG = "http://www.w3.org/2000/svg";
+  var TYPES = ["AllGather", "ReduceScatter", "AllReduce", "Broadcast", "Reduce", "AllToAll",
+    "SendRecv", "Other"];
+  var TYPE_COLOURS = ["#f28e2b", "#e15759", "#59a14f", "#edc948", "#9c755f", "#76b7b2",
+    "#ff9da7", "#8f8f8f"];
+  var COMPUTE = "#4e79a7", MEMORY = "#b07aa1", IDLE = "#d9dde2", EXPOSED = "#d62728";
+
+  // ---- small helpers -------------------------------------------------------------------
+  function el(tag, attrs) {
+    var node = document.createElement(tag);
+    setAttrs(node, attrs);
+    for (var i = 2; i < arguments.length; i++) append(node, arguments[i]);
+    return node;
+  }
+  function sv(tag, attrs) {
+    var node = document.createElementNS(SVG, tag);
+    setAttrs(node, attrs);
+    for (var i = 2; i < arguments.length; i++) append(node, arguments[i]);
+    return node;
+  }
+  function setAttrs(node, attrs) {
+    if (!attrs) return;
+    Object.keys(attrs).forEach(function (k) {
+      if (attrs[k] !== null && attrs[k] !== undefined) node.setAttribute(k, String(attrs[k]));
+    });
+  }
+  function append(node, child) {
+    if (child === null || child === undefined) return;
+    if (Array.isArray(child)) { child.forEach(function (c) { append(node, c); }); return; }
+    node.appendChild(typeof child === "string" ? document.createTextNode(child) : child);
+  }
+  function typeColour(type) {
+    var i = TYPES.indexOf(type);
+    return TYPE_COLOURS[i < 0 ? TYPE_COLOURS.length - 1 : i];
+  }
+  function ms(ns) { return ns === null || ns === undefined ? "–" : (ns / 1e6).toFixed(2) + " ms"; }
+  function pct(x) { return x === null || x === undefined ? "–" : x.toFixed(1) + " %"; }
+  function bytes(b) {
+    var units = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
+    while (b >= 1024 && i < units.length - 1) { b /= 1024; i++; }
+    return (b >= 10 || i === 0 ? b.toFixed(0) : b.toFixed(1)) + " " + units[i];
+  }
+  function byId(list, key) {
+    var out = {};
+    (list || []).forEach(function (x) { out[x[key]] = x; });
+    return out;
+  }
+  function section(id, title, explain) {
+    var s = el("section", { id: id, "data-section": id }, el("h2", null, title));
+    if (explain) s.appendChild(el("p", { class: "explain" }, explain));
+    root.appendChild(s);
+    return s;
+  }
+  function empty(s, why) {
+    s.setAttribute("data-empty", "true");
+    s.appendChild(el("p", { class: "empty" }, why));
+  }
+  function legend(items) {
+    return el("div", { class: "legend" }, items.map(function (it) {
+      return el("span", { style: "--swatch:" + it[1] }, it[0]);
+    }));
+  }
+
+  // one tooltip for the page; text only
+  var tip = el("div", { id: "tip", role: "tooltip" });
+  document.body.appendChild(tip);
+  function hover(node, text) {
+    node.addEventListener("mousemove", function (ev) {
+      tip.textContent = text;
+      tip.style.display = "block";
+      tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - 300) + "px";
+      tip.style.top = (ev.clientY + 14) + "px";
+    });
+    node.addEventListener("mouseleave", function () { tip.style.display = "none"; });
+    node.appendChild(sv("title", null, text));  // also for keyboards and screenshots' DOM
+  }
+
+  // ---- 1. headline ---------------------------------------------------------------------
+  function headline() {
+    var s = section("headline", "tracecomm report");
+    var sum = doc.summary || {}, tp = doc.throughput || {}, st = doc.stragglers;
+    var gaps = (tp.gaps && tp.gaps[0]) || {};
+    s.appendChild(el("p", { class: "sub" },
+      sum.ranks_analyzed + " ranks analyzed" +
+      (sum.world_size ? " of " + sum.world_size : "") +
+      ", steps " + (sum.steps || []).join(", ") + " · " + (doc.inputs || []).join(", ")));
+    var worst = null;
+    if (st && st.flagged && st.flagged.length) {
+      var ranks = byId(st.ranks, "rank");
+      worst = ranks[st.flagged[0]];
+    }
+    var cards = [
+      ["Step time", ms(tp.step_time_ns), tp.worst_step_ns ? "worst " + ms(tp.worst_step_ns) : ""],
+      ["Tokens / s", tp.tokens_per_s ? Math.round(tp.tokens_per_s).toLocaleString("en-US") : "–",
+        tp.tokens_per_s ? "" : "needs the model's tokens per step"],
+      ["MFU", tp.mfu !== null && tp.mfu !== undefined ? pct(tp.mfu * 100) : "–",
+        tp.mfu !== null && tp.mfu !== undefined ? "peak " + tp.peak_total_tflops + " TFLOP/s" :
+          "needs the model's FLOPs"],
+      ["GPU busy", pct(gaps.busy_pct !== undefined ? gaps.busy_pct :
+        (sum.total || {}).busy_pct), "what a dashboard shows"],
+      ["Exposed comm", pct(gaps.exposed_comm_pct !== undefined ? gaps.exposed_comm_pct : null),
+        "of the analysis window"],
+      ["Worst straggler", worst ? "rank " + worst.rank : "none flagged",
+        worst ? ms(worst.delay_caused_per_step_ns) + " delay / step; " +
+          pct(st.recoverable_pct) + " recoverable" : (st ? "" : "needs matched collectives")]
+    ];
+    s.appendChild(el("div", { class: "cards" }, cards.map(function (c) {
+      return el("div", { class: "card" }, el("div", { class: "label" }, c[0]),
+        el("div", { class: "value" }, c[1]), el("div", { class: "note" }, c[2]));
+    })));
+    var items = diagnostics();
+    s.appendChild(el("h3", null, "Top diagnostics"));
+    if (!items.length) {
+      s.appendChild(el("p", { class: "empty" }, "No warnings, notes or NCCL diagnostics."));
+    } else {
+      s.appendChild(el("ul", { class: "diagnostics" }, items.slice(0, 8).map(function (d) {
+        return el("li", { class: d[0] }, d[1]);
+      })));
+    }
+  }
+  function diagnostics() {
+    var out = [];
+    (doc.missing_ranks || []).forEach(function (m) {
+      out.push(["error", "rank " + (m.rank === null ? "?" : m.rank) + " missing: " + m.reason]);
+    });
+    if (doc.nccl && doc.nccl.diagnostics) {
+      doc.nccl.diagnostics.forEach(function (d) { out.push([d.severity, "NCCL: " + d.message]); });
+    }
+    if (doc.stragglers && doc.stragglers.flagged && doc.stragglers.flagged.length) {
+      out.push(["warning", "straggler rank(s) " + doc.stragglers.flagged.join(", ") +
+        ": removing them gives back " + pct(doc.stragglers.recoverable_pct) + " of the step"]);
+    }
+    (doc.warnings || []).forEach(function (w) { out.push(["warning", w]); });
+    (doc.notes || []).forEach(function (n) {
+      out.push(["info", n.text + " (ranks " + n.ranks.join(", ") + ")"]);
+    });
+    if (doc.throughput && doc.throughput.missing) out.push(["info", doc.throughput.missing]);
+    return out;
+  }
+
+  // ---- 2. per-rank stacked bars --------------------------------------------------------
+  function rankBars() {
+    var s = section("ranks", "Where each rank's step went",
+      "Per step (analysis window ÷ steps): compute, communication not hidden behind compute " +
+      "by collective type, exposed memory copies, idle. Collective types exposed at the same " +
+      "time share their part of the bar; the tooltip gives each type's own figure.");
+    var ranks = (doc.ranks || []).filter(function (r) { return r.window && r.steps_included; });
+    if (!ranks.length) { empty(s, "No rank has an analysis window (no complete step)."); return; }
+    var types = (doc.by_type || []).map(function (t) { return t.coll_type; });
+    s.appendChild(legend([["compute", COMPUTE]].concat(types.map(function (t) {
+      return ["exposed " + t, typeColour(t)];
+    })).concat([["exposed memory", MEMORY], ["idle", IDLE]])));
+    var select = el("select", { id: "rank-sort" },
+      el("option", { value: "rank" }, "rank"), el("option", { value: "exposed" }, "exposed comm"));
+    s.appendChild(el("div", { class: "controls" }, "Sort by ", select, " (grouped by host)"));
+    var holder = el("div", { id: "rank-bars" });
+    s.appendChild(holder);
+    function rows(order) {
+      var data = ranks.map(function (r) {
+        var f = r.window.figures, n = r.steps_included, byType = byId(r.window.by_type, "coll_type");
+        var typeSum = 0;
+        types.forEach(function (t) { typeSum += byType[t] ? byType[t].exposed_comm_ns : 0; });
+        var scale = typeSum > 0 ? f.exposed_comm_ns / typeSum : 0;
+        var parts = [["compute", f.compute_ns / n, COMPUTE, f.compute_ns / n]];
+        types.forEach(function (t) {
+          var v = byType[t] ? byType[t].exposed_comm_ns / n : 0;
+          parts.push(["exposed " + t, v * scale, typeColour(t), v]);
+        });
+        parts.push(["exposed memory", f.exposed_memory_ns / n, MEMORY, f.exposed_memory_ns / n]);
+        parts.push(["idle", f.idle_ns / n, IDLE, f.idle_ns / n]);
+        return { rank: r.rank, host: r.host || "(no host)", parts: parts,
+          total: f.window_ns / n, exposed: f.exposed_comm_ns / n };
+      });
+      var hosts = [];
+      data.forEach(function (d) { if (hosts.indexOf(d.host) < 0) hosts.push(d.host); });
+      hosts.sort();
+      var out = [];
+      hosts.forEach(function (h) {
+        var group = data.filter(function (d) { return d.host === h; });
+        group.sort(order === "exposed" ?
+          function (a, b) { return b.exposed - a.exposed || a.rank - b.rank; } :
+          function (a, b) { return a.rank - b.rank; });
+        out.push({ host: h });
+        group.forEach(function (d) { out.push(d); });
+      });
+      return out;
+    }
+    function draw(order) {
+      var list = rows(order), rowH = 16, left = 70, width = 1000, plotW = width - left - 110;
+      var max = 0;
+      list.forEach(function (d) { if (d.total > max) max = d.total; });
+      var svg = sv("svg", { width: width, height: list.length * rowH + 30, class: "rank-bars" });
+      list.forEach(function (d, i) {
+        var y = i * rowH;
+        if (!d.parts) {
+          svg.appendChild(sv("g", { class: "host" }, sv("text", { x: 0, y: y + 12 }, d.host)));
+          return;
+        }
+        var g = sv("g", { class: "rank-row", "data-rank": d.rank });
+        g.appendChild(sv("text", { x: left - 6, y: y + 12, "text-anchor": "end" }, "rank " + d.rank));
+        var x = left;
+        d.parts.forEach(function (p) {
+          var w = max > 0 ? p[1] / max * plotW : 0;
+          if (w <= 0) return;
+          var rect = sv("rect", { x: x, y: y + 2, width: Math.max(w, 0.5), height: rowH - 4,
+            fill: p[2] });
+          hover(rect, "rank " + d.rank + " (" + d.host + ")\n" + p[0] + ": " + ms(p[3]) +
+            " per step\nstep window: " + ms(d.total));
+          g.appendChild(rect);
+          x += w;
+        });
+        g.appendChild(sv("text", { x: x + 6, y: y + 12 }, ms(d.total)));
+        svg.appendChild(g);
+      });
+      axis(svg, left, list.length * rowH + 4, plotW, max, function (v) { return ms(v); });
+      holder.textContent = "";
+      holder.appendChild(svg);
+    }
+    select.addEventListener("change", function () { draw(select.value); });
+    draw("rank");
+  }
+  function axis(svg, x0, y0, w, max, label) {
+    var g = sv("g", { class: "axis" });
+    g.appendChild(sv("line", { x1: x0, x2: x0 + w, y1: y0, y2: y0 }));
+    for (var i = 0; i <= 4; i++) {
+      var x = x0 + w * i / 4;
+      g.appendChild(sv("line", { x1: x, x2: x, y1: y0, y2: y0 + 4 }));
+      g.appendChild(sv("text", { x: x, y: y0 + 16, "text-anchor": "middle" }, label(max * i / 4)));
+    }
+    svg.appendChild(g);
+  }
+
+  // ---- 3. straggler heat map -----------------------------------------------------------
+  function heatmap() {
+    var s = section("stragglers", "Who made the others wait",
+      "Delay each rank caused per step (metrics.md §6): how long the other ranks waited for " +
+      "it at the collectives it reached last.");
+    var st = doc.stragglers;
+    if (!st) {
+      empty(s, "No straggler figures: they need two or more ranks with matched collectives.");
+      return;
+    }
+    var cells = st.delay_by_step || [];
+    var ranks = (doc.ranks || []).map(function (r) { return r.rank; }).sort(function (a, b) {
+      return a - b;
+    });
+    var steps = [];
+    cells.forEach(function (c) { if (steps.indexOf(c.step) < 0) steps.push(c.step); });
+    (doc.summary.steps || []).forEach(function (x) { if (steps.indexOf(x) < 0) steps.push(x); });
+    steps.sort(function (a, b) { return a - b; });
+    if (!steps.length) { empty(s, "No step has matched collectives."); return; }
+    var value = {}, max = 0;
+    cells.forEach(function (c) {
+      value[c.rank + ":" + c.step] = c.delay_caused_ns;
+      if (c.delay_caused_ns > max) max = c.delay_caused_ns;
+    });
+    var flagged = st.flagged || [];
+    var cellW = Math.max(14, Math.min(60, Math.floor(880 / steps.length)));
+    var cellH = ranks.length > 128 ? 4 : (ranks.length > 64 ? 7 : 14);
+    var left = 70, top = 20;
+    var svg = sv("svg", { width: left + steps.length * cellW + 160,
+      height: top + ranks.length * cellH + 10, class: "heatmap" });
+    steps.forEach(function (step, j) {
+      svg.appendChild(sv("text", { x: left + j * cellW + cellW / 2, y: 12,
+        "text-anchor": "middle" }, String(step)));
+    });
+    ranks.forEach(function (rank, i) {
+      var y = top + i * cellH;
+      if (cellH >= 10 || i % Math.ceil(12 / cellH) === 0) {
+        svg.appendChild(sv("text", { x: left - 6, y: y + Math.min(cellH, 12) - 2,
+          "text-anchor": "end" }, "rank " + rank + (flagged.indexOf(rank) >= 0 ? " ⚑" : "")));
+      }
+      steps.forEach(function (step, j) {
+        var v = value[rank + ":" + step] || 0;
+        var t = max > 0 ? v / max : 0;
+        var rect = sv("rect", { x: left + j * cellW, y: y, width: cellW - 1, height: cellH - 1,
+          fill: heat(t), class: "cell", "data-rank": rank, "data-step": step });
+        hover(rect, "rank " + rank + ", step " + step + "\ndelay caused: " + ms(v));
+        svg.appendChild(rect);
+      });
+    });
+    var lx = left + steps.length * cellW + 20;
+    for (var k = 0; k <= 4; k++) {
+      svg.appendChild(sv("rect", { x: lx + k * 14, y: top, width: 14, height: 10,
+        fill: heat(k / 4), stroke: "#d1d9e0" }));
+    }
+    svg.appendChild(sv("text", { x: lx, y: top + 24 }, "0 … " + ms(max)));
+    s.appendChild(svg);
+    s.appendChild(el("p", { class: "explain" }, flagged.length ?
+      "Flagged (⚑): rank " + flagged.join(", ") + ". Median step " + ms(st.median_step_ns) +
+      "; without the straggler(s) about " + ms(st.step_if_no_straggler_replay_ns ||
+        st.step_if_no_straggler_ns) + "." : "No rank is flagged as a straggler."));
+  }
+
+  function heat(t) {  // white to red
+    return "rgb(" + Math.round(255 - 41 * t) + "," + Math.round(255 - 216 * t) + "," +
+      Math.round(255 - 215 * t) + ")";
+  }
+
+  // ---- 4. one-step timeline ------------------------------------------------------------
+  function timeline() {
+    var s = section("timeline", "One step, three ranks",
+      "The same step (the median rank's median step) on the fastest, median and slowest rank " +
+      "by median step time and on the worst flagged straggler, or on the ranks chosen with " +
+      "--timeline-ranks; one lane per stream. Red marks communication that compute did not " +
+      "hide. Times from each rank's own step start.");
+    var tl = doc.timeline;
+    if (!tl) { empty(s, "No timeline in this document (it comes with `tracecomm report`)."); return; }
+    if (!tl.ranks.length) { empty(s, "No timeline: " + (tl.reason || "no step")); return; }
+    var span = 0;
+    tl.ranks.forEach(function (r) {
+      if (r.timeline && r.timeline.window_ns > span) span = r.timeline.window_ns;
+    });
+    s.appendChild(legend([["compute", COMPUTE]].concat(
+      (doc.by_type || []).map(function (t) { return [t.coll_type, typeColour(t.coll_type)]; }))
+      .concat([["memory", MEMORY], ["exposed comm", EXPOSED]])));
+    tl.ranks.forEach(function (r) {
+      s.appendChild(el("h3", null, "rank " + r.rank + " (" + r.role + "), step " + tl.step +
+        (r.timeline ? ": " + ms(r.timeline.window_ns) : "")));
+      if (!r.timeline) { s.appendChild(el("p", { class: "empty" }, r.reason || "no data")); return; }
+      s.appendChild(lanes(r, span));
+    });
+  }
+  function lanes(r, span) {
+    var t = r.timeline, laneH = 18, left = 120, plotW = 860, top = 4;
+    var rows = t.lanes.length + 1;
+    var svg = sv("svg", { width: left + plotW + 20, height: top + rows * laneH + 26,
+      class: "timeline", "data-rank": r.rank });
+    var x = function (ns) { return left + ns / span * plotW; };
+    t.lanes.forEach(function (lane, i) {
+      var y = top + i * laneH;
+      svg.appendChild(sv("text", { x: left - 6, y: y + 12, "text-anchor": "end" },
+        "gpu " + (lane.device === null ? "?" : lane.device) + " stream " +
+        (lane.stream === null ? "?" : lane.stream)));
+      lane.segments.forEach(function (seg) {
+        var fill = seg.cls === "comm" ? typeColour(seg.coll_type) :
+          (seg.cls === "memory" ? MEMORY : COMPUTE);
+        var rect = sv("rect", { x: x(seg.start_ns), y: y + 2,
+          width: Math.max(x(seg.end_ns) - x(seg.start_ns), 0.6), height: laneH - 4, fill: fill,
+          class: "segment" });
+        hover(rect, (seg.coll_type || seg.cls) + ": " + ms(seg.end_ns - seg.start_ns) + " at " +
+          ms(seg.start_ns) + (seg.kernels > 1 ? "\n" + seg.kernels + " kernels, longest:" : "") +
+          "\n" + (seg.name || ""));
+        svg.appendChild(rect);
+      });
+    });
+    var ey = top + t.lanes.length * laneH;
+    svg.appendChild(sv("text", { x: left - 6, y: ey + 12, "text-anchor": "end" }, "exposed"));
+    t.exposed.forEach(function (e) {
+      var w = Math.max(x(e.end_ns) - x(e.start_ns), 0.6);
+      svg.insertBefore(sv("rect", { x: x(e.start_ns), y: top, width: w, height: t.lanes.length * laneH,
+        fill: EXPOSED, "fill-opacity": 0.12 }), svg.firstChild);
+      var rect = sv("rect", { x: x(e.start_ns), y: ey + 3, width: w, height: laneH - 6,
+        fill: EXPOSED, class: "exposed" });
+      hover(rect, "exposed " + e.coll_type + ": " + ms(e.end_ns - e.start_ns) + " at " +
+        ms(e.start_ns));
+      svg.appendChild(rect);
+    });
+    axis(svg, left, top + rows * laneH + 2, plotW, span, function (v) { return ms(v); });
+    return svg;
+  }
+
+  // ---- 5. bandwidth --------------------------------------------------------------------
+  function bandwidth() {
+    var s = section("bandwidth", "Collective bandwidth",
+      "Bus bandwidth (metrics.md §7, waiting excluded) against message size, median per size " +
+      "bucket and collective type.");
+    var bw = doc.bandwidth;
+    if (!bw || !bw.rows || !bw.rows.length) {
+      empty(s, "No bandwidth figures: they need matched collectives whose traces record message " +
+        "sizes (PyTorch's collective metadata)" + (bw && bw.without_size ?
+          "; " + bw.without_size + " instances had none." : "."));
+      return;
+    }
+    var left = 60, top = 10, w = 760, h = 300;
+    var rows = bw.rows.filter(function (r) { return r.bytes_median > 0; });
+    var link = bw.link_gbps ? bw.link_gbps / 8 : null;  // Gbit/s -> GB/s
+    var lo = Infinity, hi = -Infinity, ymax = link || 0;
+    rows.forEach(function (r) {
+      lo = Math.min(lo, r.bytes_median); hi = Math.max(hi, r.bytes_median);
+      ymax = Math.max(ymax, r.busbw_gbps);
+    });
+    var l0 = Math.floor(Math.log2(lo)) - 1, l1 = Math.ceil(Math.log2(hi)) + 1;
+    ymax = ymax * 1.1 || 1;
+    var X = function (b) { return left + (Math.log2(b) - l0) / (l1 - l0) * w; };
+    var Y = function (v) { return top + h - v / ymax * h; };
+    var svg = sv("svg", { width: left + w + 180, height: top + h + 40, class: "bandwidth" });
+    var grid = sv("g", { class: "grid axis" });
+    for (var i = 0; i <= 5; i++) {
+      var v = ymax * i / 5;
+      grid.appendChild(sv("line", { x1: left, x2: left + w, y1: Y(v), y2: Y(v) }));
+      grid.appendChild(sv("text", { x: left - 6, y: Y(v) + 4, "text-anchor": "end" },
+        v.toFixed(v < 10 ? 1 : 0)));
+    }
+    var step = Math.max(1, Math.ceil((l1 - l0) / 8));
+    for (var e = l0; e <= l1; e += step) {
+      grid.appendChild(sv("text", { x: X(Math.pow(2, e)), y: top + h + 16, "text-anchor": "middle" },
+        bytes(Math.pow(2, e))));
+    }
+    grid.appendChild(sv("text", { x: 0, y: top + 4 }, "GB/s"));
+    svg.appendChild(grid);
+    if (link) {
+      svg.appendChild(sv("line", { x1: left, x2: left + w, y1: Y(link), y2: Y(link),
+        stroke: "#1f2328", "stroke-dasharray": "5 4", class: "link" }));
+      svg.appendChild(sv("text", { x: left + w + 6, y: Y(link) + 4 },
+        "link " + bw.link_gbps + " Gbit/s"));
+    }
+    var types = [];
+    rows.forEach(function (r) { if (types.indexOf(r.coll_type) < 0) types.push(r.coll_type); });
+    types.forEach(function (type) {
+      var pts = rows.filter(function (r) { return r.coll_type === type; })
+        .sort(function (a, b) { return a.bytes_median - b.bytes_median; });
+      if (pts.length > 1) {
+        svg.appendChild(sv("polyline", { fill: "none", stroke: typeColour(type), "stroke-width": 2,
+          points: pts.map(function (p) { return X(p.bytes_median) + "," + Y(p.busbw_gbps); })
+            .join(" ") }));
+      }
+      pts.forEach(function (p) {
+        var c = sv("circle", { cx: X(p.bytes_median), cy: Y(p.busbw_gbps), r: 5,
+          fill: typeColour(type), class: "point" });
+        hover(c, type + ", " + p.size_bucket + " (median " + bytes(p.bytes_median) + ")\n" +
+          "busbw " + p.busbw_gbps.toFixed(1) + " GB/s, algbw " + p.algbw_gbps.toFixed(1) +
+          " GB/s\n" + p.instances + " instances" +
+          (p.below_link_pct !== null ? "\n" + pct(p.below_link_pct) + " below the link" : ""));
+        svg.appendChild(c);
+      });
+    });
+    s.appendChild(legend(types.map(function (t) { return [t, typeColour(t)]; })));
+    s.appendChild(svg);
+  }
+
+  // ---- 6. scaling view -----------------------------------------------------------------
+  function scaling() {
+    var s = section("scaling", "Which collective dominates as the job grows",
+      "Per step and rank: each collective type's communication time, hidden (light) and " +
+      "exposed (dark), against the compute it can hide behind (line). With more GPUs " +
+      "(strong scaling) compute per GPU shrinks while ring collectives do not: the type whose " +
+      "bar reaches the line first becomes the exposed one.");
+    var types = doc.by_type || [];
+    var total = (doc.summary || {}).total;
+    var steps = 0;
+    (doc.ranks || []).forEach(function (r) { steps += r.steps_included || 0; });
+    if (!types.length || !total || !steps) {
+      empty(s, "No communication in the analysis window: nothing to scale.");
+      return;
+    }
+    var compute = total.compute_ns / steps, step = (doc.throughput || {}).step_time_ns || null;
+    var shares = ((doc.throughput || {}).gaps || [{}])[0].exposed_comm_by_type_pct || {};
+    var left = 110, w = 700, rowH = 26, top = 6;
+    var max = compute;
+    types.forEach(function (t) { max = Math.max(max, t.comm_ns / steps); });
+    var svg = sv("svg", { width: left + w + 200, height: top + types.length * rowH + 30,
+      class: "scaling" });
+    types.forEach(function (t, i) {
+      var y = top + i * rowH, comm = t.comm_ns / steps, exposed = t.exposed_comm_ns / steps;
+      var g = sv("g", { class: "type-row", "data-type": t.coll_type });
+      g.appendChild(sv("text", { x: left - 6, y: y + 16, "text-anchor": "end" }, t.coll_type));
+      var hidden = sv("rect", { x: left, y: y + 4, width: (comm - exposed) / max * w,
+        height: rowH - 8, fill: typeColour(t.coll_type), "fill-opacity": 0.35 });
+      var shown = sv("rect", { x: left + (comm - exposed) / max * w, y: y + 4,
+        width: exposed / max * w, height: rowH - 8, fill: typeColour(t.coll_type) });
+      var text = t.coll_type + " per step and rank\ncomm " + ms(comm) + ", exposed " +
+        ms(exposed) + "\ncomm ÷ compute " + (comm / compute).toFixed(2) +
+        (shares[t.coll_type] !== undefined ? "\nexposed share of the window " +
+          pct(shares[t.coll_type]) : "");
+      hover(hidden, text); hover(shown, text);
+      g.appendChild(hidden); g.appendChild(shown);
+      g.appendChild(sv("text", { x: left + comm / max * w + 6, y: y + 16 },
+        ms(comm) + " (" + (comm / compute * 100).toFixed(0) + " % of compute)"));
+      svg.appendChild(g);
+    });
+    var cx = left + compute / max * w;
+    svg.appendChild(sv("line", { x1: cx, x2: cx, y1: top, y2: top + types.length * rowH,
+      stroke: COMPUTE, "stroke-width": 2, class: "compute-line" }));
+    axis(svg, left, top + types.length * rowH + 2, w, max, function (v) { return ms(v); });
+    s.appendChild(svg);
+    var table = el("table", { class: "figures" }, el("tr", null, el("th", null, "collective"),
+      el("th", null, "comm / step"), el("th", null, "exposed / step"),
+      el("th", null, "exposed share of window"), el("th", null, "comm ÷ compute")));
+    types.forEach(function (t) {
+      table.appendChild(el("tr", null, el("td", null, t.coll_type), el("td", null, ms(t.comm_ns / steps)),
+        el("td", null, ms(t.exposed_comm_ns / steps)), el("td", null, pct(shares[t.coll_type])),
+        el("td", null, (t.comm_ns / steps / compute).toFixed(2))));
+    });
+    s.appendChild(table);
+    s.appendChild(el("p", { class: "explain" }, "Compute per step and rank " + ms(compute) +
+      (step ? "; step time " + ms(step) : "") + ". Projections to larger world sizes from " +
+      "fitted latency and bandwidth are not part of this report."));
+  }
+
+  function footer() {
+    var tool = doc.tool || {};
+    root.appendChild(el("footer", null, "Made by " + tool.name + " " + tool.version +
+      " from its JSON document (schema " + doc.schema_version + "): `tracecomm analyze " +
+      "--format json --detail timeline` gives the same figures."));
+  }
+
+  [headline, rankBars, heatmap, timeline, bandwidth, scaling].forEach(function (draw) {
+    try {
+      draw();
+    } catch (err) {
+      // a section that cannot be drawn says so; the others still render
+      var s = section("error-" + draw.name, "Section could not be drawn");
+      empty(s, String(err && err.message || err));
+      console.error(err);
+    }
+  });
+  footer();
+  root.setAttribute("data-ready", "true");
+}());
