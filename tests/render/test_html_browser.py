@@ -156,3 +156,21 @@ def test_a_single_rank_says_why_sections_are_empty(browser: str, tmp_path: Path)
         assert set(empty) == {"stragglers", "bandwidth"}
         assert "two or more ranks" in empty["stragglers"]
         assert "message sizes" in empty["bandwidth"]
+
+
+def test_mfu_tokens_and_the_link_line_when_given(browser: str, tmp_path: Path) -> None:
+    flags = ["--model-flops-per-step", "2e15", "--tokens-per-step", "32768", "--link-gbps", "900"]
+    html = report_of(SAMPLE_RUN, tmp_path / "mfu.html", *flags)
+    doc = json.loads(runner.invoke(app, ["analyze", str(SAMPLE_RUN), "-f", "json", *flags]).stdout)
+    tp = doc["throughput"]
+    with chromium_page() as page:
+        assert open_report(page, html) == []
+        cards = page.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('.card')].map(c => "
+            "[c.querySelector('.label').textContent, c.querySelector('.value').textContent]))"
+        )
+        assert cards["MFU"] == f"{tp['mfu'] * 100:.1f} %"
+        assert cards["Tokens / s"] == f"{round(tp['tokens_per_s']):,}"
+        assert count(page, "#bandwidth line.link") == 1
+        label = page.evaluate("document.querySelector('#bandwidth svg').textContent")
+        assert "link 900 Gbit/s" in label
