@@ -138,6 +138,7 @@ class RunSummary:
     worst_by: str  # what "worst" ranks by, in words
     slowest_first: tuple[int, ...]  # ranks ordered by that measure, slowest first
     total: Figures | None  # sum over ranks of their analysis windows
+    idle_by_cause: dict[str, int] | None = None  # sum over ranks (GPU timelines), §10
 
 
 @dataclass(frozen=True)

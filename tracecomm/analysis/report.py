@@ -322,7 +322,19 @@ def _summary(ranks: Sequence[RankReport], world: int | None) -> RunSummary:
         worst_by="median step time" if steps else "analysis window length",
         slowest_first=tuple(rank for rank, _ in reversed(timed)),
         total=_sum_figures(windows) if windows else None,
+        idle_by_cause=_sum_causes(ranks),
     )
+
+
+def _sum_causes(ranks: Sequence[RankReport]) -> dict[str, int] | None:
+    per_rank = [
+        r.breakdown.window.idle_by_cause
+        for r in ranks
+        if r.breakdown.window is not None and r.breakdown.window.idle_by_cause is not None
+    ]
+    if not per_rank:
+        return None
+    return {cause: sum(c[cause] for c in per_rank) for cause in per_rank[0]}
 
 
 def _pace(rank: RankReport) -> int | None:

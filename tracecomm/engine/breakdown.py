@@ -12,6 +12,7 @@ import polars as pl
 from tracecomm.engine.classify import COLL_TYPES, classify_with_comm, coll_type_of
 from tracecomm.engine.collectives import collective_instances
 from tracecomm.engine.energy import window_energy
+from tracecomm.engine.idle import HostActivity, idle_by_cause
 from tracecomm.engine.intervals import Coverage, IntArray, coverage, measure
 from tracecomm.engine.model import (
     Figures,
@@ -66,7 +67,9 @@ def breakdown(
     series = (power or {}).get(devices[0]) if devices and rank.epoch_clock else None
     linked = link_launches(device, rank)
     steps = step_windows(linked, rank)
-    result = _gpu_breakdown(linked.filter(pl.col("cls") != "sync"), steps, device, opts, series)
+    result = _gpu_breakdown(
+        linked.filter(pl.col("cls") != "sync"), steps, device, opts, series, HostActivity.of(rank)
+    )
     return replace(
         result,
         collectives=collective_instances(
@@ -100,6 +103,7 @@ def _gpu_breakdown(
     device: pl.DataFrame,
     opts: BreakdownOptions,
     power: PowerSeries | None = None,
+    host: HostActivity | None = None,
 ) -> RankBreakdown:
     comm_kernels = int((device["cls"] == "comm").sum())
     unlinked = int(work["launch_ns"].is_null().sum())
@@ -113,7 +117,7 @@ def _gpu_breakdown(
             "toward busy time but define no step"
         )
     return _figures_for(
-        work, steps, "gpu", opts, comm_kernels, device.height, unlinked, notes, power
+        work, steps, "gpu", opts, comm_kernels, device.height, unlinked, notes, power, host
     )
 
 
@@ -156,6 +160,7 @@ def _figures_for(
     unlinked: int,
     notes: list[str],
     power: PowerSeries | None = None,
+    host: HostActivity | None = None,
 ) -> RankBreakdown:
     if work.height == 0:
         notes.append(f"no {timeline.upper()} activity to analyze")
@@ -181,6 +186,12 @@ def _figures_for(
                 else "no step in the selection launched device work: nothing to analyze"
             )
     windows = _window_figures(events, types, [*step_spans, rank_spans])
+    if host is not None:
+        idle = idle_by_cause(events.cov, [*step_spans, rank_spans], work, steps, host)
+        windows = [
+            None if w is None else replace(w, idle_by_cause=causes)
+            for w, causes in zip(windows, idle, strict=True)
+        ]
     if power is not None:
         c = events.cov.covered
         classes = (c[:, _COMPUTE], c[:, _COMM], c[:, _MEMORY])

@@ -64,6 +64,8 @@ class WindowFigures:
     figures: Figures
     by_type: tuple[TypeFigures, ...]
     energy: EnergyFigures | None = None  # with a power log covering the window
+    # metrics.md §10: idle ns per cause (engine.idle.IDLE_CAUSES); GPU timelines only
+    idle_by_cause: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)

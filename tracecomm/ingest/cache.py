@@ -33,12 +33,16 @@ _FRAMES = (
     "gpu_ranges",
 )
 _SAMPLE = 1 << 20
+# Bumped whenever the stored frames or results change shape (releases share __version__
+# during development): an entry of another format is a miss, never a wrong result.
+CACHE_FORMAT = 2
 
 
 def cache_key(path: Path) -> str:
     stat = path.stat()
     digest = hashlib.blake2b(digest_size=16)
-    digest.update(f"{__version__}\0{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
+    identity = f"{__version__}/{CACHE_FORMAT}\0{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}"
+    digest.update(identity.encode())
     with path.open("rb") as handle:
         digest.update(handle.read(_SAMPLE))
         if stat.st_size > 2 * _SAMPLE:

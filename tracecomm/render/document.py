@@ -34,6 +34,7 @@ def report_document(report: Report) -> dict[str, Any]:
             "worst_by": s.worst_by,
             "slowest_first": list(s.slowest_first),
             "total": figures_document(s.total),
+            "idle_by_cause": s.idle_by_cause,
         },
         "ranks": [_rank(r) for r in report.ranks],
         "by_type": [
@@ -160,6 +161,7 @@ def _window(window: WindowFigures | None) -> dict[str, Any] | None:
             for t in window.by_type
         ],
         "energy": None if window.energy is None else asdict(window.energy),
+        "idle_by_cause": window.idle_by_cause,
     }
 
 

@@ -36,6 +36,10 @@ def render_terminal(
     if report.by_type:
         console.print()
         console.print(_type_table(report))
+    idle = _idle_causes(report)
+    if idle is not None:
+        console.print()
+        console.print(idle)
     if report.throughput is not None:
         console.print()
         console.print(mfu_panel(report.throughput, "all ranks"))
@@ -161,6 +165,33 @@ def _type_table(report: Report) -> Table:
             t.coll_type, f"{t.kernels:,}", str(t.ranks), _ms(t.comm_ns), _ms(t.exposed_comm_ns)
         )
     return table
+
+
+_CAUSE_WORDS = {
+    "pipeline_fill": "pipeline fill",
+    "pipeline_drain": "pipeline drain",
+    "pipeline_wait": "waiting for a pipeline peer",
+    "sync": "after a synchronize",
+    "dataloader": "waiting for the data loader",
+    "host_bound": "kernels launched late (CPU-bound)",
+    "other": "other",
+}
+
+
+def _idle_causes(report: Report) -> Text | None:
+    """Where the idle time went (metrics.md §10), summed over ranks."""
+    causes = report.summary.idle_by_cause
+    total = report.summary.total
+    if not causes or total is None or not total.idle_ns:
+        return None
+    lines = [
+        f"  {_CAUSE_WORDS.get(cause, cause)}: {_ms(ns)} ms ({100 * ns / total.idle_ns:.0f} %)"
+        for cause, ns in sorted(causes.items(), key=lambda item: -item[1])
+        if ns
+    ]
+    text = Text(f"Idle {_ms(total.idle_ns)} ms over all ranks, by cause:\n", style="bold")
+    text.append("\n".join(lines))
+    return text
 
 
 MAX_STRAGGLER_ROWS = 8

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from tracecomm.synth import names as kn
 from tracecomm.synth.schedule import (
     CollType,
+    CpuCall,
     Naming,
     Op,
     OpKind,
@@ -65,6 +66,9 @@ _BACKWARD_LAYER: tuple[tuple[str, float], ...] = (
 # µs; the forward AllGather of the middle layer outlasts the compute it should hide behind.
 _AG_FWD_US, _AG_FWD_SLOW_US, _AG_BWD_US, _RS_US, _AR_US = 420.3, 1_210.7, 650.9, 1_150.3, 38.7
 _SHARD_NELEMS = 6_291_456
+DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+SYNC_CALL = "cudaStreamSynchronize"
+_SYNC_RETURN_US = 2.1  # a synchronize returns a little after the GPU drains
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +104,7 @@ class _Topology:
 @dataclass(frozen=True, slots=True)
 class _Cpu:
     dur_us: float
+    label: str = ""  # recorded as a user annotation of that name (idle_detail runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +130,9 @@ class _Builder:
     program: list[_Instr] = field(default_factory=list)
     next_key: int = 0
     comm_factor: Mapping[str, float] = field(default_factory=dict)  # per collective type
+    dataloader_us: float = 183.4
+    step_end_sync: bool = True
+    optimizer_launch_us: float = 9.0  # CPU cost of each Adam launch: above 33.1 the GPU starves
 
     def add(self, launch: _Launch) -> int:
         self.program.append(launch)
@@ -176,7 +184,7 @@ class _Builder:
         return self.add(launch)
 
     def step(self, number: int, partial: bool) -> None:
-        self.program += [_StepMark(number), _Cpu(183.4)]  # data loading
+        self.program += [_StepMark(number), _Cpu(self.dataloader_us, DATALOADER)]
         self.add(_Launch(self.next_key, "memcpy", COMPUTE_STREAM, 47.6, cost_us=14.2))
         self.program.append(_Cpu(71.9))
         self.forward()
@@ -222,13 +230,24 @@ class _Builder:
         self.program.append(_Sync(61.3))  # clip_grad_norm_ reads the total norm
         count = self.layers * self.scale
         for i in range(count):
-            self.kernel(kn.ADAM, 33.1, recorded=not (partial and i == count - 1))
+            self.add(
+                _Launch(
+                    self.next_key,
+                    "compute",
+                    COMPUTE_STREAM,
+                    33.1,
+                    kn.ADAM,
+                    cost_us=self.optimizer_launch_us,
+                    recorded=not (partial and i == count - 1),
+                )
+            )
         if partial:
             # The window closed while the step ran: its tail never reached the trace.
             self.program.append(_Cpu(43.0))
             return
         self.add(_Launch(self.next_key, "memset", COMPUTE_STREAM, 8.9, cost_us=6.1))
-        self.program.append(_Sync(118.6))  # end-of-step logging
+        if self.step_end_sync:
+            self.program.append(_Sync(118.6))  # end-of-step logging
 
 
 class _RankSim:
@@ -259,6 +278,7 @@ class _RankSim:
         self.steps: list[Step] = []
         self.ops: list[Op] = []
         self.open: tuple[int, int] | None = None
+        self.calls: list[CpuCall] | None = None  # a list: synchronize calls and annotations
 
     def floor(self, t: int) -> int:
         return t - t % 1000 if self.epoch_us else t
@@ -333,7 +353,23 @@ class _RankSim:
         self.open = None if number is None else (number, self.cpu)
 
     def sync(self, gap_us: float) -> None:
-        self.cpu = max([self.cpu, *self.free.values()]) + self.ns(gap_us)
+        drained = max([self.cpu, *self.free.values()])
+        if self.calls is not None:
+            returned = drained + self.ns(_SYNC_RETURN_US)
+            self.record("cuda_runtime", SYNC_CALL, self.cpu, returned)
+            drained = returned
+        self.cpu = drained + self.ns(gap_us)
+
+    def work(self, cpu: _Cpu) -> None:
+        start = self.cpu
+        self.cpu += self.ns(cpu.dur_us)
+        if cpu.label and self.calls is not None:
+            self.record("user_annotation", cpu.label, start, self.cpu)
+
+    def record(self, cat: str, name: str, start: int, end: int) -> None:
+        assert self.calls is not None
+        o = self.offset
+        self.calls.append(CpuCall(cat, name, "main", start + o, end + o))
 
 
 def _run_program(program: list[_Instr], sims: list[_RankSim], topo: _Topology) -> None:
@@ -343,7 +379,7 @@ def _run_program(program: list[_Instr], sims: list[_RankSim], topo: _Topology) -
             _run_launch(instr, sims, topo)
         elif isinstance(instr, _Cpu):
             for sim in sims:
-                sim.cpu += sim.ns(instr.dur_us)
+                sim.work(instr)
         elif isinstance(instr, _Sync):
             for sim in sims:
                 sim.sync(instr.gap_us)
@@ -470,6 +506,10 @@ def fsdp_run(
     skip: tuple[int, int] | None = None,
     jitter: float = JITTER,
     comm_slowdown: Mapping[str, float] | None = None,
+    idle_detail: bool = False,
+    dataloader_us: float = 183.4,
+    step_end_sync: bool = True,
+    optimizer_launch_us: float = 9.0,
 ) -> RunSpec:
     """An FSDP-style run: steps complete steps (plus one incomplete one) on every rank.
 
@@ -490,6 +530,13 @@ def fsdp_run(
 
     ``comm_slowdown={"ReduceScatter": 0.1}``: that collective type's kernels run 10 % longer on
     every rank (a regression for the CI gate to catch).
+
+    Idle-time causes (metrics.md §10): ``idle_detail`` records the synchronize calls
+    (``cudaStreamSynchronize``, returning 2.1 µs after the GPU drains) and the data loader's
+    annotation in the files; ``dataloader_us`` is the data loading at each step start (longer
+    than the GPU's queued work with ``step_end_sync=False``: the GPU waits for the data
+    loader); ``optimizer_launch_us`` above the Adam kernels' 33.1 µs makes the GPU wait for the
+    CPU's launches (host-bound gaps).
     """
     if world_size < 1 or steps < 1 or layers < 1 or scale < 1:
         raise ValueError("world_size, steps, layers and scale must all be >= 1")
@@ -498,6 +545,9 @@ def fsdp_run(
         scale,
         world_size,
         comm_factor={t: 1.0 + x for t, x in (comm_slowdown or {}).items()},
+        dataloader_us=dataloader_us,
+        step_end_sync=step_end_sync,
+        optimizer_launch_us=optimizer_launch_us,
     )
     total = steps + (1 if partial_last_step else 0)
     for i in range(total):
@@ -512,11 +562,19 @@ def fsdp_run(
         )
         for r, off in enumerate(offsets)
     ]
+    for sim in sims:
+        sim.calls = [] if idle_detail else None
     topo = _Topology({"": (("", tuple(range(world_size))),)}, _seq_base(builder.program), skip)
     _run_program(builder.program, sims, topo)
     ranks = tuple(
         RankSpec(
-            sim.rank, tuple(sim.steps), _extras(sim), f"node{sim.rank // 8}", naming, time_format
+            sim.rank,
+            tuple(sim.steps),
+            _extras(sim),
+            f"node{sim.rank // 8}",
+            naming,
+            time_format,
+            tuple(sim.calls or ()),
         )
         for sim in sims
     )

@@ -96,6 +96,18 @@ class Step:
 
 
 @dataclass(frozen=True, slots=True)
+class CpuCall:
+    """A CPU-side event that launches nothing: a synchronize call (``cuda_runtime``) or an
+    annotation such as the data loader's (``user_annotation``)."""
+
+    cat: str
+    name: str
+    thread: str
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class RankSpec:
     """Everything one rank's trace file shows."""
 
@@ -105,6 +117,7 @@ class RankSpec:
     host: str = "node0"
     naming: Naming = "dev"
     time_format: TimeFormat = "relative"
+    cpu_calls: tuple[CpuCall, ...] = ()
 
     def __post_init__(self) -> None:
         _check(self.rank >= 0, f"rank must be >= 0, got {self.rank}")

@@ -145,6 +145,7 @@ class _RankWriter:
         for op in self.spec.all_ops():
             times.extend((op.start_ns, op.end_ns))
         times.extend(t for sync in self.syncs for t in (sync.start, sync.end))
+        times.extend(t for call in self.spec.cpu_calls for t in (call.start_ns, call.end_ns))
         if not times:
             times = [1_700_000_000_000_000_000]
         margin = 41_000
@@ -265,6 +266,12 @@ class _RankWriter:
             yield self._memory(step.cpu_start_ns, 4_194_304 * (1 + i % 3))
         for launch in self.plan.launches:
             yield from self._launch_cpu(launch)
+        for call in self.spec.cpu_calls:
+            tid = self.tids[call.thread]
+            args = (
+                '"cbid": 165' if call.cat == "cuda_runtime" else '"Trace name": "PyTorch Profiler"'
+            )
+            yield self._x(call.cat, call.name, self.pid, tid, call.start_ns, call.end_ns, args)
 
     def _main_extent(self) -> tuple[int, int]:
         times = [t for s in self.spec.steps for t in (s.cpu_start_ns, s.cpu_end_ns)]

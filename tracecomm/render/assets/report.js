@@ -174,7 +174,7 @@
           parts.push(["exposed " + t, v * scale, typeColour(t), v]);
         });
         parts.push(["exposed memory", f.exposed_memory_ns / n, MEMORY, f.exposed_memory_ns / n]);
-        parts.push(["idle", f.idle_ns / n, IDLE, f.idle_ns / n]);
+        parts.push(["idle", f.idle_ns / n, IDLE, f.idle_ns / n, idleText(r.window.idle_by_cause, n)]);
         return { rank: r.rank, host: r.host || "(no host)", parts: parts,
           total: f.window_ns / n, exposed: f.exposed_comm_ns / n };
       });
@@ -212,7 +212,7 @@
           var rect = sv("rect", { x: x, y: y + 2, width: Math.max(w, 0.5), height: rowH - 4,
             fill: p[2] });
           hover(rect, "rank " + d.rank + " (" + d.host + ")\n" + p[0] + ": " + ms(p[3]) +
-            " per step\nstep window: " + ms(d.total));
+            " per step" + (p[4] || "") + "\nstep window: " + ms(d.total));
           g.appendChild(rect);
           x += w;
         });
@@ -225,6 +225,32 @@
     }
     select.addEventListener("change", function () { draw(select.value); });
     draw("rank");
+    idleTable(s);
+  }
+  var CAUSES = {
+    pipeline_fill: "pipeline fill", pipeline_drain: "pipeline drain",
+    pipeline_wait: "waiting for a pipeline peer", sync: "after a synchronize",
+    dataloader: "waiting for the data loader", host_bound: "kernels launched late (CPU-bound)",
+    other: "other"
+  };
+  function idleText(causes, n) {
+    if (!causes) return "";
+    return Object.keys(causes).filter(function (c) { return causes[c] > 0; })
+      .map(function (c) { return "\n  " + (CAUSES[c] || c) + ": " + ms(causes[c] / n); }).join("");
+  }
+  function idleTable(s) {
+    var causes = (doc.summary || {}).idle_by_cause, total = ((doc.summary || {}).total || {}).idle_ns;
+    if (!causes || !total) return;
+    s.appendChild(el("h3", null, "Where idle time goes (all ranks, metrics.md §10)"));
+    var table = el("table", { class: "figures", id: "idle-causes" },
+      el("tr", null, el("th", null, "cause"), el("th", null, "idle"), el("th", null, "share")));
+    Object.keys(causes).sort(function (a, b) { return causes[b] - causes[a]; })
+      .forEach(function (c) {
+        if (!causes[c]) return;
+        table.appendChild(el("tr", { "data-cause": c }, el("td", null, CAUSES[c] || c),
+          el("td", null, ms(causes[c])), el("td", null, pct(100 * causes[c] / total))));
+      });
+    s.appendChild(table);
   }
   function axis(svg, x0, y0, w, max, label) {
     var g = sv("g", { class: "axis" });

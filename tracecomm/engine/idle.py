@@ -1,0 +1,244 @@
+"""Where idle time goes (metrics.md §10): every idle gap of a window gets one cause.
+
+A gap is a maximal run of the window with no compute, comm or memory work. Its causes are
+checked in this order: ``pipeline_fill`` / ``pipeline_drain`` (a pipeline stage, before its
+first / after its last compute kernel of the step), ``pipeline_wait`` (a stage's gap that ends
+when a recv kernel starts), ``sync`` (a synchronize call on the launching thread overlaps the
+gap), ``dataloader`` (a data-loader annotation overlaps it), ``host_bound`` (the kernel that
+ends the gap was launched after the gap began), ``other``.
+
+The order differs from metrics.md §10 in one place, on purpose: ``sync`` and ``dataloader`` come
+before ``host_bound``. After a synchronize or while the data loader runs, the next kernel is
+always launched after the GPU went idle, so with ``host_bound`` first those two causes could
+never be seen; the question a user asks ("a synchronize, or the data loader?") is which CPU
+activity made the launch late.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from tracecomm.engine.intervals import Coverage
+from tracecomm.ingest.model import RankEvents
+
+IDLE_CAUSES = (
+    "pipeline_fill",
+    "pipeline_drain",
+    "pipeline_wait",
+    "sync",
+    "dataloader",
+    "host_bound",
+    "other",
+)
+SYNC_CALL = r"(?i)^(cuda|hip)(Device|Stream|Event|Ctx)Synchronize"
+DATALOADER_PREFIX = "enumerate(DataLoader)"
+_SPANS = {"tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
+
+
+@dataclass(frozen=True)
+class HostActivity:
+    """The CPU events that explain idle gaps: synchronize calls and data-loader annotations."""
+
+    syncs: pl.DataFrame  # tid, start_ns, end_ns
+    loaders: pl.DataFrame  # tid, start_ns, end_ns
+
+    @classmethod
+    def of(cls, rank: RankEvents) -> HostActivity:
+        syncs = rank.launches.filter(pl.col("name").str.contains(SYNC_CALL))
+        loaders = rank.cpu.filter(pl.col("name").str.starts_with(DATALOADER_PREFIX))
+        return cls(*(f.select(list(_SPANS)).cast(_SPANS) for f in (syncs, loaders)))  # type: ignore[arg-type]
+
+    @classmethod
+    def empty(cls) -> HostActivity:
+        none = pl.DataFrame(schema=_SPANS)
+        return cls(none, none)
+
+
+def idle_by_cause(
+    cov: Coverage,
+    windows: Sequence[Sequence[tuple[int, int]]],
+    work: pl.DataFrame,
+    steps: pl.DataFrame,
+    host: HostActivity,
+) -> list[dict[str, int] | None]:
+    """Per window (several disjoint spans each), ns of idle time per cause; None for an empty
+    window. ``work``: the linked device work (start/end, cls, coll_type, name, launch_ns,
+    launch_tid, step) the coverage was built from; ``steps``: the step windows."""
+    gaps = _gaps(cov, windows)
+    causes = (
+        _causes(gaps, work, steps, host) if gaps.height else gaps.with_columns(cause=pl.lit(""))
+    )
+    sums = causes.group_by("w", "cause").agg((pl.col("g1") - pl.col("g0")).sum().alias("ns"))
+    per_window: dict[int, dict[str, int]] = {}
+    for w, cause, ns in sums.iter_rows():
+        per_window.setdefault(w, {})[cause] = int(ns)
+    return [
+        {c: per_window.get(w, {}).get(c, 0) for c in IDLE_CAUSES} if spans else None
+        for w, spans in enumerate(windows)
+    ]
+
+
+def _gaps(cov: Coverage, windows: Sequence[Sequence[tuple[int, int]]]) -> pl.DataFrame:
+    """Idle runs clipped to each span: w, g0, g1, and whether the run goes on past the span
+    (then no kernel ends it inside the window)."""
+    busy = cov.covered[:, :3].any(axis=1) if cov.covered.size else np.zeros(0, dtype=bool)
+    edges = np.diff(np.concatenate([[False], ~busy, [False]]).astype(np.int8))
+    run_start = cov.times[np.flatnonzero(edges == 1)]
+    run_end = cov.times[np.flatnonzero(edges == -1)]
+    rows: list[tuple[np.ndarray, ...]] = []
+    for w, spans in enumerate(windows):
+        for lo, hi in spans:
+            first = np.searchsorted(run_end, lo, side="right")
+            last = np.searchsorted(run_start, hi, side="left")
+            g0 = np.maximum(run_start[first:last], lo)
+            g1 = np.minimum(run_end[first:last], hi)
+            keep = g1 > g0
+            rows.append(
+                (np.full(int(keep.sum()), w), g0[keep], g1[keep], (run_end[first:last] > hi)[keep])
+            )
+    if not rows:
+        return pl.DataFrame(
+            schema={"w": pl.Int64, "g0": pl.Int64, "g1": pl.Int64, "cut": pl.Boolean}
+        )
+    w_, g0_, g1_, cut_ = (np.concatenate(col) for col in zip(*rows, strict=True))
+    return pl.DataFrame(
+        {
+            "w": w_.astype(np.int64),
+            "g0": g0_.astype(np.int64),
+            "g1": g1_.astype(np.int64),
+            "cut": cut_.astype(bool),
+        }
+    )
+
+
+def _causes(
+    gaps: pl.DataFrame, work: pl.DataFrame, steps: pl.DataFrame, host: HostActivity
+) -> pl.DataFrame:
+    ender = _enders(work)
+    gaps = (
+        gaps.with_row_index("_i")
+        .join(ender, left_on="g1", right_on="start_ns", how="left")
+        .with_columns(
+            pl.when(pl.col("cut")).then(None).otherwise(pl.col(c)).alias(c)
+            for c in ("launch_ns", "launch_tid", "recv")
+        )
+    )
+    gaps = _with_step_bounds(gaps, work, steps)
+    stage = bool(work.select((pl.col("coll_type") == "SendRecv").any()).item())
+    sync = _overlaps(gaps, host.syncs, by_thread=True)
+    loader = _overlaps(gaps, host.loaders, by_thread=False)
+    cause = (
+        pl.when(pl.lit(stage) & (pl.col("g0") >= pl.col("last_compute")))
+        .then(pl.lit("pipeline_drain"))
+        .when(pl.lit(stage) & (pl.col("g1") <= pl.col("first_compute")))
+        .then(pl.lit("pipeline_fill"))
+        .when(pl.lit(stage) & pl.col("recv").fill_null(False))
+        .then(pl.lit("pipeline_wait"))
+        .when(sync)
+        .then(pl.lit("sync"))
+        .when(loader)
+        .then(pl.lit("dataloader"))
+        .when(pl.col("launch_ns") > pl.col("g0"))
+        .then(pl.lit("host_bound"))
+        .otherwise(pl.lit("other"))
+    )
+    return gaps.with_columns(cause.alias("cause"))
+
+
+def _enders(work: pl.DataFrame) -> pl.DataFrame:
+    """Per start time, the device work starting then: its earliest launch (and thread), and
+    whether a point-to-point receive is among it."""
+    p2p = pl.col("coll_type") == "SendRecv"
+    send_only = pl.col("name").str.contains(r"(?i)send") & ~pl.col("name").str.contains(r"(?i)recv")
+    return (
+        work.sort("launch_ns", nulls_last=True)
+        .group_by("start_ns")
+        .agg(
+            pl.col("launch_ns").first(),
+            pl.col("launch_tid").first(),
+            (p2p & ~send_only).any().alias("recv"),
+        )
+    )
+
+
+def _with_step_bounds(gaps: pl.DataFrame, work: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """The step window a gap lies in (a gap between windows follows the earlier step: after
+    its last compute), and that step's first and last compute."""
+    compute = (
+        work.filter((pl.col("cls") == "compute") & pl.col("step").is_not_null())
+        .group_by("step")
+        .agg(
+            pl.col("start_ns").min().alias("first_compute"),
+            pl.col("end_ns").max().alias("last_compute"),
+        )
+    )
+    windows = (
+        steps.filter(pl.col("start_ns").is_not_null())
+        .select("step", pl.col("start_ns").alias("step_from"), pl.col("end_ns").alias("step_to"))
+        .join(compute, on="step", how="left")
+        .sort("step_from")
+    )
+    return (
+        gaps.sort("g0")
+        .join_asof(windows, left_on="g0", right_on="step_from", strategy="backward")
+        .with_columns(
+            # between two step windows: after the earlier step's work, a drain
+            pl.when(pl.col("g0") >= pl.col("step_to"))
+            .then(pl.col("g0"))
+            .otherwise(pl.col("last_compute"))
+            .alias("last_compute")
+        )
+        .sort("_i")
+    )
+
+
+def _overlaps(gaps: pl.DataFrame, spans: pl.DataFrame, by_thread: bool) -> pl.Expr:
+    """Whether one of ``spans`` (on the gap's launching thread, when known and asked) overlaps
+    each gap: it starts before the gap ends and ends after the gap begins."""
+    if spans.height == 0:
+        return pl.lit(False)
+    reach = spans.sort("tid", "start_ns").with_columns(
+        pl.col("end_ns").cum_max().over("tid").alias("reach")
+    )
+    anywhere = spans.sort("start_ns").with_columns(pl.col("end_ns").cum_max().alias("reach_any"))
+    probe = gaps.select(
+        pl.col("g0"), (pl.col("g1") - 1).alias("t"), pl.col("launch_tid").alias("tid")
+    ).with_row_index("_i")
+    on_thread = (
+        probe.filter(pl.col("tid").is_not_null())
+        .sort("t")
+        .join_asof(
+            reach.select("tid", "start_ns", "reach"),
+            left_on="t",
+            right_on="start_ns",
+            by="tid",
+            check_sortedness=False,  # sorted by t; polars cannot check it per group
+            strategy="backward",
+        )
+        .select("_i", "reach")
+    )
+    any_thread = (
+        probe.sort("t")
+        .join_asof(
+            anywhere.select("start_ns", "reach_any"),
+            left_on="t",
+            right_on="start_ns",
+            strategy="backward",
+        )
+        .select("_i", "reach_any")
+    )
+    joined = (
+        probe.join(on_thread, on="_i", how="left").join(any_thread, on="_i", how="left").sort("_i")
+    )
+    use_thread = by_thread
+    reach_col = (
+        pl.when(pl.col("tid").is_not_null()).then(pl.col("reach")).otherwise(pl.col("reach_any"))
+        if use_thread
+        else pl.col("reach_any")
+    )
+    hit = joined.select((reach_col > pl.col("g0")).fill_null(False)).to_series()
+    return pl.lit(hit)
