@@ -60,6 +60,11 @@ class RankFrom(str, Enum):
     process_name = "process_name"
 
 
+class TableFormat(str, Enum):
+    terminal = "terminal"
+    json = "json"
+
+
 class OutputFormat(str, Enum):
     terminal = "terminal"
     json = "json"
@@ -216,6 +221,23 @@ TimelineRanksOpt = Annotated[
         "slowest by median step time, and the worst straggler)."
     ),
 ]
+ProjectOpt = Annotated[
+    bool,
+    typer.Option(
+        "--project",
+        help="Add the scaling projection (metrics.md §11) to N/2, 2N, 4N, 8N and 16N GPUs.",
+        rich_help_panel="Scaling projection",
+    ),
+]
+WeakOpt = Annotated[
+    bool,
+    typer.Option(
+        "--weak",
+        help="Project under weak scaling (per-rank batch kept) instead of strong (global batch "
+        "kept).",
+        rich_help_panel="Scaling projection",
+    ),
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,6 +283,7 @@ class _Analysis:
     rank_from: str | None = None
     cache: Path | None = None
     timeline_ranks: str | None = None
+    weak: bool = False
 
     def run(
         self,
@@ -269,6 +292,7 @@ class _Analysis:
         show_progress: bool = False,
         no_input_code: int = EXIT_NO_INPUT,
         timeline: bool = False,
+        project_to: tuple[int, ...] | None = None,
     ) -> Report:
         first, last = parse_steps(self.steps)
         patterns = tuple(self.comm_pattern or ())
@@ -301,6 +325,8 @@ class _Analysis:
             compat_hta=self.compat_hta,
             timeline=timeline,
             timeline_ranks=_rank_list(self.timeline_ranks),
+            project_to=project_to,
+            weak=self.weak,
         )
 
 
@@ -354,6 +380,8 @@ def analyze(
     ] = None,
     link_gbps: LinkGbpsOpt = None,
     timeline_ranks: TimelineRanksOpt = None,
+    project: ProjectOpt = False,
+    weak: WeakOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Per-rank compute / communication breakdown of a run's profiler traces.
@@ -372,6 +400,7 @@ def analyze(
         Detail.instances in (detail or ()),
         show_progress=output_format is OutputFormat.terminal,
         timeline=Detail.timeline in (detail or ()),
+        project_to=() if project else None,
     )
     if not quiet:
         _warn(report)
@@ -417,6 +446,8 @@ def report(
     rank_from: RankFromOpt = None,
     link_gbps: LinkGbpsOpt = None,
     timeline_ranks: TimelineRanksOpt = None,
+    project: ProjectOpt = False,
+    weak: WeakOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """A self-contained HTML report of the run: headline, per-rank bars, straggler heat map,
@@ -430,7 +461,9 @@ def report(
         nccl_logs=tuple(nccl_log or ()),
         rank_from=rank_from.value if rank_from else None,
     )
-    result = analysis.run(run, show_progress=True, timeline=True)
+    result = analysis.run(
+        run, show_progress=True, timeline=True, project_to=() if project else None
+    )
     if not quiet:
         _warn(result)
     from tracecomm.render.document import report_document
@@ -443,6 +476,72 @@ def report(
         _fail(f"{output}: cannot write the report: {exc.strerror or exc}", EXIT_USAGE)
     if not quiet:
         _stderr(f"wrote {output} ({len(page) / 1e6:.2f} MB)")
+    raise typer.Exit(EXIT_PARTIAL if result.partial else EXIT_OK)
+
+
+@app.command()
+def project(
+    run: RunArg,
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to",
+            help="World sizes to project to, e.g. 256,512,1024 (default: N/2, 2N, 4N, 8N, 16N).",
+        ),
+    ] = None,
+    weak: WeakOpt = False,
+    output_format: Annotated[
+        TableFormat, typer.Option("--format", "-f", help="terminal table or one JSON document.")
+    ] = TableFormat.terminal,
+    steps: StepsOpt = None,
+    all_steps: AllStepsOpt = False,
+    comm_pattern: CommPatternOpt = None,
+    compute_pattern: ComputePatternOpt = None,
+    jobs: JobsOpt = None,
+    cache: CacheOpt = None,
+    no_clock_align: NoClockAlignOpt = False,
+    model_flops_per_step: FlopsPerStepOpt = None,
+    flops_per_token: FlopsPerTokenOpt = None,
+    tokens_per_step: TokensPerStepOpt = None,
+    model_config: ModelConfigOpt = None,
+    seq_len: SeqLenOpt = None,
+    global_batch: GlobalBatchOpt = None,
+    flops_formula: FormulaOpt = "exact",
+    attention: AttentionOpt = "halved",
+    dtype: DtypeOpt = "bf16",
+    peak_tflops: PeakOpt = None,
+    rank_from: RankFromOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """What this job would do at other world sizes (metrics.md §11): fitted per-collective
+    latency and bandwidth, and the median rank's step replayed at each size. An estimate.
+
+    Exit codes: 0; 2 usage error; 3 no usable input or nothing to project from; 4 partial.
+    """
+    targets = _rank_list(to) if to is not None else ()
+    if to is not None and (not targets or min(targets) < 1):
+        raise typer.BadParameter(f"{to!r}: world sizes must be positive", param_hint="--to")
+    analysis = _Analysis.of(locals(), rank_from=rank_from.value if rank_from else None)
+    result = analysis.run(
+        run, show_progress=output_format is TableFormat.terminal, project_to=targets
+    )
+    if not quiet:
+        _warn(result)
+    if output_format is TableFormat.json:
+        from tracecomm.render.formats import render_json
+
+        sys.stdout.buffer.write(render_json(result))
+    else:
+        from rich.console import Console
+
+        from tracecomm.render.projection_section import projection_section
+
+        assert result.projection is not None
+        Console(width=None if sys.stdout.isatty() else 160).print(
+            projection_section(result.projection)
+        )
+    if isinstance(result.projection, str):
+        raise typer.Exit(EXIT_NO_INPUT)
     raise typer.Exit(EXIT_PARTIAL if result.partial else EXIT_OK)
 
 
@@ -834,6 +933,8 @@ def _run(
     compat_hta: bool = False,
     timeline: bool = False,
     timeline_ranks: tuple[int, ...] = (),
+    project_to: tuple[int, ...] | None = None,
+    weak: bool = False,
 ) -> Report:
     from tracecomm.engine import BreakdownOptions
     from tracecomm.errors import NoUsableInput, UsageError
@@ -853,6 +954,8 @@ def _run(
         cache,
         timeline,
         timeline_ranks,
+        project_to,
+        weak,
     )
     try:
         return run_pipeline(inputs, opts, _progress() if show_progress else None)

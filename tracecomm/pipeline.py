@@ -22,10 +22,11 @@ from tracecomm.analysis.model import (
     Report,
     RunTimeline,
 )
+from tracecomm.analysis.projection import Projection
 from tracecomm.analysis.report import MfuInputs, build_report
 from tracecomm.engine import BreakdownOptions, breakdown
 from tracecomm.engine.classify import check_pattern, split_rule
-from tracecomm.engine.timeline import step_timeline
+from tracecomm.engine.timeline import step_timeline, step_work
 from tracecomm.errors import NotATrace, NoUsableInput, TraceError, UsageError
 from tracecomm.ingest import find_traces, load_rank
 from tracecomm.ingest.cache import load as cache_load
@@ -70,6 +71,8 @@ class AnalyzeOptions:
     cache: Path | None = None  # --cache DIR: parsed columns as Parquet for repeat runs
     timeline: bool = False  # one step of the fastest / median / slowest rank (HTML report)
     timeline_ranks: tuple[int, ...] = ()  # those ranks instead
+    project_to: tuple[int, ...] | None = None  # world sizes to project to (metrics.md §11)
+    weak: bool = False  # projection under weak scaling (per-rank batch kept)
 
 
 def analyze_file(
@@ -196,6 +199,8 @@ def analyze(
     report = replace(report, nccl=nccl, warnings=report.warnings + tuple(nccl_warnings))
     if opts.timeline:
         report = replace(report, timeline=run_timeline(report, opts))
+    if opts.project_to is not None:
+        report = replace(report, projection=run_projection(report, opts))
     if not report.ranks:
         reasons = "; ".join(m.reason for m in report.missing[:3])
         raise NoUsableInput(f"no usable rank: {reasons}")
@@ -242,6 +247,35 @@ def _timeline_roles(report: Report, chosen: Sequence[int]) -> dict[int, str]:
     if worst:  # ranks are in order of root delay
         roles.setdefault(worst[0], "straggler")
     return roles
+
+
+def run_projection(report: Report, opts: AnalyzeOptions) -> Projection | str:
+    """metrics.md §11 from the median rank's typical step; a reason when it cannot be done."""
+    from tracecomm.analysis.projection import fit_links, project
+
+    world = report.summary.world_size or report.summary.ranks_analyzed
+    median = next((r for r in report.ranks if r.rank == report.summary.median_rank), None)
+    step = _typical_step(median) if median is not None else None
+    if median is None or step is None:
+        return "no analyzed step to replay"
+    cr = report.cross_rank
+    fits = fit_links(cr.aligned) if cr is not None else ()
+    if not fits:
+        return (
+            "no collective to fit: the projection needs matched AllGather, ReduceScatter or "
+            "AllReduce instances with message sizes (two or more ranks, PyTorch's collective "
+            "metadata)"
+        )
+    try:
+        events = _events_again(median.path, median.rank, opts)
+    except (TraceError, OSError) as exc:
+        return f"could not read rank {median.rank} again: {exc}"
+    targets = opts.project_to or tuple(
+        size for size in (world // 2, 2 * world, 4 * world, 8 * world, 16 * world) if size >= 1
+    )
+    mfu = report.throughput.mfu if report.throughput is not None else None
+    work = step_work(events, step, opts.breakdown)
+    return project(work, fits, world, targets, opts.weak, median.rank, step, mfu)
 
 
 def _typical_step(rank: RankReport) -> int | None:

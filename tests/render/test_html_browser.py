@@ -174,3 +174,33 @@ def test_mfu_tokens_and_the_link_line_when_given(browser: str, tmp_path: Path) -
         assert count(page, "#bandwidth line.link") == 1
         label = page.evaluate("document.querySelector('#bandwidth svg').textContent")
         assert "link 900 Gbit/s" in label
+
+
+def test_projection_table_when_asked(browser: str, tmp_path: Path) -> None:
+    from tracecomm.synth.scaling import Network, scaling_run
+
+    run = tmp_path / "run"
+    write_run(scaling_run(16, Network(alpha_us=20.0, bus_gbps=200.0), base_world=16), run)
+    html = report_of(run, tmp_path / "p.html", "--project")
+    with chromium_page() as page:
+        assert open_report(page, html) == []
+        worlds = page.evaluate(
+            "[...document.querySelectorAll('#projection tr[data-world]')]"
+            ".map(r => +r.dataset.world)"
+        )
+        assert worlds == [16, 8, 32, 64, 128, 256]
+        peak = page.evaluate(
+            "[...document.querySelectorAll('#projection td')]"
+            ".find(td => td.textContent.includes('peak'))?.parentElement.dataset.world"
+        )
+        turning = page.evaluate(
+            "JSON.parse(document.getElementById('tracecomm-data').textContent)"
+            ".projection.turning_point"
+        )
+        assert turning is not None and peak == str(turning)
+    plain = report_of(run, tmp_path / "q.html")
+    with chromium_page() as page:
+        assert open_report(page, plain) == []
+        assert "--project" in page.evaluate(
+            "document.getElementById('projection-empty').textContent"
+        )

@@ -44,16 +44,22 @@ def bus_factor(coll_type: pl.Expr, n: pl.Expr) -> pl.Expr:
     )
 
 
-def bandwidth(aligned: pl.DataFrame, link_gbps: float | None = None) -> Bandwidth | None:
-    """``aligned``: matched instances per rank on one clock, with ``bytes`` and ``group_size``."""
-    if aligned.height == 0 or "bytes" not in aligned.columns:
-        return None
-    per = aligned.group_by("pg", "key", "coll_type").agg(
+def instance_transfers(aligned: pl.DataFrame) -> pl.DataFrame:
+    """Per matched instance: coll_type, bytes, group size n, transfer (metrics.md §6: the part
+    every rank spent moving data) and the ranks' mean kernel duration."""
+    return aligned.group_by("pg", "key", "coll_type").agg(
         pl.col("bytes").drop_nulls().max().alias("bytes"),
         pl.coalesce(pl.col("group_size").drop_nulls().max(), pl.len()).alias("n"),
         (pl.col("end_ns").min() - pl.col("start_ns").max()).alias("transfer"),
         (pl.col("end_ns") - pl.col("start_ns")).mean().alias("duration"),
     )
+
+
+def bandwidth(aligned: pl.DataFrame, link_gbps: float | None = None) -> Bandwidth | None:
+    """``aligned``: matched instances per rank on one clock, with ``bytes`` and ``group_size``."""
+    if aligned.height == 0 or "bytes" not in aligned.columns:
+        return None
+    per = instance_transfers(aligned)
     without_size = per.filter(pl.col("bytes").is_null()).height
     sized = per.filter(pl.col("bytes").is_not_null() & (pl.col("transfer") > 0))
     if sized.height == 0:

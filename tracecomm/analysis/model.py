@@ -13,6 +13,7 @@ from tracecomm.ingest.model import TraceMeta
 
 if TYPE_CHECKING:  # throughput.py reads RankReport from here
     from tracecomm.analysis.bandwidth import Bandwidth
+    from tracecomm.analysis.projection import Projection
     from tracecomm.analysis.throughput import Throughput
     from tracecomm.compat.hta import HtaFigures
     from tracecomm.nccl.diagnose import NcclSummary
@@ -161,6 +162,8 @@ class Report:
     bandwidth: Bandwidth | None = None  # metrics.md §7, from matched instances with sizes
     hta_compat: tuple[HtaFigures, ...] | None = None  # --compat hta (metrics.md §9)
     timeline: RunTimeline | None = None  # one step of chosen ranks, for the HTML report
+    # metrics.md §11 with --project: the projection, or why there is none
+    projection: Projection | str | None = None
 
     @property
     def partial(self) -> bool:

@@ -63,7 +63,7 @@ def collective_instances(linked: pl.DataFrame) -> pl.DataFrame:
             pl.coalesce("in_msg_nelems", "in_msg_size").alias("nelems"),
             direction.alias("direction"),
             peer.alias("peer"),
-            _bytes().alias("bytes"),
+            message_bytes().alias("bytes"),
         )
         .sort(launch_order, "start_ns")
         .with_columns(
@@ -75,7 +75,7 @@ def collective_instances(linked: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _bytes() -> pl.Expr:
+def message_bytes() -> pl.Expr:
     """nccl-tests' S from the kernel's element counts: the output for AllGather, the input for
     ReduceScatter, the larger of the two for AllToAll, else the input (metrics.md §7)."""
     size = pl.col("dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)

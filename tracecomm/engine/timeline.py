@@ -17,6 +17,7 @@ import polars as pl
 
 from tracecomm.engine.breakdown import BreakdownOptions
 from tracecomm.engine.classify import COLL_TYPES, classify_with_comm
+from tracecomm.engine.collectives import message_bytes
 from tracecomm.engine.intervals import IntArray, coverage
 from tracecomm.engine.steps import link_launches, step_windows
 from tracecomm.ingest.model import RankEvents
@@ -105,6 +106,23 @@ def step_timeline(
         lanes=_lanes(work, resolution),
         exposed=_exposed(work),
     )
+
+
+def step_work(rank: RankEvents, step: int, opts: BreakdownOptions | None = None) -> pl.DataFrame:
+    """The device work launched in ``step`` (sync records left out), with each comm kernel's
+    message ``bytes`` and ``group_size`` where the trace records them: what a replay of the
+    step at other durations needs."""
+    opts = opts or BreakdownOptions()
+    device, comm = classify_with_comm(rank, opts.comm_patterns, opts.compute_patterns)
+    linked = link_launches(device, rank).filter(
+        (pl.col("cls") != "sync") & (pl.col("step") == step)
+    )
+    meta = comm.select(
+        "_row",
+        message_bytes().alias("bytes"),
+        pl.col("group_size").cast(pl.Int64),
+    )
+    return linked.join(meta, on="_row", how="left").sort("start_ns", "end_ns")
 
 
 def _lanes(work: pl.DataFrame, resolution: int) -> tuple[TimelineLane, ...]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.model import RankReport, Report
+from tracecomm.analysis.projection import Projection
 from tracecomm.analysis.stragglers import Stragglers
 from tracecomm.engine.model import Figures, StepFigures, WindowFigures
 from tracecomm.nccl.diagnose import NcclSummary
@@ -61,8 +62,31 @@ def report_document(report: Report) -> dict[str, Any]:
         "bandwidth": None if report.bandwidth is None else plain(asdict(report.bandwidth)),
         "hta_compat": None if report.hta_compat is None else [asdict(f) for f in report.hta_compat],
         "timeline": None if report.timeline is None else plain(asdict(report.timeline)),
+        "projection": projection_document(report.projection),
         "partial": report.partial,
     }
+
+
+_PROJECTION_FIELDS = (
+    "measured_world",
+    "rank",
+    "step",
+    "scaling",
+    "fits",
+    "sizes",
+    "turning_point",
+    "assumptions",
+    "notes",
+)
+
+
+def projection_document(projection: Projection | str | None) -> dict[str, Any] | None:
+    """metrics.md §11; with only ``reason`` set when no projection could be made."""
+    if projection is None:
+        return None
+    if isinstance(projection, str):
+        return {"reason": projection} | dict.fromkeys(_PROJECTION_FIELDS)
+    return {"reason": None} | plain(asdict(projection))
 
 
 def nccl_document(summary: NcclSummary | None) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ from tracecomm.analysis.model import RankReport, Report
 from tracecomm.analysis.report import compact_ranges
 from tracecomm.render.mfu_panel import mfu_panel
 from tracecomm.render.nccl_section import nccl_section
+from tracecomm.render.projection_section import projection_section
 
 # Beyond this many ranks the table shows the slowest ones; JSON and CSV always hold them all.
 MAX_RANK_ROWS = 32
@@ -54,6 +55,9 @@ def render_terminal(
     if report.bandwidth is not None and report.bandwidth.rows:
         console.print()
         console.print(_bandwidth_table(report))
+    if report.projection is not None:
+        console.print()
+        console.print(projection_section(report.projection))
     if report.nccl is not None:
         console.print()
         console.print(nccl_section(report.nccl))

@@ -517,8 +517,50 @@
     });
     s.appendChild(table);
     s.appendChild(el("p", { class: "explain" }, "Compute per step and rank " + ms(compute) +
-      (step ? "; step time " + ms(step) : "") + ". Projections to larger world sizes from " +
-      "fitted latency and bandwidth are not part of this report."));
+      (step ? "; step time " + ms(step) : "") + "."));
+    projection(s);
+  }
+  function projection(s) {
+    var p = doc.projection;
+    s.appendChild(el("h3", null, "Projected to other world sizes (metrics.md §11, an estimate)"));
+    if (!p) {
+      s.appendChild(el("p", { class: "empty", id: "projection-empty" },
+        "Not projected: `tracecomm report RUN --project` adds fitted latency and bandwidth and " +
+        "the step replayed at N/2 … 16N GPUs."));
+      return;
+    }
+    if (p.reason) {
+      s.appendChild(el("p", { class: "empty", id: "projection-empty" }, "No projection: " + p.reason));
+      return;
+    }
+    var types = [];
+    p.sizes.forEach(function (z) {
+      Object.keys(z.exposed_comm_ns).forEach(function (t) { if (types.indexOf(t) < 0) types.push(t); });
+    });
+    var head = el("tr", null, el("th", null, "GPUs"), el("th", null, "step"),
+      el("th", null, "throughput ×"), el("th", null, "MFU"), el("th", null, "exposed comm"));
+    types.forEach(function (t) { head.appendChild(el("th", null, t + " exposed")); });
+    var table = el("table", { class: "figures", id: "projection" }, head);
+    p.sizes.forEach(function (z, i) {
+      var row = el("tr", { "data-world": z.world_size },
+        el("td", null, z.world_size.toLocaleString("en-US") + (i === 0 ? " (measured)" : "")),
+        el("td", null, ms(z.step_ns)),
+        el("td", null, z.relative_throughput.toFixed(2) +
+          (z.world_size === p.turning_point ? " ◀ peak" : "")),
+        el("td", null, z.mfu === null ? "–" : pct(100 * z.mfu)),
+        el("td", null, ms(z.exposed_comm_total_ns)));
+      types.forEach(function (t) { row.appendChild(el("td", null, ms(z.exposed_comm_ns[t] || 0))); });
+      table.appendChild(row);
+    });
+    s.appendChild(table);
+    s.appendChild(el("p", { class: "explain" }, p.turning_point !== null ?
+      "Throughput peaks at " + p.turning_point + " GPUs: beyond it, adding GPUs makes this job " +
+      "slower." : "No turning point in the projected range: throughput still grows."));
+    s.appendChild(el("p", { class: "explain" }, "Fitted: " + p.fits.map(function (f) {
+      return f.coll_type + " α " + (f.alpha_ns / 1e3).toFixed(2) + " µs/hop, B " +
+        (f.bus_gbps === null ? "–" : f.bus_gbps.toFixed(1) + " GB/s") + " (error " +
+        f.fit_error_pct.toFixed(1) + " %)";
+    }).join("; ") + ". Assumptions: " + p.assumptions.join("; ") + "."));
   }
 
   function footer() {
