@@ -238,6 +238,22 @@ WeakOpt = Annotated[
         rich_help_panel="Scaling projection",
     ),
 ]
+PpStagesOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--pp-stages",
+        min=1,
+        help="Pipeline stages p for the textbook bubble (default: from the send/recv pattern).",
+    ),
+]
+MicrobatchesOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--microbatches",
+        min=1,
+        help="Micro-batches per step m for the textbook bubble (default: stage 0's sends).",
+    ),
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,6 +300,8 @@ class _Analysis:
     cache: Path | None = None
     timeline_ranks: str | None = None
     weak: bool = False
+    pp_stages: int | None = None
+    microbatches: int | None = None
 
     def run(
         self,
@@ -327,6 +345,8 @@ class _Analysis:
             timeline_ranks=_rank_list(self.timeline_ranks),
             project_to=project_to,
             weak=self.weak,
+            pp_stages=self.pp_stages,
+            microbatches=self.microbatches,
         )
 
 
@@ -382,6 +402,8 @@ def analyze(
     timeline_ranks: TimelineRanksOpt = None,
     project: ProjectOpt = False,
     weak: WeakOpt = False,
+    pp_stages: PpStagesOpt = None,
+    microbatches: MicrobatchesOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Per-rank compute / communication breakdown of a run's profiler traces.
@@ -448,6 +470,8 @@ def report(
     timeline_ranks: TimelineRanksOpt = None,
     project: ProjectOpt = False,
     weak: WeakOpt = False,
+    pp_stages: PpStagesOpt = None,
+    microbatches: MicrobatchesOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """A self-contained HTML report of the run: headline, per-rank bars, straggler heat map,
@@ -935,6 +959,8 @@ def _run(
     timeline_ranks: tuple[int, ...] = (),
     project_to: tuple[int, ...] | None = None,
     weak: bool = False,
+    pp_stages: int | None = None,
+    microbatches: int | None = None,
 ) -> Report:
     from tracecomm.engine import BreakdownOptions
     from tracecomm.errors import NoUsableInput, UsageError
@@ -956,6 +982,8 @@ def _run(
         timeline_ranks,
         project_to,
         weak,
+        pp_stages,
+        microbatches,
     )
     try:
         return run_pipeline(inputs, opts, _progress() if show_progress else None)

@@ -73,6 +73,8 @@ class AnalyzeOptions:
     timeline_ranks: tuple[int, ...] = ()  # those ranks instead
     project_to: tuple[int, ...] | None = None  # world sizes to project to (metrics.md §11)
     weak: bool = False  # projection under weak scaling (per-rank batch kept)
+    pp_stages: int | None = None  # --pp-stages: the pipeline view's p instead of the inferred one
+    microbatches: int | None = None  # --microbatches: its m
 
 
 def analyze_file(
@@ -189,6 +191,8 @@ def analyze(
         MfuInputs(flops, model.dtype, model.peak_tflops),
         power_warnings,
         opts.link_gbps,
+        opts.pp_stages,
+        opts.microbatches,
     )
     if opts.compat_hta and opts.rank_from is None:
         from tracecomm.compat.hta import hta_figures, rank_events

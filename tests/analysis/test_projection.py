@@ -97,17 +97,20 @@ def test_turning_point_only_when_latency_bound(tmp_path: Path) -> None:
 
 
 def test_project_command_json_and_terminal(tmp_path: Path) -> None:
-    write_run(scaling_run(64, LATENCY_BOUND, steps=2), tmp_path)
-    result = runner.invoke(app, ["project", str(tmp_path), "--to", "128,256", "-f", "json"])
+    write_run(scaling_run(16, LATENCY_BOUND, base_world=16, steps=2), tmp_path)
+    result = runner.invoke(app, ["project", str(tmp_path), "--to", "32,64", "-f", "json"])
     assert result.exit_code == EXIT_OK, result.stderr
     doc = json.loads(result.stdout)
     jsonschema.validate(doc, SCHEMA)
-    assert [s["world_size"] for s in doc["projection"]["sizes"]] == [64, 128, 256]
-    assert doc["projection"]["turning_point"] == 64
-    text = runner.invoke(app, ["project", str(tmp_path), "--to", "128"]).stdout
-    assert "throughput peaks at 64 GPUs" in text and "alpha 20.000 µs per hop" in text
+    assert [s["world_size"] for s in doc["projection"]["sizes"]] == [16, 32, 64]
+    peak = doc["projection"]["turning_point"]
+    assert peak in (16, 32)
+    text = runner.invoke(app, ["project", str(tmp_path), "--to", "32,64"]).stdout
+    assert f"throughput peaks at {peak} GPUs" in text and "alpha 20.000 µs per hop" in text
     plain = runner.invoke(app, ["analyze", str(tmp_path), "-f", "json"])
     assert json.loads(plain.stdout)["projection"] is None
+    bad = runner.invoke(app, ["project", str(tmp_path), "--to", "0,64"])
+    assert bad.exit_code == 2 and "--to" in bad.stderr
 
 
 def test_no_projection_without_sized_collectives(tmp_path: Path) -> None:

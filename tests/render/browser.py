@@ -8,10 +8,12 @@ absent, unless ``TRACECOMM_REQUIRE_BROWSER=1`` (set by `.ci/run`) turns that int
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -138,11 +140,15 @@ class Page:
 @contextmanager
 def chromium_page() -> Iterator[Page]:
     binary = chromium_or_skip()
-    with tempfile.TemporaryDirectory(prefix="tracecomm-chromium-") as profile:
+    # chromium's helper processes may still write the profile as it shuts down
+    with tempfile.TemporaryDirectory(
+        prefix="tracecomm-chromium-", ignore_cleanup_errors=True
+    ) as profile:
         proc = subprocess.Popen(
             [binary, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: stopped whole below
         )
         try:
             port = _devtools_port(Path(profile), proc)
@@ -154,11 +160,18 @@ def chromium_page() -> Iterator[Page]:
             finally:
                 page.close()
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
 
 
 def _devtools_port(profile: Path, proc: subprocess.Popen[bytes], timeout: float = 30) -> int:

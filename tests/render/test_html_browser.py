@@ -204,3 +204,22 @@ def test_projection_table_when_asked(browser: str, tmp_path: Path) -> None:
         assert "--project" in page.evaluate(
             "document.getElementById('projection-empty').textContent"
         )
+
+
+def test_pipeline_view_and_idle_causes_of_a_1f1b_run(browser: str, tmp_path: Path) -> None:
+    from tracecomm.synth.pp import dp_pp_run
+
+    run = tmp_path / "run"
+    write_run(dp_pp_run(dp=1, pp=4, microbatches=8, steps=2), run)
+    html = report_of(run, tmp_path / "pp.html")
+    with chromium_page() as page:
+        assert open_report(page, html) == []
+        stages = page.evaluate(
+            "[...document.querySelectorAll('table.pipeline tr[data-stage]')].length"
+        )
+        assert stages == 4
+        causes = page.evaluate(
+            "[...document.querySelectorAll('#idle-causes tr[data-cause]')]"
+            ".map(r => r.dataset.cause)"
+        )
+        assert "pipeline_drain" in causes

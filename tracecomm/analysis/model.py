@@ -13,6 +13,7 @@ from tracecomm.ingest.model import TraceMeta
 
 if TYPE_CHECKING:  # throughput.py reads RankReport from here
     from tracecomm.analysis.bandwidth import Bandwidth
+    from tracecomm.analysis.pipeline import PipelineView
     from tracecomm.analysis.projection import Projection
     from tracecomm.analysis.throughput import Throughput
     from tracecomm.compat.hta import HtaFigures
@@ -164,6 +165,7 @@ class Report:
     timeline: RunTimeline | None = None  # one step of chosen ranks, for the HTML report
     # metrics.md §11 with --project: the projection, or why there is none
     projection: Projection | str | None = None
+    pipelines: tuple[PipelineView, ...] = ()  # §10's pipeline view, one per send/recv group
 
     @property
     def partial(self) -> bool:

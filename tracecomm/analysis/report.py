@@ -28,6 +28,7 @@ from tracecomm.analysis.model import (
     StepSummary,
     TypeSummary,
 )
+from tracecomm.analysis.pipeline import pipeline_views
 from tracecomm.analysis.replay import ReplayEstimate, replay
 from tracecomm.analysis.stragglers import Stragglers, stragglers
 from tracecomm.analysis.throughput import throughput
@@ -50,6 +51,8 @@ def build_report(
     mfu: MfuInputs | None = None,
     power_warnings: Sequence[str] = (),
     link_gbps: float | None = None,
+    pp_stages: int | None = None,
+    microbatches: int | None = None,
 ) -> Report:
     warnings: list[str] = list(power_warnings)
     by_path = {r.path: r for r in results}
@@ -93,6 +96,7 @@ def build_report(
         stragglers=_stragglers(ranks, cr, detail_instances),
         throughput=rate,
         bandwidth=bandwidth(cr.aligned, link_gbps) if cr is not None else None,
+        pipelines=pipeline_views(ranks, cr, pp_stages, microbatches),
         skipped=tuple(f for f in failures if f.not_a_trace),
         warnings=tuple(warnings),
     )

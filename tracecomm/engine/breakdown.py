@@ -203,6 +203,7 @@ def _figures_for(
         ]
         if windows[-1] is not None and windows[-1].energy is None:
             notes.append("the power log does not cover the analysis window: no energy figures")
+    compute_spans = _compute_spans(work) if "step" in work.columns else {}
     step_rows = [
         StepFigures(
             step=row["step"],
@@ -213,12 +214,23 @@ def _figures_for(
             cpu_span_ns=row["cpu_end_ns"] - row["cpu_start_ns"]
             if row["cpu_end_ns"] is not None and row["cpu_start_ns"] is not None
             else None,
+            compute_span=compute_spans.get(row["step"]),
         )
         for row, window in zip(steps.iter_rows(named=True), windows, strict=False)
     ]
     return RankBreakdown(
         timeline, windows[-1], tuple(step_rows), comm_kernels, device_events, unlinked, tuple(notes)
     )
+
+
+def _compute_spans(work: pl.DataFrame) -> dict[int, tuple[int, int]]:
+    """Per step: the first start and last end of the compute kernels it launched."""
+    spans = (
+        work.filter((pl.col("cls") == "compute") & pl.col("step").is_not_null())
+        .group_by("step")
+        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+    )
+    return {step: (start, end) for step, start, end in spans.iter_rows()}
 
 
 def _rank_spans(steps: pl.DataFrame, included: set[int]) -> list[tuple[int, int]]:

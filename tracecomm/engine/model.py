@@ -78,6 +78,8 @@ class StepFigures:
     incomplete_reason: str | None
     window: WindowFigures | None
     cpu_span_ns: int | None = None  # the ProfilerStep#N annotation's own length (MFU's t_step)
+    # first start and last end of the compute kernels launched in the step (own clock)
+    compute_span: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

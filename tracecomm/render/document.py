@@ -63,6 +63,7 @@ def report_document(report: Report) -> dict[str, Any]:
         "hta_compat": None if report.hta_compat is None else [asdict(f) for f in report.hta_compat],
         "timeline": None if report.timeline is None else plain(asdict(report.timeline)),
         "projection": projection_document(report.projection),
+        "pipelines": [plain(asdict(p)) for p in report.pipelines],
         "partial": report.partial,
     }
 

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tracecomm.analysis.model import RankReport, Report
+from tracecomm.analysis.pipeline import PipelineView
 from tracecomm.analysis.report import compact_ranges
 from tracecomm.render.mfu_panel import mfu_panel
 from tracecomm.render.nccl_section import nccl_section
@@ -55,6 +56,9 @@ def render_terminal(
     if report.bandwidth is not None and report.bandwidth.rows:
         console.print()
         console.print(_bandwidth_table(report))
+    for view in report.pipelines:
+        console.print()
+        console.print(_pipeline(view))
     if report.projection is not None:
         console.print()
         console.print(projection_section(report.projection))
@@ -195,6 +199,31 @@ def _idle_causes(report: Report) -> Text | None:
     ]
     text = Text(f"Idle {_ms(total.idle_ns)} ms over all ranks, by cause:\n", style="bold")
     text.append("\n".join(lines))
+    return text
+
+
+def _pipeline(view: PipelineView) -> Text:
+    m = (
+        f"{view.microbatches} micro-batches ({view.microbatches_source})"
+        if view.microbatches
+        else "micro-batches unknown (--microbatches)"
+    )
+    textbook = (
+        f"; textbook 1F1B bubble {view.textbook_bubble_pct:.1f} %"
+        if view.textbook_bubble_pct is not None
+        else ""
+    )
+    text = Text(f"Pipeline {view.group}", style="bold")
+    text.append(
+        f": {view.stages} stages ({view.stages_source}), {m}{textbook}; "
+        f"span {_ms(view.span_ns)} ms per step over {view.steps} step(s)"
+    )
+    for s in view.per_stage:
+        text.append(
+            f"\n  stage {s.stage} (rank {s.rank}): bubble {s.bubble_pct:.1f} %, "
+            f"compute {_ms(s.compute_ns)} ms per step"
+        )
+    text.append(f"\n  {view.verdict}")
     return text
 
 

@@ -226,6 +226,22 @@
     select.addEventListener("change", function () { draw(select.value); });
     draw("rank");
     idleTable(s);
+    (doc.pipelines || []).forEach(function (v) { pipelineTable(s, v); });
+  }
+  function pipelineTable(s, v) {
+    s.appendChild(el("h3", null, "Pipeline " + v.group + ": " + v.stages + " stages, " +
+      (v.microbatches ? v.microbatches + " micro-batches" : "micro-batches unknown") +
+      (v.textbook_bubble_pct !== null ? "; textbook 1F1B bubble " + pct(v.textbook_bubble_pct) : "")));
+    var table = el("table", { class: "figures pipeline", "data-group": v.group },
+      el("tr", null, el("th", null, "stage"), el("th", null, "rank"), el("th", null, "bubble"),
+        el("th", null, "compute / step")));
+    v.per_stage.forEach(function (st) {
+      table.appendChild(el("tr", { "data-stage": st.stage }, el("td", null, String(st.stage)),
+        el("td", null, String(st.rank)), el("td", null, pct(st.bubble_pct)),
+        el("td", null, ms(st.compute_ns))));
+    });
+    s.appendChild(table);
+    s.appendChild(el("p", { class: "explain" }, v.verdict));
   }
   var CAUSES = {
     pipeline_fill: "pipeline fill", pipeline_drain: "pipeline drain",

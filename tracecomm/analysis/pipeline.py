@@ -1,0 +1,167 @@
+"""Pipeline view (metrics.md §10): stages and micro-batches from the send/recv pattern, the
+measured bubble per stage next to the textbook 1F1B bubble (p − 1) / (m + p − 1).
+
+Per step of a pipeline (a send/recv group), on the clock-aligned timelines: the pipeline's
+span runs from the first compute kernel any stage launched in the step to the last one's end,
+and a stage's bubble is the share of that span in which it ran no compute. (On GPU traces the
+waiting of a pipeline sits inside NCCL receive kernels, which start early and spin, so the idle
+causes alone would miss most of it.) Stages are ordered by when their compute starts (stage 0
+runs the first forward); micro-batches are the sends from stage 0 to stage 1 per step.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+from tracecomm.analysis.crossrank import CrossRank
+from tracecomm.analysis.model import RankReport
+
+_IMBALANCE = 0.05  # stage compute this far above the others' median: the balance is the problem
+
+
+@dataclass(frozen=True)
+class StageBubble:
+    stage: int
+    rank: int
+    bubble_pct: float  # median over steps
+    compute_ns: int  # median over steps
+
+
+@dataclass(frozen=True)
+class PipelineView:
+    group: str
+    stages: int
+    stages_source: str  # "send/recv pattern" or "--pp-stages"
+    microbatches: int | None
+    microbatches_source: str  # "sends from stage 0 per step", "--microbatches" or "unknown"
+    textbook_bubble_pct: float | None  # (p − 1) / (m + p − 1)
+    span_ns: int  # median pipeline span per step
+    steps: int
+    per_stage: tuple[StageBubble, ...]
+    verdict: str
+
+
+def pipeline_views(
+    ranks: Sequence[RankReport],
+    cr: CrossRank | None,
+    stages: int | None = None,
+    microbatches: int | None = None,
+) -> tuple[PipelineView, ...]:
+    if cr is None or not cr.pipelines:
+        return ()
+    offset = {r: c.offset_ns or 0 for c in cr.clocks for r in c.ranks}
+    by_rank = {r.rank: r for r in ranks}
+    views = []
+    for group, members in sorted(cr.pipelines.items()):
+        present = [by_rank[r] for r in members if r in by_rank]
+        if len(present) >= 2:
+            view = _view(group, present, offset, stages, microbatches)
+            if view is not None:
+                views.append(view)
+    return tuple(views)
+
+
+def _view(
+    group: str,
+    members: Sequence[RankReport],
+    offset: Mapping[int, int],
+    stages: int | None,
+    microbatches: int | None,
+) -> PipelineView | None:
+    spans = {r.rank: _aligned_spans(r, offset.get(r.rank, 0)) for r in members}
+    steps = sorted(set.intersection(*(set(s) for s in spans.values())))
+    if not steps:
+        return None
+    order = sorted(
+        spans, key=lambda r: (statistics.median(spans[r][s][0] for s in steps), r)
+    )  # stage 0 runs the first forward
+    compute = {
+        r.rank: {
+            s.step: s.window.figures.compute_ns for s in r.breakdown.included_steps if s.window
+        }
+        for r in members
+    }
+    per_step_span = {
+        s: max(spans[r][s][1] for r in order) - min(spans[r][s][0] for r in order) for s in steps
+    }
+    per_stage = tuple(
+        StageBubble(
+            stage=i,
+            rank=rank,
+            bubble_pct=statistics.median(
+                100 * (1 - compute[rank][s] / per_step_span[s]) for s in steps
+            ),
+            compute_ns=round(statistics.median(compute[rank][s] for s in steps)),
+        )
+        for i, rank in enumerate(order)
+    )
+    p = stages or len(order)
+    m, m_source = (
+        (microbatches, "--microbatches") if microbatches else _microbatches(members, order, steps)
+    )
+    textbook = 100 * (p - 1) / (m + p - 1) if m else None
+    return PipelineView(
+        group=group,
+        stages=p,
+        stages_source="--pp-stages" if stages else "send/recv pattern",
+        microbatches=m,
+        microbatches_source=m_source,
+        textbook_bubble_pct=textbook,
+        span_ns=round(statistics.median(per_step_span.values())),
+        steps=len(steps),
+        per_stage=per_stage,
+        verdict=_verdict(per_stage, textbook),
+    )
+
+
+def _aligned_spans(rank: RankReport, offset: int) -> dict[int, tuple[int, int]]:
+    return {
+        s.step: (s.compute_span[0] - offset, s.compute_span[1] - offset)
+        for s in rank.breakdown.included_steps
+        if s.compute_span is not None and s.window is not None
+    }
+
+
+def _microbatches(
+    members: Sequence[RankReport], order: Sequence[int], steps: Sequence[int]
+) -> tuple[int | None, str]:
+    first = next(r for r in members if r.rank == order[0])
+    sends = first.breakdown.collectives
+    if sends is None or sends.height == 0:
+        return None, "unknown"
+    counts = (
+        sends.filter(
+            (pl.col("direction") == "send")
+            & (pl.col("peer") == order[1])
+            & pl.col("step").is_in(list(steps))
+        )
+        .group_by("step")
+        .len()["len"]
+        .to_list()
+    )
+    if not counts:
+        return None, "unknown"
+    return round(statistics.median(counts)), "sends from stage 0 per step"
+
+
+def _verdict(per_stage: Sequence[StageBubble], textbook: float | None) -> str:
+    computes = [s.compute_ns for s in per_stage]
+    for s in per_stage:
+        others = statistics.median(c for i, c in enumerate(computes) if i != s.stage)
+        if others and s.compute_ns > (1 + _IMBALANCE) * others:
+            excess = 100 * (s.compute_ns / others - 1)
+            return (
+                f"stage {s.stage} (rank {s.rank}) computes {excess:.0f} % more than the other "
+                "stages: the stage balance, not the schedule, sets the bubble"
+            )
+    if textbook is None:
+        return "stages are balanced; the micro-batch count is unknown (--microbatches)"
+    worst = max(s.bubble_pct for s in per_stage)
+    return (
+        f"stages are balanced: the bubble (up to {worst:.1f} %) is the schedule's own "
+        f"({textbook:.1f} % for 1F1B); more micro-batches per step shrink it"
+    )
