@@ -135,3 +135,9 @@ def test_unlaunched_work_and_jitter(tmp_path: Path) -> None:
 def test_pipeline_stages_fill_and_drain(tmp_path: Path, jitter: float) -> None:
     totals = check_run(dp_pp_run(dp=1, pp=4, microbatches=4, jitter=jitter), tmp_path)
     assert totals["pipeline_fill"] > 0 and totals["pipeline_drain"] > 0
+
+
+def test_pipeline_waits_when_receives_are_posted_late(tmp_path: Path) -> None:
+    spec = dp_pp_run(dp=1, pp=4, microbatches=4, jitter=0, sync_before_recv=True)
+    totals = check_run(spec, tmp_path)
+    assert totals["pipeline_wait"] > 0

@@ -110,6 +110,7 @@ class _Cpu:
 @dataclass(frozen=True, slots=True)
 class _Sync:
     gap_us: float
+    stream: int | None = None  # a stream synchronize (pp.py); None: every stream
 
 
 @dataclass(frozen=True, slots=True)

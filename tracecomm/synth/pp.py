@@ -82,6 +82,7 @@ class _StageBuilder:
     dp: int
     micro: int
     layers: int
+    sync_before_recv: bool = False
     program: list[_PpInstr] = field(default_factory=list)
     next_key: int = 0
     last_backward: int = -1
@@ -113,6 +114,9 @@ class _StageBuilder:
     def p2p(
         self, send: bool, channel: str, micro: int, peer: int, deps: tuple[int, ...] = ()
     ) -> int:
+        if not send and self.sync_before_recv:
+            # the CPU waits for the compute stream to drain, then posts the receive
+            self.program.append(_Sync(21.7, COMPUTE_STREAM))
         return self.add(_P2p(self.next_key, send, channel, micro, peer, deps))
 
     def step(self, number: int) -> None:
@@ -321,7 +325,8 @@ class _PpSim:
             sim.cpu += sim.ns(instr.dur_us)
             return True
         if isinstance(instr, _Sync):
-            pending = list(rank.last_on.values())
+            streams = rank.last_on if instr.stream is None else [instr.stream]
+            pending = [rank.last_on[s] for s in streams if s in rank.last_on]
             if not rank.known(pending):
                 return False
             sim.cpu = max([sim.cpu] + [rank.ends[k] for k in pending]) + sim.ns(instr.gap_us)
@@ -403,6 +408,7 @@ def dp_pp_run(
     gzip: bool = True,
     host_offsets_ns: Sequence[int] | None = None,
     jitter: float = JITTER,
+    sync_before_recv: bool = False,
 ) -> RunSpec:
     """A DP x PP (1F1B) run of ``steps`` complete steps; groups are in ``RunSpec.groups``.
 
@@ -410,7 +416,8 @@ def dp_pp_run(
     ``slow_rank`` runs its compute ``slowdown`` slower; unlike ``fsdp_run`` and ``dp_tp_run``
     the default ``slow_rank=None`` means no straggler at all. ``host_offsets_ns`` and
     ``jitter`` as in ``fsdp_run``. A group with one rank runs nothing (dp=1: no gradient
-    all-reduce; pp=1: no send/recv).
+    all-reduce; pp=1: no send/recv). ``sync_before_recv``: the CPU waits for the GPU to drain
+    before posting each receive, so the GPU idles until the receive starts (pipeline waits).
     """
     layers = list(layers_per_stage) if layers_per_stage is not None else [2] * pp
     if dp < 1 or pp < 1 or microbatches < 1 or steps < 1:
@@ -422,7 +429,7 @@ def dp_pp_run(
         raise ValueError(f"slow_rank {slow_rank} is not in [0, {world})")
     programs = []
     for s in range(pp):
-        builder = _StageBuilder(s, pp, dp, microbatches, layers[s])
+        builder = _StageBuilder(s, pp, dp, microbatches, layers[s], sync_before_recv)
         for i in range(steps):
             builder.step(FIRST_STEP + i)
         builder.program.append(_StepMark(None))
