@@ -305,10 +305,47 @@ def _load_rank(path: Path) -> RankEvents:
                 return stream.stream_rank(path)
             except stream.Fallback:
                 pass  # the whole-file reader below has the salvage logic
+    scanned = _scanned(path)
+    if scanned is not None:
+        return scanned
     doc, warnings, truncated = _read(path)
     events = doc.traceEvents or []
     doc.traceEvents = None  # the events become columns: keep no second reference
     return _rank_events(str(path), _meta(doc), events, warnings, truncated)
+
+
+class _Envelope(_Trace, gc=False):
+    traceEvents: msgspec.Raw | None = None  # type: ignore[assignment]
+
+
+_ENVELOPE_DECODER = msgspec.json.Decoder(_Envelope)
+
+
+def _scanned(path: Path) -> RankEvents | None:
+    """A well-formed trace through the C scanner (ingest/fast.py); None leaves the file to the
+    general reader, which also salvages, repairs and explains."""
+    from tracecomm.ingest import fast
+
+    if not fast.available():
+        return None
+    data = read_trace_bytes(path).removeprefix(_UTF8_BOM)
+    if data.lstrip()[:1] == b"[":
+        envelope, events = _Envelope(), data
+    else:
+        try:
+            envelope = _ENVELOPE_DECODER.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+            return None
+        if envelope.traceEvents is None:
+            return None
+        events = bytes(envelope.traceEvents)
+    del data
+    got = fast.columns(events, path, None)
+    if got is None:
+        return None
+    frame, warnings, repaired = got
+    envelope.traceEvents = None
+    return rank_from_columns(str(path), _meta(envelope), frame, warnings, False, repaired)
 
 
 def _rank_events(

@@ -22,6 +22,7 @@ from typing import IO, Any
 import msgspec
 import polars as pl
 
+from tracecomm.ingest import fast
 from tracecomm.ingest import kineto as k
 from tracecomm.ingest.model import DEVICE_KINDS, RankEvents
 
@@ -55,9 +56,15 @@ def stream_rank(path: Path) -> RankEvents:
             if last:
                 tail = chunk
                 break
-            repaired += _take(
-                _decode(b"[" + chunk + b"]"), path, state, parts, pending, warnings, begin_end
-            )
+            text = b"[" + chunk + b"]"
+            scanned = fast.columns(text, path, not state["device"])
+            if scanned is None:
+                repaired += _take(_decode(text), path, state, parts, pending, warnings, begin_end)
+            else:
+                frame, w, fixed = scanned
+                warnings.extend(w)
+                repaired += fixed
+                _absorb(frame, state, parts, pending)
     trailer = _trailer(tail)
     repaired += _take(
         list(trailer.traceEvents or []), path, state, parts, pending, warnings, begin_end
@@ -91,6 +98,17 @@ def _take(
         begin_end.extend(e for e in events if e.ph in ("B", "E"))
     frame, w, repaired = k._columns(events, path, not state["device"])
     warnings.extend(w)
+    _absorb(frame, state, parts, pending)
+    return repaired
+
+
+def _absorb(
+    frame: pl.DataFrame,
+    state: dict[str, bool],
+    parts: dict[str, list[pl.DataFrame]],
+    pending: list[pl.DataFrame],
+) -> None:
+    """Split a chunk's columns at once, or keep them whole until the trace shows device work."""
     if not state["device"] and _has_device(frame):
         state["device"] = True
         for early in pending:
@@ -101,7 +119,6 @@ def _take(
         _split(frame, parts)
     else:
         pending.append(frame)
-    return repaired
 
 
 def _split(frame: pl.DataFrame, parts: dict[str, list[pl.DataFrame]]) -> None:

@@ -1,0 +1,194 @@
+"""The C scanner (ingest/_scan.c + fast.py) against the general msgspec reader: the same
+frames on every kind of input, and a clean refusal (None) on anything it does not handle."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from tests.conftest import SAMPLE_RUN, kernel, launch, simple_events, trace_doc
+from tracecomm.ingest import fast, load_rank, stream
+from tracecomm.ingest.model import RankEvents
+from tracecomm.synth import dp_pp_run, dp_tp_run, fsdp_run
+from tracecomm.synth.shapes import with_shapes
+from tracecomm.synth.writer import write_run
+
+FRAMES = (
+    "device",
+    "device_meta",
+    "launches",
+    "steps",
+    "comm_annotations",
+    "comm_ops",
+    "shaped_ops",
+    "gpu_ranges",
+    "cpu",
+)
+
+pytestmark = pytest.mark.skipif(not fast.available(), reason="the C scanner was not built")
+
+
+def both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[RankEvents, RankEvents]:
+    scanned = load_rank(path)
+    with monkeypatch.context() as m:
+        m.setattr(fast, "_scan", None)
+        general = load_rank(path)
+    return scanned, general
+
+
+def assert_same(a: RankEvents, b: RankEvents) -> None:
+    for name in FRAMES:
+        assert_frame_equal(getattr(a, name), getattr(b, name), check_dtypes=True), name
+    assert (a.meta, a.warnings, a.truncated, a.repaired_events) == (
+        b.meta,
+        b.warnings,
+        b.truncated,
+        b.repaired_events,
+    )
+
+
+def generated(tmp_path: Path) -> list[Path]:
+    paths = []
+    paths += write_run(fsdp_run(world_size=2, seed=1, naming="legacy"), tmp_path / "a")
+    paths += write_run(fsdp_run(world_size=2, time_format="epoch_us", gzip=False), tmp_path / "b")
+    paths += write_run(dp_tp_run(dp=2, tp=2), tmp_path / "c")
+    paths += write_run(dp_pp_run(dp=1, pp=2), tmp_path / "d")
+    paths += write_run(with_shapes(fsdp_run(world_size=1)), tmp_path / "e")
+    paths += write_run(fsdp_run(world_size=1, idle_detail=True), tmp_path / "f")
+    return paths
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["whole", "chunked"])
+def test_same_frames_as_the_general_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunked: bool
+) -> None:
+    if chunked:  # small files through the streaming reader, many chunks each
+        monkeypatch.setattr(stream, "STREAM_FROM_BYTES", 0)
+        monkeypatch.setattr(stream, "CHUNK_BYTES", 64 << 10)
+    paths = [*sorted(SAMPLE_RUN.glob("*.json.gz")), *generated(tmp_path)]
+    for path in paths:
+        scanned, general = both(path, monkeypatch)
+        assert scanned.device.height > 0, path
+        assert_same(scanned, general)
+
+
+def test_same_frames_on_the_real_traces(
+    shared_traces: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for path in sorted(shared_traces.rglob("*.json*")):
+        try:
+            scanned, general = both(path, monkeypatch)
+        except Exception as exc:  # the readers must fail alike too
+            with monkeypatch.context() as m:
+                m.setattr(fast, "_scan", None)
+                with pytest.raises(type(exc)):
+                    load_rank(path)
+            continue
+        assert_same(scanned, general)
+
+
+def scan(events: list[dict] | str) -> dict | None:
+    text = events if isinstance(events, str) else json.dumps(events)
+    return fast._scan.scan(text.encode()) if fast._scan else None
+
+
+def column(got: dict, name: str) -> list[int | None]:
+    values = np.frombuffer(got[name], dtype=np.int64).tolist()
+    valid = np.frombuffer(got[f"{name}_valid"], dtype=np.uint8).tolist()
+    return [v if ok else None for v, ok in zip(values, valid, strict=True)]
+
+
+def test_exact_nanoseconds_and_rounding() -> None:
+    text = (
+        '[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":5077185321273.005,'
+        '"dur":1.2345},{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":-0.0005,'
+        '"dur":3},{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":null,'
+        '"dur":9223372036854775.5}]'
+    )
+    got = scan(text)
+    assert got is not None
+    assert column(got, "ts_ns") == [5077185321273005, -1, None]
+    assert column(got, "dur_ns") == [1235, 3000, None]  # beyond int64 ns: null, as the reader
+
+
+def test_escapes_metadata_flags_and_odd_links() -> None:
+    events = [
+        kernel('nccl"AllReduce\\u00e9', 10, 5, 1, **{"Collective name": "allreduce", "Seq": 3}),
+        kernel("sm90_gemm", 20, 5, None, correlation="17"),  # a quoted correlation
+        launch(1, 1),
+    ]
+    got = scan(events)
+    assert got is not None
+    names = [json.loads(b'"' + v + b'"') for v in got["name_values"]]
+    assert 'nccl"AllReduce\\u00e9' in names
+    flags = np.frombuffer(got["flags"], dtype=np.uint8).tolist()
+    assert flags[0] & fast.FLAG_META and not flags[1] & fast.FLAG_META
+    assert flags[1] & fast.FLAG_ODD and column(got, "correlation")[1] is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[{"ph":"B","name":"x","pid":1,"tid":1,"ts":1}]',  # B/E pairs: the general reader
+        '[{"name":"x","pid":1,"tid":1,"ts":1}]',  # no phase
+        '[{"ph":"X","cat":"kernel","name":"k","pid":1,"tid":1,"ts":1e3,"dur":1}',  # cut
+        '[{"ph":"X","cat":"kernel","name":"k","pid":1,"tid":1,"ts":1,"dur":1},]',  # comma
+        '[{"ph":"X","cat":"kernel" "name":"k"}]',  # a missing colon/comma
+        "[1, 2]",
+        "{}",
+    ],
+)
+def test_declines_what_it_does_not_handle(text: str) -> None:
+    assert scan(text) is None
+
+
+def test_a_kept_event_of_an_odd_shape_sends_the_chunk_to_the_general_reader(
+    tmp_path: Path,
+) -> None:
+    odd = {**simple_events()[4], "pid": "GPU 0"}  # a kept kernel with a string pid
+    text = json.dumps([*simple_events(), odd]).encode()
+    assert fast.columns(text, tmp_path / "x.json", None) is None
+    spans = {"ph": "X", "cat": "Trace", "name": "t", "pid": "Spans", "tid": "P", "ts": 1, "dur": 9}
+    text = json.dumps([*simple_events(), spans]).encode()  # not kept: no matter
+    assert fast.columns(text, tmp_path / "x.json", None) is not None
+
+
+def test_invalid_utf8_in_a_name_takes_the_general_path(tmp_path: Path) -> None:
+    doc = json.dumps(trace_doc(simple_events())).encode().replace(b"sm90_gemm", b"sm90\xff_gemm")
+    path = tmp_path / "rank0.json"
+    path.write_bytes(doc)
+    rank = load_rank(path)
+    assert any("invalid UTF-8" in w for w in rank.warnings)
+    assert "sm90\ufffd_gemm" in rank.device["name"].to_list()
+
+
+def test_random_damage_never_crashes() -> None:
+    """Every mutation ends in a result or None: never a crash, never a hang."""
+    base = json.dumps(trace_doc(simple_events())["traceEvents"]).encode()
+    rng = random.Random(7)
+    results = 0
+    for _ in range(2000):
+        data = bytearray(base)
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        cut = bytes(data[: rng.randint(0, len(data))]) if rng.random() < 0.3 else bytes(data)
+        got = fast._scan.scan(cut) if fast._scan else None
+        results += got is not None
+    assert 0 < results < 2000
+
+
+def test_whole_file_and_stream_agree_on_a_big_generated_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path,) = write_run(fsdp_run(world_size=1, scale=3, gzip=False), tmp_path)
+    whole = load_rank(path)
+    monkeypatch.setattr(stream, "STREAM_FROM_BYTES", 0)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 256 << 10)
+    assert_same(load_rank(path), whole)
+    assert whole.device.height == pl.Series(whole.device["dev_row"]).n_unique()

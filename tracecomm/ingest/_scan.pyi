@@ -1,0 +1,3 @@
+from typing import Any
+
+def scan(json_array: bytes | memoryview, /) -> dict[str, Any] | None: ...
