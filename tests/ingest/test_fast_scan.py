@@ -159,6 +159,15 @@ def test_a_kept_event_of_an_odd_shape_sends_the_chunk_to_the_general_reader(
     assert fast.columns(text, tmp_path / "x.json", None) is not None
 
 
+def test_events_without_a_category_are_not_kept(tmp_path: Path) -> None:
+    bare = {k: v for k, v in simple_events()[4].items() if k != "cat"}  # a kernel, no "cat"
+    text = json.dumps([*simple_events(), bare]).encode()
+    got = fast.columns(text, tmp_path / "x.json", None)
+    assert got is not None
+    frame, _, _ = got
+    assert frame.height == len(simple_events())  # the step, 3 launches, 3 kernels
+
+
 def test_invalid_utf8_in_a_name_takes_the_general_path(tmp_path: Path) -> None:
     doc = json.dumps(trace_doc(simple_events())).encode().replace(b"sm90_gemm", b"sm90\xff_gemm")
     path = tmp_path / "rank0.json"

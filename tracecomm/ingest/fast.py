@@ -54,36 +54,78 @@ def columns(
     cats, names = _strings(got["cat_values"]), _strings(got["name_values"])
     if cats is None or names is None:
         return None  # invalid UTF-8: the general path replaces it and says so
+    if any(c.lower() == "mtia_ccp_events" for c in cats):
+        return None  # MTIA's DMA kernels are copies by name: the general path knows
     flags = np.frombuffer(got["flags"], dtype=np.uint8)
-    head = pl.DataFrame(
-        {
-            "cat": _decoded("cat", cats, got["cat_code"]),
-            "name": _decoded("name", names, got["name_code"]),
-        }
-    ).with_columns(_kind())
-    rows = _wanted(head, flags, cpu_only)
+    cat_codes = _codes(got["cat_code"], len(cats))
+    name_codes = _codes(got["name_code"], len(names))
+    # kinds and name tests on the distinct strings only, then gathered per row
+    kind = _KIND_CODES[[_kind_code(c) for c in cats] + [0]][cat_codes]  # [0]: no category
+    named = np.array([[n == k._COMM_OP, n in SHAPED_OPS] for n in [*names, ""]], dtype=bool)
+    rows = _wanted(kind, named[name_codes, 0], named[name_codes, 1], flags, cpu_only)
     if (flags[rows] & FLAG_BAD).any():
         return None  # a kept event with a string pid, an exponent…: the general path reads it
-    ints = {name: _ints(got, name)[rows] for name in ("pid", "tid", "ts_ns", "dur_ns", *_LINKS)}
-    frame = head[rows].with_columns(
-        ints["pid"].alias("pid"),
-        ints["tid"].alias("tid"),
-        ints["ts_ns"].alias("ts_ns"),
-        ints["dur_ns"].alias("dur_ns"),
-    )
+    kind, cat_codes, name_codes, flags = kind[rows], cat_codes[rows], name_codes[rows], flags[rows]
+    ints = {name: _ints(got, name, rows) for name in ("pid", "tid", "ts_ns", "dur_ns", *_LINKS)}
     at = np.frombuffer(got["args_at"], dtype=np.int64)[rows]
     size = np.frombuffer(got["args_len"], dtype=np.int64)[rows]
     has_args = np.frombuffer(got["args_at_valid"], dtype=np.uint8)[rows].astype(bool)
-    kept_flags = flags[rows]
-    links = _links(ints, kept_flags, text, at, size, has_args)
-    frame = frame.with_columns(
-        links["correlation"],
-        links["external_id"].fill_null(links["external_id_lc"]),
-        links["arg_device"],
-        links["arg_stream"],
+    links = _links(ints, flags, text, at, size, has_args)
+    frame = pl.DataFrame(
+        [
+            _gather("cat", cats, cat_codes),
+            _gather("name", names, name_codes),
+            _gather("kind", list(_KINDS), np.where(kind < 0, len(_KINDS), kind)),
+            ints["pid"],
+            ints["tid"],
+            ints["ts_ns"],
+            ints["dur_ns"],
+            links["correlation"],
+            links["external_id"].fill_null(links["external_id_lc"]),
+            links["arg_device"],
+            links["arg_stream"],
+        ]
     )
-    frame = _with_meta(frame, kept_flags, text, at, size, has_args)
+    carrier = (kind == _KINDS.index("kernel")) | named[name_codes, 0]
+    shaped = named[name_codes, 1] & (flags & FLAG_DIMS > 0) & has_args
+    frame = _with_meta(frame, carrier, shaped, flags, text, at, size, has_args)
     return k._repair_times(frame, path)
+
+
+_KINDS = tuple(dict.fromkeys(k._KIND_OF_CAT.values()))
+_KIND_CODES = np.arange(-1, len(_KINDS), dtype=np.int64)  # [-1] is "not a kind we use"
+
+
+def _kind_code(cat: str) -> int:
+    """Index into _KIND_CODES: 0 for a category we do not use."""
+    kind = k._KIND_OF_CAT.get(cat.lower())
+    return 0 if kind is None else _KINDS.index(kind) + 1
+
+
+def _codes(raw: bytes, missing: int) -> np.ndarray:
+    index = np.frombuffer(raw, dtype=np.uint32).astype(np.int64)
+    return np.where(index == int(_NO_CODE), missing, index)
+
+
+def _gather(name: str, values: list[str], codes: np.ndarray) -> pl.Series:
+    return pl.Series(name, [*values, None], dtype=pl.String).gather(codes)
+
+
+def _wanted(
+    kind: np.ndarray,
+    comm_op: np.ndarray,
+    shaped_name: np.ndarray,
+    flags: np.ndarray,
+    cpu_only: bool | None,
+) -> np.ndarray:
+    """kineto._wanted_rows, on codes: the scanner flags the args that hold shapes."""
+    used = kind >= 0
+    cpu_op = kind == _KINDS.index("cpu_op")
+    shaped = shaped_name & (flags & FLAG_DIMS > 0)
+    gpu_rows = used & (~cpu_op | comm_op | shaped)
+    device = np.isin(kind, [_KINDS.index(x) for x in DEVICE_KINDS if x in _KINDS])
+    no_device = cpu_only is None and not (gpu_rows & device).any()
+    return np.flatnonzero(used if cpu_only or no_device else gpu_rows)
 
 
 def _strings(raw: list[bytes]) -> list[str] | None:
@@ -93,43 +135,9 @@ def _strings(raw: list[bytes]) -> list[str] | None:
         return None
 
 
-def _decoded(name: str, values: list[str], codes: bytes) -> pl.Series:
-    index = np.frombuffer(codes, dtype=np.uint32)
-    index = np.where(index == _NO_CODE, np.uint32(len(values)), index)
-    return pl.Series(name, [*values, None], dtype=pl.String).gather(index)
-
-
-def _kind() -> pl.Expr:
-    return (
-        pl.when(
-            pl.col("cat").str.to_lowercase().eq("mtia_ccp_events")
-            & pl.col("name").str.starts_with("dma_")
-        )
-        .then(pl.lit("memcpy"))
-        .otherwise(k._KIND)
-        .alias("kind")
-    )
-
-
-def _wanted(head: pl.DataFrame, flags: np.ndarray, cpu_only: bool | None) -> np.ndarray:
-    """kineto._wanted_rows, with the scanner's flag for recorded shapes."""
-    kind = pl.col("kind")
-    used = kind.is_not_null()
-    dims = pl.Series(flags & FLAG_DIMS > 0)
-    shaped = (kind == "cpu_op") & pl.col("name").is_in(list(SHAPED_OPS)) & pl.lit(dims)
-    gpu_rows = used & ((kind != "cpu_op") | (pl.col("name") == k._COMM_OP) | shaped)
-    if cpu_only or (
-        cpu_only is None and not head.select((gpu_rows & kind.is_in(DEVICE_KINDS)).any()).item()
-    ):
-        mask = used
-    else:
-        mask = gpu_rows
-    return head.select(mask.fill_null(False)).to_series().arg_true().to_numpy()
-
-
-def _ints(got: dict[str, Any], name: str) -> pl.Series:
-    values = np.frombuffer(got[name], dtype=np.int64)
-    valid = np.frombuffer(got[f"{name}_valid"], dtype=np.uint8).astype(bool)
+def _ints(got: dict[str, Any], name: str, rows: np.ndarray) -> pl.Series:
+    values = np.frombuffer(got[name], dtype=np.int64)[rows]
+    valid = np.frombuffer(got[f"{name}_valid"], dtype=np.uint8)[rows].astype(bool)
     series = pl.Series(name, values, dtype=pl.Int64)
     return series if valid.all() else series.scatter(np.flatnonzero(~valid), None)
 
@@ -163,6 +171,8 @@ def _links(
 
 def _with_meta(
     frame: pl.DataFrame,
+    carrier: np.ndarray,
+    shaped: np.ndarray,
     flags: np.ndarray,
     text: bytes,
     at: np.ndarray,
@@ -171,25 +181,22 @@ def _with_meta(
 ) -> pl.DataFrame:
     """Collective metadata of kernels and record_param_comms ops, shapes of matmul / conv /
     attention ops: decoded from the rows whose args hold them, null elsewhere."""
-    carrier = (
-        frame.select((pl.col("kind") == "kernel") | (pl.col("name") == k._COMM_OP))
-        .to_series()
-        .to_numpy()
-    )
     meta_rows = np.flatnonzero(carrier & (flags & FLAG_META > 0) & has_args)
-    decoded = _args(text, at, size, meta_rows) if meta_rows.size else []
-    decoded = [a if a is not None else k._NO_ARGS for a in decoded]
+    dims_rows = np.flatnonzero(shaped)
+    if meta_rows.size == 0 and dims_rows.size == 0:
+        return frame.with_columns(
+            *(pl.lit(None, dtype).alias(field) for field, dtype in k.META_SCHEMA.items()),
+            pl.lit(None, pl.String).alias("input_dims"),
+            pl.lit(None, pl.String).alias("concrete_inputs"),
+        )
+    decoded = [a if a is not None else k._NO_ARGS for a in _args(text, at, size, meta_rows)]
     columns = [
         k._typed_series(field, [getattr(a, field) for a in decoded], dtype)
         for field, dtype in k.META_SCHEMA.items()
     ]
-    meta = pl.DataFrame([pl.Series("row", meta_rows, dtype=pl.UInt32), *columns])
-    frame = frame.with_row_index("row").join(meta, on="row", how="left", maintain_order="left")
-    shaped = frame.select(pl.col("name").is_in(list(SHAPED_OPS))).to_series().to_numpy()
-    dims_rows = np.flatnonzero(shaped & (flags & FLAG_DIMS > 0) & has_args)
     dims = _args(text, at, size, dims_rows) if dims_rows.size else []
     keep = [i for i, a in enumerate(dims) if a is not None and a.input_dims is not None]
-    dims_frame = pl.DataFrame(
+    extra = pl.DataFrame(
         {
             "row": [int(dims_rows[i]) for i in keep],
             "input_dims": [k._json(dims[i].input_dims) for i in keep],
@@ -197,4 +204,10 @@ def _with_meta(
         },
         schema={"row": pl.UInt32, "input_dims": pl.String, "concrete_inputs": pl.String},
     )
-    return frame.join(dims_frame, on="row", how="left", maintain_order="left").drop("row")
+    meta = pl.DataFrame([pl.Series("row", meta_rows, dtype=pl.UInt32), *columns])
+    return (
+        frame.with_row_index("row")
+        .join(meta, on="row", how="left", maintain_order="left")
+        .join(extra, on="row", how="left", maintain_order="left")
+        .drop("row")
+    )
