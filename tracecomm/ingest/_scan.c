@@ -533,7 +533,8 @@ static PyObject *result(Out *out) {
 
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer view;
-    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    int bare = 0; /* events separated by commas, without the array's brackets */
+    if (!PyArg_ParseTuple(args, "y*|p", &view, &bare)) return NULL;
     Out out;
     memset(&out, 0, sizeof out);
     for (int i = 0; i < N_INT; i++) {
@@ -549,9 +550,11 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     const unsigned char *base = view.buf;
     Cur c = {base, base + view.len, 0};
     Row row;
-    if (expect(&c, '[') < 0) goto unsupported;
+    if (!bare && expect(&c, '[') < 0) goto unsupported;
     ws(&c);
-    if (c.p < c.end && *c.p == ']') {
+    if (bare && c.p == c.end) {
+        /* no events */
+    } else if (!bare && c.p < c.end && *c.p == ']') {
         c.p++;
     } else {
         for (;;) {
@@ -564,7 +567,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                 c.p++;
                 continue;
             }
-            if (expect(&c, ']') < 0) goto unsupported;
+            if (!bare && expect(&c, ']') < 0) goto unsupported;
             break;
         }
     }
@@ -587,8 +590,9 @@ done:
 
 static PyMethodDef METHODS[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(json_array: bytes) -> dict of column bytes and string tables, or None when the "
-     "array holds something only the general reader handles."},
+     "scan(json_array, bare=False) -> dict of column bytes and string tables, or None when "
+     "the array holds something only the general reader handles. bare: the events without "
+     "the array's brackets."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, METHODS};

@@ -43,12 +43,13 @@ def available() -> bool:
 
 
 def columns(
-    text: bytes, path: Path, cpu_only: bool | None
+    text: bytes | memoryview, path: Path, cpu_only: bool | None, bare: bool = False
 ) -> tuple[pl.DataFrame, list[str], int] | None:
-    """``text``: a JSON array of events. None: take the general path."""
+    """``text``: a JSON array of events (``bare``: without its brackets). None: take the
+    general path."""
     if _scan is None:
         return None
-    got = _scan.scan(text)
+    got = _scan.scan(text, bare)
     if got is None:
         return None
     cats, names = _strings(got["cat_values"]), _strings(got["name_values"])
@@ -142,16 +143,18 @@ def _ints(got: dict[str, Any], name: str, rows: np.ndarray) -> pl.Series:
     return series if valid.all() else series.scatter(np.flatnonzero(~valid), None)
 
 
-def _args(text: bytes, at: np.ndarray, size: np.ndarray, which: np.ndarray) -> list[Any]:
+def _args(
+    text: bytes | memoryview, at: np.ndarray, size: np.ndarray, which: np.ndarray
+) -> list[Any]:
     """The args of rows ``which``, decoded as kineto._Args (None where there are none)."""
     spans = zip(at[which].tolist(), size[which].tolist(), strict=True)
-    return k._decode_args([msgspec.Raw(text[a : a + n]) for a, n in spans])
+    return k._decode_args([msgspec.Raw(bytes(text[a : a + n])) for a, n in spans])
 
 
 def _links(
     ints: dict[str, pl.Series],
     flags: np.ndarray,
-    text: bytes,
+    text: bytes | memoryview,
     at: np.ndarray,
     size: np.ndarray,
     has_args: np.ndarray,
@@ -174,7 +177,7 @@ def _with_meta(
     carrier: np.ndarray,
     shaped: np.ndarray,
     flags: np.ndarray,
-    text: bytes,
+    text: bytes | memoryview,
     at: np.ndarray,
     size: np.ndarray,
     has_args: np.ndarray,

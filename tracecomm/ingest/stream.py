@@ -54,11 +54,11 @@ def stream_rank(path: Path) -> RankEvents:
         tail = b""
         for chunk, last in _chunks(handle, rest):
             if last:
-                tail = chunk
+                tail = bytes(chunk)
                 break
-            text = b"[" + chunk + b"]"
-            scanned = fast.columns(text, path, not state["device"])
+            scanned = fast.columns(chunk, path, not state["device"], bare=True)
             if scanned is None:
+                text = b"[" + chunk + b"]"
                 repaired += _take(_decode(text), path, state, parts, pending, warnings, begin_end)
             else:
                 frame, w, fixed = scanned
@@ -162,7 +162,7 @@ def _header(handle: IO[bytes], path: Path) -> tuple[k._Trace, bytes]:
     raise Fallback("no traceEvents array near the start")
 
 
-def _chunks(handle: IO[bytes], rest: bytes) -> Iterator[tuple[bytes, bool]]:
+def _chunks(handle: IO[bytes], rest: bytes) -> Iterator[tuple[bytes | memoryview, bool]]:
     """Runs of whole events (without the surrounding brackets); the last item is the array's
     remainder with the trailer, flagged ``True``."""
     buf = rest
@@ -175,7 +175,7 @@ def _chunks(handle: IO[bytes], rest: bytes) -> Iterator[tuple[bytes, bool]]:
         cut = _last_boundary(buf)
         if cut is None:
             continue
-        yield buf[: cut[0]], False
+        yield memoryview(buf)[: cut[0]], False  # no copy of the chunk
         buf = buf[cut[1] :]
 
 
