@@ -369,9 +369,14 @@ def rank_from_columns(
     return rank_from_frames(path, meta, split_frames(events), warnings, truncated, repaired)
 
 
-def split_frames(events: pl.DataFrame) -> dict[str, pl.DataFrame]:
-    """The kept events' columns, one frame per use (a streamed chunk is split at once)."""
-    return {name: build(events) for name, build in _FRAME_BUILDERS.items()}
+def split_frames(events: pl.DataFrame, kinds: set[str] | None = None) -> dict[str, pl.DataFrame]:
+    """The kept events' columns, one frame per use (a streamed chunk is split at once).
+    ``kinds``: the kinds the events hold; frames that draw on none of them are left out."""
+    return {
+        name: build(events)
+        for name, build in _FRAME_BUILDERS.items()
+        if kinds is None or kinds & _FRAME_KINDS[name]
+    }
 
 
 def rank_from_frames(
@@ -877,6 +882,18 @@ def _cpu_frame(events: pl.DataFrame) -> pl.DataFrame:
         "kind", "name", "pid", "tid", "start_ns", "end_ns"
     )
 
+
+_FRAME_KINDS: dict[str, set[str]] = {
+    "device": set(DEVICE_KINDS),
+    "device_meta": set(DEVICE_KINDS),
+    "launches": {"launch"},
+    "steps": {"annotation"},
+    "comm_annotations": {"gpu_annotation"},
+    "comm_ops": {"cpu_op"},
+    "shaped_ops": {"cpu_op"},
+    "gpu_ranges": {"gpu_annotation"},
+    "cpu": {"cpu_op", "annotation"},
+}
 
 _FRAME_BUILDERS = {
     "device": _device_frame,

@@ -122,9 +122,14 @@ def _absorb(
 
 
 def _split(frame: pl.DataFrame, parts: dict[str, list[pl.DataFrame]]) -> None:
-    """A chunk's frames; device rows are numbered across chunks (``dev_row``)."""
-    offset = sum(f.height for f in parts.get("device", []))
-    for name, part in k.split_frames(frame).items():
+    """A chunk's frames (only those it has rows for; an empty one of each stands first);
+    device rows are numbered across chunks (``dev_row``)."""
+    if not parts:
+        for name, empty in k.split_frames(frame.clear()).items():
+            parts[name] = [empty]
+    offset = sum(f.height for f in parts["device"])
+    kinds = set(frame["kind"].drop_nulls().unique().to_list())
+    for name, part in k.split_frames(frame, kinds).items():
         if name in ("device", "device_meta") and offset:
             part = part.with_columns(pl.col("dev_row") + offset)
         parts.setdefault(name, []).append(part)
