@@ -5,18 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tracecomm.analysis.crossrank import CrossRank
-from tracecomm.analysis.stragglers import Stragglers
-from tracecomm.engine.model import Figures, RankBreakdown
-from tracecomm.engine.timeline import StepTimeline
-from tracecomm.ingest.model import TraceMeta
-
-if TYPE_CHECKING:  # throughput.py reads RankReport from here
+if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, and must stay lean
     from tracecomm.analysis.bandwidth import Bandwidth
+    from tracecomm.analysis.crossrank import CrossRank
     from tracecomm.analysis.pipeline import PipelineView
     from tracecomm.analysis.projection import Projection
+    from tracecomm.analysis.stragglers import Stragglers
     from tracecomm.analysis.throughput import Throughput
     from tracecomm.compat.hta import HtaFigures
+    from tracecomm.engine.model import Figures, RankBreakdown
+    from tracecomm.engine.timeline import StepTimeline
+    from tracecomm.ingest.model import TraceMeta
     from tracecomm.nccl.diagnose import NcclSummary
 
 
