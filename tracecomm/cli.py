@@ -962,6 +962,10 @@ def _run(
     pp_stages: int | None = None,
     microbatches: int | None = None,
 ) -> Report:
+    from tracecomm.pool import start_pool
+
+    # the workers start importing while this process loads the pipeline below
+    pool = start_pool(inputs, jobs) if cache is None and rank_from is None else None
     from tracecomm.engine import BreakdownOptions
     from tracecomm.errors import NoUsableInput, UsageError
     from tracecomm.pipeline import AnalyzeOptions
@@ -986,11 +990,14 @@ def _run(
         microbatches,
     )
     try:
-        return run_pipeline(inputs, opts, _progress() if show_progress else None)
+        return run_pipeline(inputs, opts, _progress() if show_progress else None, pool)
     except UsageError as exc:
         _fail(str(exc), EXIT_USAGE)
     except NoUsableInput as exc:
         _fail(str(exc), no_input_code)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _progress() -> Callable[[int, int, str], None] | None:

@@ -6,11 +6,9 @@ processes here and can run on remote workers later. Only its small result travel
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
-from multiprocessing import get_context
 from pathlib import Path
 
 from tracecomm.analysis.model import (
@@ -29,7 +27,7 @@ from tracecomm.engine.timeline import step_timeline, step_work
 from tracecomm.errors import NoUsableInput, TraceError, UsageError
 from tracecomm.ingest import find_traces, load_rank
 from tracecomm.ingest.cache import load as cache_load
-from tracecomm.ingest.kineto import json_size, load_merged
+from tracecomm.ingest.kineto import load_merged
 from tracecomm.ingest.model import RankEvents
 from tracecomm.ingest.power import (
     PowerLog,
@@ -46,10 +44,8 @@ from tracecomm.mfu.inputs import (
 )
 from tracecomm.nccl.discover import analyze_nccl
 from tracecomm.nccl.discover import discover as discover_nccl
+from tracecomm.pool import jobs_for, new_pool
 from tracecomm.worker import analyze_file
-
-# Below this much input a process pool costs more (interpreter + polars start) than it saves.
-_POOL_MIN_BYTES = 64 * 2**20
 
 Progress = Callable[[int, int, str], None]
 
@@ -78,6 +74,7 @@ def analyze(
     inputs: Sequence[str | Path],
     opts: AnalyzeOptions | None = None,
     progress: Progress | None = None,
+    pool: ProcessPoolExecutor | None = None,
 ) -> Report:
     """Analyze a run folder (or trace files). Raises ``NoUsableInput`` when no rank is left."""
     opts = opts or AnalyzeOptions()
@@ -105,7 +102,7 @@ def analyze(
             f"{', '.join(map(str, inputs))}: no trace files (*.json, *.json.gz) found"
         )
     power, power_warnings = _power_logs(inputs)
-    outcomes = _map_files([str(p) for p in paths], opts, progress, power)
+    outcomes = _map_files([str(p) for p in paths], opts, progress, power, pool)
     results = [o for o in outcomes if isinstance(o, RankResult)]
     failures = [o for o in outcomes if isinstance(o, FileFailure)]
     if not results:
@@ -263,21 +260,25 @@ def _map_files(
     opts: AnalyzeOptions,
     progress: Progress | None,
     power: tuple[PowerLog, ...] = (),
+    pool: ProcessPoolExecutor | None = None,
 ) -> list[RankResult | FileFailure]:
     jobs = (
-        1 if opts.cache is not None and _all_cached(paths, opts.cache) else _jobs(paths, opts.jobs)
+        1
+        if opts.cache is not None and _all_cached(paths, opts.cache)
+        else jobs_for(paths, opts.jobs)
     )
     out: list[RankResult | FileFailure] = []
     if progress:
         progress(0, len(paths), "")
     if jobs <= 1:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
         for i, path in enumerate(paths):
             out.extend(analyze_file(path, opts.breakdown, power, opts.rank_from, opts.cache))
             if progress:
                 progress(i + 1, len(paths), path)
         return out
-    # spawn, not fork: forking a process whose polars thread pool is running can deadlock.
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+    with pool or new_pool(jobs) as pool:
         n = len(paths)
         results = pool.map(
             analyze_file,
@@ -302,12 +303,3 @@ def _all_cached(paths: Sequence[str], cache: Path) -> bool:
         return all((cache / cache_key(Path(p))).is_dir() for p in paths)
     except OSError:
         return False
-
-
-def _jobs(paths: Sequence[str], requested: int | None) -> int:
-    if requested is not None:
-        return max(1, min(requested, len(paths)))
-    total = sum(json_size(p) for p in paths)
-    if total < _POOL_MIN_BYTES or len(paths) < 2:
-        return 1
-    return max(1, min(os.cpu_count() or 1, len(paths)))

@@ -1,4 +1,11 @@
-"""Ingest: find trace files, decode them, and hand the engine integer-ns columns."""
+"""Ingest: find trace files, decode them, and hand the engine integer-ns columns.
+
+The decoders (polars, msgspec) load on first use, so finding files stays cheap: the CLI sizes
+its process pool before the heavy imports."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from tracecomm.ingest.discover import (
     RankAssignment,
@@ -7,8 +14,25 @@ from tracecomm.ingest.discover import (
     find_traces,
     rank_from_filename,
 )
-from tracecomm.ingest.kineto import load_rank
-from tracecomm.ingest.model import RankEvents, TraceMeta
+
+if TYPE_CHECKING:
+    from tracecomm.ingest.kineto import load_rank
+    from tracecomm.ingest.model import RankEvents, TraceMeta
+
+_LAZY = {
+    "load_rank": "tracecomm.ingest.kineto",
+    "RankEvents": "tracecomm.ingest.model",
+    "TraceMeta": "tracecomm.ingest.model",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "RankAssignment",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -12,6 +13,19 @@ from tracecomm.errors import UsageError
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"(?:^|[_\-./])(?:rank|worker)[_\-]?(\d+)(?=[_\-.]|$)", re.IGNORECASE)
 _DIGITS = re.compile(r"(\d+)")
+
+
+def json_size(path: Path | str) -> int:
+    """Bytes of JSON to parse: a gzip member's trailer holds its uncompressed size (mod 2**32)."""
+    size = os.path.getsize(path)
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(2) != b"\x1f\x8b" or size < 18:
+                return size
+            handle.seek(-4, os.SEEK_END)
+            return max(size, int.from_bytes(handle.read(4), "little"))
+    except OSError:
+        return size
 
 
 def find_traces(inputs: Sequence[Path | str]) -> list[Path]:

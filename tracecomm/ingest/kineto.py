@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import gzip
-import os
 import re
 import zlib
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ import msgspec
 import polars as pl
 
 from tracecomm.errors import NotATrace, TraceError
+from tracecomm.ingest.discover import json_size
 from tracecomm.ingest.model import DEVICE_KINDS, RankEvents, TraceMeta
 from tracecomm.ingest.timestamps import us_text_to_ns
 from tracecomm.mfu.opflops import SHAPED_OPS
@@ -278,19 +278,6 @@ def _read(path: Path) -> tuple[_Trace, list[str], bool]:
             "are excluded"
         )
     return doc, warnings, salvaged is not None
-
-
-def json_size(path: Path | str) -> int:
-    """Bytes of JSON to parse: a gzip member's trailer holds its uncompressed size (mod 2**32)."""
-    size = os.path.getsize(path)
-    try:
-        with open(path, "rb") as handle:
-            if handle.read(2) != _GZIP_MAGIC or size < 18:
-                return size
-            handle.seek(-4, os.SEEK_END)
-            return max(size, int.from_bytes(handle.read(4), "little"))
-    except OSError:
-        return size
 
 
 _META_FIELDS = META_SCHEMA

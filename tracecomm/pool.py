@@ -1,0 +1,48 @@
+"""The process pool that parses ranks side by side, sized from the input before any heavy
+import, so the workers start (and import) while the main process is still loading its own
+modules and discovering files."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+from tracecomm.errors import UsageError
+from tracecomm.ingest.discover import find_traces, json_size
+
+# Below this much input a pool costs more (interpreter + polars start) than it saves.
+POOL_MIN_BYTES = 64 * 2**20
+
+
+def jobs_for(paths: Sequence[str | Path], requested: int | None) -> int:
+    if requested is not None:
+        return max(1, min(requested, len(paths)))
+    total = sum(json_size(p) for p in paths)
+    if total < POOL_MIN_BYTES or len(paths) < 2:
+        return 1
+    return max(1, min(os.cpu_count() or 1, len(paths)))
+
+
+def new_pool(jobs: int) -> ProcessPoolExecutor:
+    # spawn, not fork: forking a process whose polars thread pool is running can deadlock.
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"))
+
+
+def start_pool(inputs: Sequence[str | Path], requested: int | None) -> ProcessPoolExecutor | None:
+    """A warm pool for a run big enough to use one; None otherwise (or when the inputs are
+    not usable: the analysis reports that itself)."""
+    try:
+        jobs = jobs_for(find_traces(inputs), requested)
+    except (UsageError, OSError):
+        return None
+    if jobs <= 1:
+        return None
+    pool = new_pool(jobs)
+    from tracecomm import worker_warm
+
+    for _ in range(jobs):
+        pool.submit(worker_warm.warm)  # spawns the workers, which import the per-rank code
+    return pool
