@@ -4,6 +4,7 @@ frames on every kind of input, and a clean refusal (None) on anything it does no
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -31,6 +32,8 @@ FRAMES = (
     "cpu",
 )
 
+if not fast.available() and os.environ.get("TRACECOMM_REQUIRE_SCANNER"):
+    raise RuntimeError("the C scanner (tracecomm/ingest/_scan.c) was not built")
 pytestmark = pytest.mark.skipif(not fast.available(), reason="the C scanner was not built")
 
 
