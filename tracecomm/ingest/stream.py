@@ -76,7 +76,10 @@ def stream_rank(path: Path) -> RankEvents:
         _split(frame, parts)
     if gpu_listed and not any(f.height for f in parts.get("device", [])):
         raise Fallback("no device work in a trace that lists GPUs")  # CPU timeline: read whole
-    frames = {name: pl.concat(fs, how="vertical_relaxed") for name, fs in parts.items()}
+    # chunks stay chunks: a rechunked copy would double the largest frame at the peak
+    frames = {
+        name: pl.concat(fs, how="vertical_relaxed", rechunk=False) for name, fs in parts.items()
+    }
     doc = _merge(header, trailer)
     return k.rank_from_frames(str(path), k._meta(doc), frames, warnings, False, repaired)
 
