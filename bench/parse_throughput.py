@@ -1,6 +1,6 @@
 """Parse throughput of tracecomm against HTA 0.5.0 and ``gzip -dc``, on a generated run.
 
-    python bench/parse_throughput.py [--mb-per-rank 100] [--ranks 8] [--out bench/out]
+    python bench/parse_throughput.py [--mb-per-rank 200] [--ranks 8] [--out bench/out]
                                      [--repeat 1] [--skip-hta] [--markdown]
                                      [--hta-ranks N] [--hta-mem-limit-gb 16] [--hta-python PY]
 
@@ -661,7 +661,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python bench/parse_throughput.py",
         description="Parse throughput of tracecomm vs HTA 0.5.0 and gzip -dc.",
     )
-    p.add_argument("--mb-per-rank", type=float, default=100.0)
+    p.add_argument("--mb-per-rank", type=float, default=200.0)
     p.add_argument("--ranks", type=int, default=8)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     p.add_argument("--repeat", type=int, default=1, help="runs per measurement; best is kept")

@@ -22,9 +22,11 @@ from tracecomm import __version__
 
 if TYPE_CHECKING:
     from tracecomm.analysis.model import Report
+    from tracecomm.executors import ExecutorSpec
     from tracecomm.gate.compare import CheckResult
     from tracecomm.gate.figures import RunFigures
     from tracecomm.mfu.inputs import ModelInputs
+    from tracecomm.pipeline import AnalyzeOptions
 
 EXIT_OK = 0
 EXIT_USAGE = 2  # bad option or path (also click's own usage errors)
@@ -106,8 +108,11 @@ def parse_steps(text: str | None) -> tuple[int | None, int | None]:
 
 
 RunArg = Annotated[
-    list[Path],
-    typer.Argument(help="Run folder(s), searched recursively for *.json[.gz], or trace files."),
+    list[str],
+    typer.Argument(
+        help="Run folder(s), searched recursively for *.json[.gz], trace files, URLs (file://, "
+        "s3://, gs:// with fsspec), or folders `tracecomm ingest` wrote."
+    ),
 ]
 StepsOpt = Annotated[
     str | None,
@@ -143,6 +148,15 @@ CacheOpt = Annotated[
 JobsOpt = Annotated[
     int | None,
     typer.Option("--jobs", "-j", min=1, help="Parallel parse processes (default: per core)."),
+]
+ExecutorOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--executor",
+        help="Where the per-rank parse runs: local (default, a process pool), dask (a local "
+        "Dask cluster of --jobs workers) or dask://HOST:PORT (a running scheduler; its workers "
+        "read the inputs, only per-rank summaries come back). Needs tracecomm[dask].",
+    ),
 ]
 NoClockAlignOpt = Annotated[
     bool, typer.Option("--no-clock-align", help="Do not estimate per-host clock offsets.")
@@ -296,6 +310,7 @@ class _Analysis:
         return ModelInputs(**values)
 
     compute_pattern: list[str] | None = None
+    executor: str | None = None
     rank_from: str | None = None
     cache: Path | None = None
     timeline_ranks: str | None = None
@@ -305,13 +320,55 @@ class _Analysis:
 
     def run(
         self,
-        inputs: list[Path],
+        inputs: list[str],
         detail_instances: bool = False,
         show_progress: bool = False,
         no_input_code: int = EXIT_NO_INPUT,
         timeline: bool = False,
         project_to: tuple[int, ...] | None = None,
     ) -> Report:
+        spec = self.executor_spec()
+        from tracecomm.pool import start_pool
+
+        # the workers start importing while this process loads the pipeline below
+        local = not spec.remote and self.cache is None and self.rank_from is None
+        pool = start_pool(inputs, self.jobs) if local else None
+        from tracecomm.errors import NoUsableInput, UsageError
+        from tracecomm.executors import open_executor
+        from tracecomm.pipeline import analyze as run_pipeline
+
+        opts = self.options(detail_instances, timeline, project_to)
+        executor = None
+        try:
+            executor = open_executor(spec, self.jobs, pool)
+            return run_pipeline(
+                inputs, opts, _progress() if show_progress else None, executor=executor
+            )
+        except UsageError as exc:
+            _fail(str(exc), EXIT_USAGE)
+        except NoUsableInput as exc:
+            _fail(str(exc), no_input_code)
+        finally:
+            if executor is not None:
+                executor.close()
+            elif pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+
+    def executor_spec(self) -> ExecutorSpec:
+        from tracecomm.errors import UsageError
+        from tracecomm.executors import parse_executor
+
+        try:
+            return parse_executor(self.executor)
+        except UsageError as exc:
+            _fail(str(exc), EXIT_USAGE)
+
+    def options(
+        self,
+        detail_instances: bool = False,
+        timeline: bool = False,
+        project_to: tuple[int, ...] | None = None,
+    ) -> AnalyzeOptions:
         first, last = parse_steps(self.steps)
         patterns = tuple(self.comm_pattern or ())
         computes = tuple(self.compute_pattern or ())
@@ -323,24 +380,20 @@ class _Analysis:
                     problem = check_pattern(split_rule(rule)[0])
                     if problem:
                         raise typer.BadParameter(f"{rule!r}: {problem}", param_hint=flag)
-        return _run(
-            [str(p) for p in inputs],
-            first,
-            last,
-            self.all_steps,
-            patterns,
-            self.jobs,
-            not self.no_clock_align,
-            detail_instances,
-            self.model(),
-            compute_patterns=computes,
-            rank_from=self.rank_from,
-            cache=self.cache,
-            show_progress=show_progress,
-            no_input_code=no_input_code,
+        from tracecomm.engine import BreakdownOptions
+        from tracecomm.pipeline import AnalyzeOptions
+
+        return AnalyzeOptions(
+            breakdown=BreakdownOptions(first, last, self.all_steps, patterns, computes),
+            jobs=self.jobs,
+            align_clocks=not self.no_clock_align,
+            detail_instances=detail_instances,
+            model=self.model(),
             nccl_logs=self.nccl_logs,
             link_gbps=self.link_gbps,
             compat_hta=self.compat_hta,
+            rank_from=self.rank_from,
+            cache=self.cache,
             timeline=timeline,
             timeline_ranks=_rank_list(self.timeline_ranks),
             project_to=project_to,
@@ -362,6 +415,7 @@ def analyze(
     comm_pattern: CommPatternOpt = None,
     compute_pattern: ComputePatternOpt = None,
     jobs: JobsOpt = None,
+    executor: ExecutorOpt = None,
     cache: CacheOpt = None,
     no_clock_align: NoClockAlignOpt = False,
     detail: Annotated[
@@ -436,6 +490,67 @@ def analyze(
 
 
 @app.command()
+def ingest(
+    run: RunArg,
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Folder for the per-rank summaries (*.tcsum.parquet); never inside the run.",
+        ),
+    ],
+    steps: StepsOpt = None,
+    all_steps: AllStepsOpt = False,
+    comm_pattern: CommPatternOpt = None,
+    compute_pattern: ComputePatternOpt = None,
+    jobs: JobsOpt = None,
+    executor: ExecutorOpt = None,
+    cache: CacheOpt = None,
+    nccl_log: NcclLogOpt = None,
+    rank_from: RankFromOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Parse each rank and write its summary (a few KB of Parquet), for `analyze OUT` later.
+
+    Run it where the traces are (a job's epilogue, on each node, into one shared folder):
+    `tracecomm analyze OUT` then reads only the summaries and gives the figures `analyze RUN`
+    gives. Steps and rules are fixed here. Exit codes: 0 written; 2 usage error; 3 no usable
+    input; 4 some file produced no rank (its failure is stored and reported by analyze).
+    """
+    analysis = _Analysis.of(
+        locals(),
+        nccl_logs=tuple(nccl_log or ()),
+        rank_from=rank_from.value if rank_from else None,
+    )
+    spec = analysis.executor_spec()
+    from tracecomm.errors import NoUsableInput, UsageError
+    from tracecomm.executors import open_executor
+    from tracecomm.pipeline import ingest as run_ingest
+
+    opts = analysis.options()
+    pool = None
+    try:
+        pool = open_executor(spec, jobs)
+        done = run_ingest(run, out, opts, _progress(), pool)
+    except UsageError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except NoUsableInput as exc:
+        _fail(str(exc), EXIT_NO_INPUT)
+    finally:
+        if pool is not None:
+            pool.close()
+    if not quiet:
+        for failure in done.failures:
+            _stderr(f"warning: {failure.path}: {failure.reason}")
+        _stderr(f"{done.ranks} rank summaries written to {done.out}")
+    if not done.ranks:
+        raise typer.Exit(EXIT_NO_INPUT)
+    real = [f for f in done.failures if not f.not_a_trace]
+    raise typer.Exit(EXIT_PARTIAL if real else EXIT_OK)
+
+
+@app.command()
 def report(
     run: RunArg,
     output: Annotated[
@@ -452,6 +567,7 @@ def report(
     comm_pattern: CommPatternOpt = None,
     compute_pattern: ComputePatternOpt = None,
     jobs: JobsOpt = None,
+    executor: ExecutorOpt = None,
     cache: CacheOpt = None,
     no_clock_align: NoClockAlignOpt = False,
     model_flops_per_step: FlopsPerStepOpt = None,
@@ -522,6 +638,7 @@ def project(
     comm_pattern: CommPatternOpt = None,
     compute_pattern: ComputePatternOpt = None,
     jobs: JobsOpt = None,
+    executor: ExecutorOpt = None,
     cache: CacheOpt = None,
     no_clock_align: NoClockAlignOpt = False,
     model_flops_per_step: FlopsPerStepOpt = None,
@@ -647,6 +764,7 @@ def check(
     all_steps: AllStepsOpt = False,
     comm_pattern: CommPatternOpt = None,
     jobs: JobsOpt = None,
+    executor: ExecutorOpt = None,
     cache: CacheOpt = None,
     model_flops_per_step: FlopsPerStepOpt = None,
     flops_per_token: FlopsPerTokenOpt = None,
@@ -714,6 +832,7 @@ def baseline(
     all_steps: AllStepsOpt = False,
     comm_pattern: CommPatternOpt = None,
     jobs: JobsOpt = None,
+    executor: ExecutorOpt = None,
     cache: CacheOpt = None,
     model_flops_per_step: FlopsPerStepOpt = None,
     flops_per_token: FlopsPerTokenOpt = None,
@@ -759,7 +878,7 @@ def _figures(path: Path, analysis: _Analysis, quiet: bool) -> RunFigures:
             _fail(str(exc), EXIT_USAGE)
     if not path.exists():
         _fail(f"{path}: no such file or folder", EXIT_USAGE)
-    report = analysis.run([path], no_input_code=EXIT_USAGE)
+    report = analysis.run([str(path)], no_input_code=EXIT_USAGE)
     if not quiet:
         _warn(report)
     return from_document(report_document(report), str(path))
@@ -881,7 +1000,7 @@ def crosscheck(
 
     if not run.is_dir():
         _fail(f"{run}: not a folder of traces", EXIT_USAGE)
-    report = _Analysis(compat_hta=True).run([run])
+    report = _Analysis(compat_hta=True).run([str(run)])
     if not quiet:
         _warn(report)
     try:
@@ -935,69 +1054,6 @@ def _warn(report: Report) -> None:
         _stderr(f"error: {who} missing: {where}{missing.reason}")
     for skipped in report.skipped:
         _stderr(f"warning: skipped {skipped.path}: {skipped.reason}")
-
-
-def _run(
-    inputs: list[str],
-    first: int | None,
-    last: int | None,
-    all_steps: bool,
-    patterns: tuple[str, ...],
-    jobs: int | None,
-    align_clocks: bool,
-    detail_instances: bool,
-    model: ModelInputs,
-    show_progress: bool,
-    compute_patterns: tuple[str, ...] = (),
-    rank_from: str | None = None,
-    cache: Path | None = None,
-    no_input_code: int = EXIT_NO_INPUT,
-    nccl_logs: tuple[Path, ...] = (),
-    link_gbps: float | None = None,
-    compat_hta: bool = False,
-    timeline: bool = False,
-    timeline_ranks: tuple[int, ...] = (),
-    project_to: tuple[int, ...] | None = None,
-    weak: bool = False,
-    pp_stages: int | None = None,
-    microbatches: int | None = None,
-) -> Report:
-    from tracecomm.pool import start_pool
-
-    # the workers start importing while this process loads the pipeline below
-    pool = start_pool(inputs, jobs) if cache is None and rank_from is None else None
-    from tracecomm.engine import BreakdownOptions
-    from tracecomm.errors import NoUsableInput, UsageError
-    from tracecomm.pipeline import AnalyzeOptions
-    from tracecomm.pipeline import analyze as run_pipeline
-
-    opts = AnalyzeOptions(
-        BreakdownOptions(first, last, all_steps, patterns, compute_patterns),
-        jobs,
-        align_clocks,
-        detail_instances,
-        model,
-        nccl_logs,
-        link_gbps,
-        compat_hta,
-        rank_from,
-        cache,
-        timeline,
-        timeline_ranks,
-        project_to,
-        weak,
-        pp_stages,
-        microbatches,
-    )
-    try:
-        return run_pipeline(inputs, opts, _progress() if show_progress else None, pool)
-    except UsageError as exc:
-        _fail(str(exc), EXIT_USAGE)
-    except NoUsableInput as exc:
-        _fail(str(exc), no_input_code)
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _progress() -> Callable[[int, int, str], None] | None:

@@ -21,6 +21,10 @@ class TraceError(TracecommError):
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        # rebuilt from (path, reason), so it survives a trip back from a worker process
+        return type(self), (self.path, self.reason)
+
 
 class NotATrace(TraceError):
     """A JSON file that is not a Kineto trace (no ``traceEvents``): skipped in folder scans."""

@@ -20,7 +20,8 @@ POOL_MIN_BYTES = 64 * 2**20
 def jobs_for(paths: Sequence[str | Path], requested: int | None) -> int:
     if requested is not None:
         return max(1, min(requested, len(paths)))
-    total = sum(json_size(p) for p in paths)
+    # a remote file's size is not worth a round trip here: count it as worth a process
+    total = sum(json_size(p) if "://" not in str(p) else POOL_MIN_BYTES for p in paths)
     if total < POOL_MIN_BYTES or len(paths) < 2:
         return 1
     return max(1, min(os.cpu_count() or 1, len(paths)))

@@ -20,6 +20,7 @@ from tracecomm.ingest.cache import store as cache_store
 from tracecomm.ingest.kineto import load_merged
 from tracecomm.ingest.model import RankEvents
 from tracecomm.ingest.power import PowerLog, series_for_host
+from tracecomm.sources import opened_locally, renamed, scheme
 
 
 def analyze_file(
@@ -30,7 +31,44 @@ def analyze_file(
     cache: Path | None = None,
 ) -> list[RankResult | FileFailure]:
     """Parse one trace (several ranks when ``rank_from`` splits a merged trace) and compute the
-    breakdowns; failures come back as values, not raises."""
+    breakdowns; failures come back as values, not raises. ``path`` may be a URL
+    (``sources``): the results name it, not the local copy that was parsed."""
+    try:
+        # a fetched copy is new each time: keying a cache on it would only fill the disk
+        cache = cache if scheme(path) in (None, "file") else None
+        with opened_locally(path) as local:
+            outcomes = _analyze_local(local, opts, power, rank_from, cache)
+        return [renamed(o, local, path) for o in outcomes]
+    except TraceError as exc:  # the source itself could not be fetched
+        return [FileFailure(exc.path, exc.reason)]
+
+
+def ingest_file(
+    path: str,
+    out: str,
+    opts: BreakdownOptions,
+    power: Sequence[PowerLog] = (),
+    rank_from: str | None = None,
+    cache: Path | None = None,
+) -> list[tuple[str, FileFailure | None]]:
+    """``analyze_file``, then each outcome written as a summary into ``out`` (on the worker:
+    only the names, and the failures, travel back). A summary that cannot be written raises."""
+    from tracecomm.summaries import write_summary
+
+    outcomes = analyze_file(path, opts, power, rank_from, cache)
+    return [
+        (write_summary(Path(out), o, opts).name, o if isinstance(o, FileFailure) else None)
+        for o in outcomes
+    ]
+
+
+def _analyze_local(
+    path: str,
+    opts: BreakdownOptions,
+    power: Sequence[PowerLog],
+    rank_from: str | None,
+    cache: Path | None,
+) -> list[RankResult | FileFailure]:
     try:
         if cache is not None and rank_from is None:
             return [_cached_result(path, opts, power, cache)]

@@ -38,7 +38,7 @@ def find_traces(inputs: Sequence[Path | str]) -> list[Path]:
             found.append(item)
         else:
             raise UsageError(f"{item}: no such file or folder")
-    return _dedupe(sorted(found, key=_natural_key))
+    return _dedupe(sorted(found, key=natural_key))
 
 
 def _scan(folder: Path) -> Iterable[Path]:
@@ -60,7 +60,7 @@ def _dedupe(paths: list[Path]) -> list[Path]:
     return unique
 
 
-def _natural_key(path: Path) -> list[object]:
+def natural_key(path: Path | str) -> list[object]:
     # rank2 before rank10: the file-order fallback must follow what a person reads.
     return [int(tok) if tok.isdigit() else tok for tok in _DIGITS.split(str(path))]
 

@@ -1,0 +1,174 @@
+"""--executor dask: the per-rank parse on a real Dask cluster (separate worker processes,
+loopback only) gives the figures the local executor gives, also when a worker dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.distributed.conftest import need_distributed
+from tracecomm.cli import EXIT_OK, EXIT_USAGE, app
+from tracecomm.executors import DaskExecutor, ExecutorSpec, LocalExecutor, parse_executor
+from tracecomm.pipeline import AnalyzeOptions, analyze
+from tracecomm.render.document import report_document
+
+OPTS = AnalyzeOptions(jobs=1, detail_instances=True)
+
+
+def document(run: Path, executor: Any = None, progress: Any = None) -> dict[str, Any]:
+    report = analyze([str(run)], OPTS, progress, executor=executor or LocalExecutor())
+    doc: dict[str, Any] = report_document(report)
+    return doc
+
+
+@pytest.fixture(scope="module")
+def local_doc(run64: Path) -> dict[str, Any]:
+    return document(run64)
+
+
+def test_a_dask_cluster_gives_the_local_figures(
+    run64: Path, dask_executor: DaskExecutor, local_doc: dict[str, Any]
+) -> None:
+    workers = dask_executor.client.run(os.getpid)
+    assert len(workers) == 2 and os.getpid() not in workers.values()  # real worker processes
+    seen: list[int] = []
+    doc = document(run64, dask_executor, lambda done, total, path: seen.append(done))
+    assert doc == local_doc
+    assert len(doc["ranks"]) == 64 and not doc["missing_ranks"]
+    assert doc["stragglers"]["ranks"][0]["flagged"]  # the cross-rank work ran on the client
+    assert seen[-1] == 64 and seen == sorted(seen)
+
+
+def test_the_whole_run_reads_on_the_workers(
+    run64: Path, dask_executor: DaskExecutor, local_doc: dict[str, Any], monkeypatch: Any
+) -> None:
+    """Nothing that reads the run folder runs on the client: parse, discovery and settings
+    all fail here and the result is still complete."""
+    from tracecomm import pipeline, worker
+
+    def not_here(*args: object) -> None:
+        raise AssertionError("read on the client")
+
+    monkeypatch.setattr(worker, "load_rank", not_here)
+    monkeypatch.setattr(pipeline, "find_sources", not_here)
+    monkeypatch.setattr(pipeline, "settings_file", not_here)
+    assert document(run64, dask_executor) == local_doc
+
+
+def test_a_worker_killed_mid_run_is_replaced_and_its_ranks_parsed_again(
+    run64: Path, local_doc: dict[str, Any]
+) -> None:
+    need_distributed()
+    with DaskExecutor(ExecutorSpec("dask"), workers=2) as executor:
+        victim = next(iter(executor.client.run(os.getpid).values()))
+        killed: list[int] = []
+
+        def kill_once(done: int, total: int, path: str) -> None:
+            if done == 4 and not killed:
+                os.kill(victim, signal.SIGKILL)
+                killed.append(victim)
+
+        doc = document(run64, executor, kill_once)
+        assert killed
+        assert doc == local_doc  # complete: every rank, the same figures
+        assert victim not in executor.client.run(os.getpid).values()  # the nanny restarted it
+
+
+def test_a_rank_whose_worker_keeps_dying_is_reported_missing(
+    run64: Path, local_doc: dict[str, Any]
+) -> None:
+    """With no retries allowed, the tasks on the killed worker are lost: those ranks are
+    missing with the reason, and every other rank has its local figures."""
+    need_distributed()
+    import dask
+
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        DaskExecutor(ExecutorSpec("dask"), workers=2) as executor,
+    ):
+        victim = next(iter(executor.client.run(os.getpid).values()))
+
+        def kill_once(done: int, total: int, path: str) -> None:
+            if done == 4:
+                os.kill(victim, signal.SIGKILL)
+
+        report = analyze([str(run64)], OPTS, kill_once, executor=executor)
+    doc = report_document(report)
+    assert 1 <= len(report.missing) <= 4
+    assert all("KilledWorker" in m.reason for m in report.missing)
+    assert report.partial
+    lost = {m.rank for m in report.missing}
+    assert len(report.ranks) + len(lost) == 64
+    expected = {r["rank"]: r for r in local_doc["ranks"]}
+    for rank in doc["ranks"]:
+        assert rank == expected[rank["rank"]]
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "address"),
+    [
+        (None, "local", None),
+        ("local", "local", None),
+        ("dask", "dask", None),
+        ("dask://head:9000", "dask", "tcp://head:9000"),
+        ("dask://head", "dask", "tcp://head:8786"),
+        ("tcp://10.0.0.5:8786/", "dask", "tcp://10.0.0.5:8786"),
+    ],
+)
+def test_executor_addresses(text: str | None, kind: str, address: str | None) -> None:
+    spec = parse_executor(text)
+    assert (spec.kind, spec.address) == (kind, address)
+
+
+@pytest.mark.parametrize(
+    ("flag", "says"),
+    [
+        ("ray://head:10001", "Ray is not supported yet"),
+        ("spark", "expected local, dask or dask://host:port"),
+        ("dask://head:port", "the port must be a number"),
+    ],
+)
+def test_unknown_executors_are_usage_errors(run64: Path, flag: str, says: str) -> None:
+    result = CliRunner().invoke(app, ["analyze", str(run64), "--executor", flag])
+    assert result.exit_code == EXIT_USAGE
+    assert says in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_unreachable_scheduler_is_a_usage_error(run64: Path) -> None:
+    need_distributed()
+    result = CliRunner().invoke(
+        app, ["analyze", str(run64), "--executor", "dask://127.0.0.1:9", "-q"]
+    )
+    assert result.exit_code == EXIT_USAGE
+    assert "cannot reach tcp://127.0.0.1:9" in result.stderr
+
+
+def test_the_cli_runs_on_a_local_dask_cluster(run64: Path, local_doc: dict[str, Any]) -> None:
+    need_distributed()
+    import json
+
+    result = CliRunner().invoke(
+        app, ["analyze", str(run64), "-f", "json", "-q", "--executor", "dask", "-j", "2"]
+    )
+    assert result.exit_code == EXIT_OK, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["ranks"] == json.loads(json.dumps(local_doc["ranks"]))
+
+
+def test_the_local_cluster_listens_on_loopback_only(dask_executor: DaskExecutor) -> None:
+    import psutil  # a dependency of distributed
+
+    workers = set(dask_executor.client.run(os.getpid).values())
+    processes = {os.getpid(), *workers, *(psutil.Process(w).ppid() for w in workers)}
+    listening = [
+        c.laddr
+        for c in psutil.net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN and c.pid in processes
+    ]
+    assert len(listening) >= 5  # scheduler, its HTTP server, two workers, two nannies
+    assert {addr.ip for addr in listening} == {"127.0.0.1"}

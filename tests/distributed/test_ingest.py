@@ -1,0 +1,192 @@
+"""`tracecomm ingest RUN --out DIR` then `analyze DIR`: the figures of `analyze RUN`, read from
+a few KB of Parquet per rank."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+from typer.testing import CliRunner
+
+from tests.conftest import SAMPLE_RUN
+from tracecomm.analysis.model import FileFailure, RankResult
+from tracecomm.cli import EXIT_NO_INPUT, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, app
+from tracecomm.engine import BreakdownOptions
+from tracecomm.ingest.discover import json_size
+from tracecomm.summaries import SUFFIX, SummaryError, read_summary, write_summary
+from tracecomm.synth import fsdp_run, write_run
+from tracecomm.worker import analyze_file
+
+SETTINGS = "[model]\nflops-per-step = 32000000000000\n[device]\npeak-tflops = 989\n"
+NCCL_LOG = (
+    "host0:100:100 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
+    "host0:100:100 [0] NCCL INFO Channel 00/02 :    0   1\n"
+)
+
+
+def cli(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+def analyze_json(*args: str, code: int = EXIT_OK) -> dict[str, Any]:
+    result = cli("analyze", *args, "-f", "json", "-q")
+    assert result.exit_code == code, result.stderr
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+def comparable(doc: dict[str, Any]) -> dict[str, Any]:
+    """Everything but the inputs given on the command line and the NCCL logs' paths (the
+    analysis of the summaries reads the copies ingest made)."""
+    out = {k: v for k, v in doc.items() if k != "inputs"}
+    if out.get("nccl"):
+        out["nccl"] = {k: v for k, v in out["nccl"].items() if k != "files"}
+    return out
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    """Eight ranks with a straggler, a settings file (MFU), an NCCL log, and one file cut to
+    garbage: the summaries must carry all of it."""
+    path = tmp_path / "run"
+    write_run(fsdp_run(world_size=8, steps=3, layers=2, seed=5, slow_rank=2), path)
+    (path / "tracecomm.toml").write_text(SETTINGS)
+    (path / "nccl-rank0.log").write_text(NCCL_LOG)
+    broken = path / "rank5.pt.trace.json.gz"
+    broken.write_bytes(broken.read_bytes()[:300])
+    return path
+
+
+def test_ingest_then_analyze_gives_the_figures_of_the_traces(run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "summaries"
+    direct = analyze_json(str(run), "--detail", "instances", code=EXIT_PARTIAL)
+    result = cli("ingest", str(run), "--out", str(out), "-j", "1")
+    assert result.exit_code == EXIT_PARTIAL, result.stderr  # rank 5 produced nothing
+    assert "rank5.pt.trace.json.gz" in result.stderr and "7 rank summaries" in result.stderr
+    assert len(list(out.glob(f"*{SUFFIX}"))) == 8  # the failure is stored too
+    summary_bytes = sum(p.stat().st_size for p in out.glob(f"*{SUFFIX}"))
+    trace_bytes = sum(json_size(p) for p in run.glob("*.json.gz"))
+    assert summary_bytes < trace_bytes / 10
+    again = analyze_json(str(out), "--detail", "instances", code=EXIT_PARTIAL)
+    assert comparable(again) == comparable(direct)
+    assert again["throughput"]["mfu"] is not None  # the settings file came along
+    assert again["nccl"] is not None  # and the NCCL log
+    assert [m["rank"] for m in again["missing_ranks"]] == [5]
+
+
+def test_summaries_written_by_a_dask_cluster(run: Path, tmp_path: Path, dask_executor: Any) -> None:
+    from tracecomm.pipeline import AnalyzeOptions, analyze, ingest
+    from tracecomm.render.document import report_document
+
+    out = tmp_path / "summaries"
+    done = ingest([str(run)], out, AnalyzeOptions(), executor=dask_executor)
+    assert (done.summaries, done.ranks, len(done.failures)) == (8, 7, 1)
+    direct = report_document(analyze([str(run)], AnalyzeOptions(jobs=1)))
+    again = report_document(analyze([str(out)], AnalyzeOptions(jobs=1)))
+    assert comparable(again) == comparable(direct)
+
+
+def test_a_summary_round_trips_exactly(tmp_path: Path) -> None:
+    """Every field of the result, energy and observed FLOPs included, comes back equal; the
+    collectives come back as the same frame, dtypes included."""
+    path = SAMPLE_RUN / "rank3.pt.trace.json.gz"
+    opts = BreakdownOptions(first_step=2, comm_patterns=("^my_comm=AllReduce",))
+    (result,) = analyze_file(str(path), opts)
+    assert isinstance(result, RankResult) and result.breakdown.collectives is not None
+    back, stored = read_summary(str(write_summary(tmp_path, result, opts)))
+    assert stored == opts
+    assert isinstance(back, RankResult)
+    assert back == result
+    assert back.breakdown.collectives is not None
+    assert_frame_equal(back.breakdown.collectives, result.breakdown.collectives)
+    failure = FileFailure("/x/rank9.json", "truncated gzip file: no complete data")
+    assert read_summary(str(write_summary(tmp_path, failure, opts)))[0] == failure
+
+
+def test_a_rank_without_collectives_keeps_none(tmp_path: Path) -> None:
+    (result,) = analyze_file(str(SAMPLE_RUN / "rank0.pt.trace.json.gz"), BreakdownOptions())
+    assert isinstance(result, RankResult)
+    bare = replace(result, breakdown=replace(result.breakdown, collectives=None))
+    back, _ = read_summary(str(write_summary(tmp_path, bare, BreakdownOptions())))
+    assert isinstance(back, RankResult) and back.breakdown.collectives is None
+
+
+def test_summaries_of_other_versions_or_damaged_ones_are_named(tmp_path: Path) -> None:
+    other = tmp_path / f"x{SUFFIX}"
+    pl.DataFrame({"a": [1]}).write_parquet(other, metadata={"tracecomm.summary.format": "99"})
+    with pytest.raises(SummaryError, match=r"format 99; this tracecomm .* reads format 1"):
+        read_summary(str(other))
+    junk = tmp_path / f"y{SUFFIX}"
+    junk.write_bytes(b"not parquet")
+    with pytest.raises(SummaryError, match="not a readable Parquet summary"):
+        read_summary(str(junk))
+
+
+def test_one_damaged_summary_loses_only_its_rank(run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "summaries"
+    assert cli("ingest", str(run), "-o", str(out), "-q", "-j", "1").exit_code == EXIT_PARTIAL
+    victim = next(out.glob(f"rank3-*{SUFFIX}"))
+    victim.write_bytes(b"PAR1 garbage")
+    result = cli("analyze", str(out), "-f", "json")
+    assert result.exit_code == EXIT_PARTIAL
+    assert victim.name in result.stderr and "not a readable Parquet summary" in result.stderr
+    doc = json.loads(result.stdout)
+    assert len(doc["ranks"]) == 6 and "Traceback" not in result.stderr
+
+
+def test_steps_are_fixed_at_ingest(run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "summaries"
+    assert cli("ingest", str(run), "-o", str(out), "--steps", "2:3", "-q").exit_code == (
+        EXIT_PARTIAL
+    )
+    same = analyze_json(str(out), code=EXIT_PARTIAL)  # no options: the stored ones
+    assert same["options"]["breakdown"]["first_step"] == 2
+    assert comparable(same) == comparable(analyze_json(str(run), "--steps", "2:3", code=4))
+    result = cli("analyze", str(out), "--steps", "1:2")
+    assert result.exit_code == EXIT_USAGE
+    assert "steps and rules are fixed at ingest" in result.stderr
+
+
+def test_ingest_never_writes_into_the_run(run: Path) -> None:
+    before = sorted(p.name for p in run.rglob("*"))
+    result = cli("ingest", str(run), "-o", str(run / "summaries"))
+    assert result.exit_code == EXIT_USAGE
+    assert "inside the input folder" in result.stderr
+    assert sorted(p.name for p in run.rglob("*")) == before
+
+
+def test_summaries_and_traces_do_not_mix(run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "summaries"
+    cli("ingest", str(run), "-o", str(out), "-q")
+    result = cli("analyze", str(out), str(run))
+    assert result.exit_code == EXIT_USAGE and "mixing ingested summaries" in result.stderr
+
+
+def test_ingest_of_nothing(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = cli("ingest", str(empty), "-o", str(tmp_path / "out"))
+    assert result.exit_code == EXIT_NO_INPUT and "no trace files" in result.stderr
+
+
+def test_nodes_ingesting_into_one_folder_do_not_collide(tmp_path: Path) -> None:
+    """Two nodes, each with its own half of the ranks under the same local path name."""
+    out = tmp_path / "shared"
+    whole = tmp_path / "whole"
+    write_run(fsdp_run(world_size=4, steps=3, layers=2, seed=2), whole)
+    for node, ranks in (("node0", (0, 1)), ("node1", (2, 3))):
+        local = tmp_path / node / "traces"
+        local.mkdir(parents=True)
+        for r in ranks:
+            shutil.copy(whole / f"rank{r}.pt.trace.json.gz", local / f"rank{r}.pt.trace.json.gz")
+        assert cli("ingest", str(local), "-o", str(out), "-q").exit_code == EXIT_OK
+    assert len(list(out.glob(f"*{SUFFIX}"))) == 4
+    doc = analyze_json(str(out))
+    figures = {r["rank"]: r["window"] for r in analyze_json(str(whole))["ranks"]}
+    assert {r["rank"]: r["window"] for r in doc["ranks"]} == figures

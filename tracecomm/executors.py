@@ -1,0 +1,224 @@
+"""Where the work that reads input files runs: this machine (a process pool), or the workers
+of a Dask cluster (``--executor dask`` starts one on this machine, ``dask://host:8786`` joins a
+running one).
+
+The pipeline hands an executor two kinds of work: ``call`` (one small task that reads the run
+folder: discovery, settings, NCCL logs) and ``map`` (the per-rank parse). Everything that
+touches a trace runs there; only the small per-rank results come back to the client, which
+does the cross-rank analysis itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypeVar
+
+from tracecomm.errors import UsageError
+
+T = TypeVar("T")
+R = TypeVar("R")
+Progress = Callable[[int, int, str], None]
+OnError = Callable[[str, BaseException], Any]
+
+DASK_PORT = 8786
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """``--executor``: ``local``, ``dask`` (a cluster of ``workers`` processes on this machine,
+    loopback only) or ``dask://host:port`` (a running scheduler)."""
+
+    kind: Literal["local", "dask"] = "local"
+    address: str | None = None
+
+    @property
+    def remote(self) -> bool:
+        return self.kind != "local"
+
+
+def parse_executor(text: str | None) -> ExecutorSpec:
+    value = (text or "local").strip()
+    low = value.lower()
+    if low == "local":
+        return ExecutorSpec()
+    if low == "dask":
+        return ExecutorSpec("dask")
+    for prefix in ("dask://", "tcp://"):
+        if low.startswith(prefix):
+            hostport = value[len(prefix) :].rstrip("/")
+            if not hostport:
+                break
+            host, _, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "")
+            if port and not port.isdigit():
+                raise UsageError(f"--executor {value}: the port must be a number")
+            return ExecutorSpec("dask", f"tcp://{host or hostport}:{port or DASK_PORT}")
+    if low == "ray" or low.startswith("ray://"):
+        raise UsageError(
+            f"--executor {value}: Ray is not supported yet; use dask or dask://host:port "
+            "(README, 'Beyond one machine')"
+        )
+    raise UsageError(f"--executor {value}: expected local, dask or dask://host:port")
+
+
+class Executor(Protocol):
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` where the input files are; exceptions propagate."""
+        ...
+
+    def map(
+        self,
+        fn: Callable[..., R],
+        items: Sequence[str],
+        args: tuple[Any, ...],
+        progress: Progress | None,
+        on_error: OnError,
+        jobs: int,
+    ) -> list[R]:
+        """``fn(item, *args)`` for each item, in item order; an item whose task is lost (a
+        worker that kept dying) gets ``on_error(item, exception)`` instead."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class LocalExecutor:
+    """This process for one job, else a spawn pool (the CLI may hand over one it started
+    early, so workers import while the client loads its own modules)."""
+
+    def __init__(self, pool: ProcessPoolExecutor | None = None) -> None:
+        self._pool = pool
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        return fn(*args)
+
+    def map(
+        self,
+        fn: Callable[..., R],
+        items: Sequence[str],
+        args: tuple[Any, ...],
+        progress: Progress | None,
+        on_error: OnError,
+        jobs: int,
+    ) -> list[R]:
+        from tracecomm.pool import new_pool
+
+        out: list[R] = []
+        if jobs <= 1:
+            self.close()
+            for i, item in enumerate(items):
+                out.append(fn(item, *args))
+                if progress:
+                    progress(i + 1, len(items), item)
+            return out
+        pool, self._pool = self._pool or new_pool(jobs), None
+        with pool:
+            columns = [[a] * len(items) for a in args]
+            for i, (item, result) in enumerate(
+                zip(items, pool.map(fn, items, *columns), strict=True)
+            ):
+                out.append(result)
+                if progress:
+                    progress(i + 1, len(items), item)
+        return out
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+class DaskExecutor:
+    """Tasks on a Dask cluster. A worker that dies mid-task is replaced and its tasks run again
+    (the scheduler's ``allowed-failures``); a task that still cannot finish is the caller's
+    ``on_error``, not the end of the run."""
+
+    def __init__(self, spec: ExecutorSpec, workers: int | None = None) -> None:
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise UsageError(
+                "--executor dask needs Dask distributed: pip install 'tracecomm[dask]'"
+            ) from None
+        self._cluster = None
+        try:
+            if spec.address is None:
+                self._cluster = LocalCluster(
+                    n_workers=workers or os.cpu_count() or 1,
+                    threads_per_worker=1,  # the parse holds the GIL: one task per process
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address="127.0.0.1:0",  # its HTTP server: loopback, any port
+                    silence_logs=logging.ERROR,
+                )
+                self._client = Client(self._cluster)
+            else:
+                self._client = Client(spec.address, timeout="10s")
+        except (OSError, TimeoutError, RuntimeError) as exc:  # RuntimeError: a nanny that failed
+            self.close()
+            where = spec.address or "a local cluster"
+            raise UsageError(f"--executor: cannot reach {where}: {exc}") from None
+
+    @property
+    def client(self) -> Any:
+        return self._client
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        result: T = self._client.submit(fn, *args, pure=False).result()
+        return result
+
+    def map(
+        self,
+        fn: Callable[..., R],
+        items: Sequence[str],
+        args: tuple[Any, ...],
+        progress: Progress | None,
+        on_error: OnError,
+        jobs: int,
+    ) -> list[R]:
+        from distributed import as_completed
+
+        run = uuid.uuid4().hex[:8]
+        futures = [
+            self._client.submit(fn, item, *args, key=f"tracecomm-{run}-{i}", pure=False)
+            for i, item in enumerate(items)
+        ]
+        index = {f.key: i for i, f in enumerate(futures)}
+        out: list[Any] = [None] * len(items)
+        if progress:
+            progress(0, len(items), "")
+        for done, future in enumerate(as_completed(futures), 1):
+            i = index[future.key]
+            try:
+                out[i] = future.result()
+            except Exception as exc:  # KilledWorker, a result that did not deserialize, …
+                out[i] = on_error(items[i], exc)
+            future.release()
+            if progress:
+                progress(done, len(items), items[i])
+        return out
+
+    def __enter__(self) -> DaskExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        client, cluster = getattr(self, "_client", None), self._cluster
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def open_executor(
+    spec: ExecutorSpec, jobs: int | None, pool: ProcessPoolExecutor | None = None
+) -> Executor:
+    if spec.kind == "dask":
+        return DaskExecutor(spec, jobs)
+    return LocalExecutor(pool)
