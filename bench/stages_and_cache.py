@@ -6,7 +6,8 @@ what `--cache` saves on a repeat run — issue 8's profile-guided pass and repea
 Generates (once) an FSDP-style run with the ground-truth generator, then, in this process:
 times each stage over every rank, and runs `tracecomm analyze --format json` three times as
 subprocesses: without a cache, filling a cache, and from the cache. The figures of the three
-runs must be identical (the script checks and says so).
+runs must be identical, and identical to a fourth with `--jobs 1` (the script checks, says so,
+and exits 1 if not).
 """
 
 from __future__ import annotations
@@ -91,13 +92,23 @@ def main() -> None:
         cold, doc = timed_analyze(run)
         fill, doc_fill = timed_analyze(run, "--cache", str(cache))
         warm, doc_warm = timed_analyze(run, "--cache", str(cache))
+        one, doc_one = timed_analyze(run, "--jobs", "1")
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     print(f"{'analyze (subprocess, own pool)':34} {'seconds':>8} {'÷ cold':>7}")
-    for name, seconds in (("no cache", cold), ("--cache, filling", fill), ("--cache, warm", warm)):
+    for name, seconds in (
+        ("no cache", cold),
+        ("--cache, filling", fill),
+        ("--cache, warm", warm),
+        ("no cache, --jobs 1", one),
+    ):
         print(f"{name:34} {seconds:8.2f} {seconds / cold:7.2f}")
     same = doc == doc_fill == doc_warm
     print("figures identical with and without the cache:", "yes" if same else "NO")
+    same_jobs = doc == doc_one
+    print("figures identical with --jobs 1 and the default pool:", "yes" if same_jobs else "NO")
+    if not same or not same_jobs:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -108,6 +108,8 @@ class LocalExecutor:
         from tracecomm.pool import new_pool
 
         out: list[R] = []
+        if progress:
+            progress(0, len(items), "")
         if jobs <= 1:
             self.close()
             for i, item in enumerate(items):

@@ -172,3 +172,23 @@ def test_the_local_cluster_listens_on_loopback_only(dask_executor: DaskExecutor)
     ]
     assert len(listening) >= 5  # scheduler, its HTTP server, two workers, two nannies
     assert {addr.ip for addr in listening} == {"127.0.0.1"}
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_the_local_executor_reports_progress_from_zero(run64: Path, jobs: int) -> None:
+    """The stderr progress bar starts at (0, n) and ends at (n, n), pool or not."""
+    from tracecomm.engine import BreakdownOptions
+    from tracecomm.worker import analyze_file
+
+    paths = sorted(str(p) for p in run64.iterdir())[:6]
+    calls: list[tuple[int, int]] = []
+    out = LocalExecutor().map(
+        analyze_file,
+        paths,
+        (BreakdownOptions(),),
+        lambda d, t, p: calls.append((d, t)),
+        lambda p, e: None,
+        jobs,
+    )
+    assert len(out) == 6 and all(len(o) == 1 for o in out)
+    assert calls == [(i, 6) for i in range(7)]
