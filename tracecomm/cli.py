@@ -405,6 +405,7 @@ class _Analysis:
 
 @app.command()
 def analyze(
+    ctx: typer.Context,
     run: RunArg,
     output_format: Annotated[
         OutputFormat,
@@ -465,6 +466,7 @@ def analyze(
     Exit codes: 0 success; 2 usage error; 3 no usable input; 4 partial result (a rank is
     missing or was only partly readable; the report covers the others); 70 internal error.
     """
+    memo = _memo(cache, "analyze", ctx.params)
     analysis = _Analysis.of(
         locals(),
         nccl_logs=tuple(nccl_log or ()),
@@ -478,15 +480,18 @@ def analyze(
         timeline=Detail.timeline in (detail or ()),
         project_to=() if project else None,
     )
-    if not quiet:
-        _warn(report)
+    lines = [] if quiet else _warning_lines(report)
     if top is not None and report.stragglers is not None:
         ranks = report.stragglers.ranks[:top]
         report = dataclasses.replace(
             report, stragglers=dataclasses.replace(report.stragglers, ranks=ranks)
         )
-    _render(report, output_format, top)
-    raise typer.Exit(EXIT_PARTIAL if report.partial else EXIT_OK)
+    code = EXIT_PARTIAL if report.partial else EXIT_OK
+    if memo is None:
+        _print_lines(lines)
+        _render(report, output_format, top)
+        raise typer.Exit(code)
+    _finish(memo, _render_bytes(report, output_format, top), lines, code)
 
 
 @app.command()
@@ -699,6 +704,7 @@ EXIT_REGRESSION = 1  # tracecomm check: a figure passed its budget
 
 @app.command()
 def check(
+    ctx: typer.Context,
     run: Annotated[
         Path,
         typer.Argument(help="The current run: a folder of traces, or its analyze JSON."),
@@ -810,14 +816,22 @@ def check(
         budgets = apply(flags, apply(_check_settings(run), DEFAULT_BUDGETS))
     except BudgetError as exc:
         _fail(str(exc), EXIT_USAGE)
-    current = _figures(run, analysis, quiet)
-    base = _figures(baseline, analysis, quiet)
+    # the github format also appends to $GITHUB_STEP_SUMMARY: a replay would skip that
+    memo = _memo(cache, "check", ctx.params) if output_format is not CheckFormat.github else None
+    lines: list[str] = []
+    current = _figures(run, analysis, quiet, lines)
+    base = _figures(baseline, analysis, quiet, lines)
     try:
         result = compare(base, current, budgets)
     except NothingShared as exc:
+        _print_lines(lines)
         _fail(str(exc), EXIT_USAGE)
-    _render_check(result, output_format)
-    raise typer.Exit(EXIT_OK if result.passed else EXIT_REGRESSION)
+    code = EXIT_OK if result.passed else EXIT_REGRESSION
+    if memo is None:
+        _print_lines(lines)
+        _render_check(result, output_format)
+        raise typer.Exit(code)
+    _finish(memo, _check_bytes(result, output_format), lines, code)
 
 
 @app.command()
@@ -866,7 +880,9 @@ def baseline(
         _stderr(f"baseline of {len(figures.ranks)} ranks written to {output}")
 
 
-def _figures(path: Path, analysis: _Analysis, quiet: bool) -> RunFigures:
+def _figures(
+    path: Path, analysis: _Analysis, quiet: bool, warnings: list[str] | None = None
+) -> RunFigures:
     """Gate figures of a run folder (analyzed now), an analyze JSON or a baseline file."""
     from tracecomm.gate.figures import BaselineError, from_document, read_baseline_file
     from tracecomm.render.document import report_document
@@ -879,8 +895,12 @@ def _figures(path: Path, analysis: _Analysis, quiet: bool) -> RunFigures:
     if not path.exists():
         _fail(f"{path}: no such file or folder", EXIT_USAGE)
     report = analysis.run([str(path)], no_input_code=EXIT_USAGE)
-    if not quiet:
+    if quiet:
+        pass
+    elif warnings is None:
         _warn(report)
+    else:
+        warnings.extend(_warning_lines(report))
     return from_document(report_document(report), str(path))
 
 
@@ -904,6 +924,23 @@ def _pairs(items: list[str] | None, flag: str) -> dict[str, str] | None:
             raise typer.BadParameter(f"{item!r}: expected FIGURE=VALUE", param_hint=flag)
         out[name.strip()] = value.strip()
     return out
+
+
+def _check_bytes(result: CheckResult, output_format: CheckFormat) -> bytes:
+    """What ``_render_check`` prints to a pipe (the github format aside), as bytes."""
+    from tracecomm.render import check as out
+
+    if output_format is CheckFormat.json:
+        return out.render_json(result)
+    if output_format is CheckFormat.junit:
+        return out.render_junit(result).encode()
+    if output_format is CheckFormat.markdown:
+        return out.render_markdown(result).encode()
+    import io
+
+    text = io.StringIO()
+    out.render_terminal(result, text)
+    return text.getvalue().encode()
 
 
 def _render_check(result: CheckResult, output_format: CheckFormat) -> None:
@@ -1046,14 +1083,58 @@ def _num(value: float | None, figure: str) -> str:
 
 
 def _warn(report: Report) -> None:
-    for line in report.warnings:
-        _stderr(f"warning: {line}")
+    _print_lines(_warning_lines(report))
+
+
+def _warning_lines(report: Report) -> list[str]:
+    lines = [f"warning: {line}" for line in report.warnings]
     for missing in report.missing:
         who = f"rank {missing.rank}" if missing.rank is not None else "a rank"
         where = f"{missing.path}: " if missing.path else ""
-        _stderr(f"error: {who} missing: {where}{missing.reason}")
-    for skipped in report.skipped:
-        _stderr(f"warning: skipped {skipped.path}: {skipped.reason}")
+        lines.append(f"error: {who} missing: {where}{missing.reason}")
+    lines += [f"warning: skipped {s.path}: {s.reason}" for s in report.skipped]
+    return lines
+
+
+def _print_lines(lines: list[str]) -> None:
+    for line in lines:
+        _stderr(line)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Memo:
+    cache: Path
+    key: str
+
+
+def _memo(cache: Path | None, command: str, params: dict[str, Any]) -> _Memo | None:
+    """With ``--cache`` and output to a pipe or file: replay the output of an identical earlier
+    command (``memo.py``) and exit, or return where this command's output is to be kept."""
+    if cache is None or sys.stdout.isatty():
+        return None
+    from tracecomm.memo import load, memo_key
+
+    key = memo_key(command, params, cache)
+    if key is None:
+        return None
+    hit = load(cache, key)
+    if hit is not None:
+        _print_lines(list(hit.stderr))
+        sys.stdout.buffer.write(hit.stdout)
+        sys.stdout.flush()
+        raise typer.Exit(hit.exit_code)
+    return _Memo(cache, key)
+
+
+def _finish(memo: _Memo, out: bytes, lines: list[str], code: int) -> NoReturn:
+    """Print, keep for the next identical command, exit."""
+    from tracecomm.memo import Replay, store
+
+    _print_lines(lines)
+    sys.stdout.buffer.write(out)
+    sys.stdout.flush()
+    store(memo.cache, memo.key, Replay(out, tuple(lines), code))
+    raise typer.Exit(code)
 
 
 def _progress() -> Callable[[int, int, str], None] | None:
@@ -1075,6 +1156,25 @@ def _progress() -> Callable[[int, int, str], None] | None:
             progress.stop()
 
     return report
+
+
+def _render_bytes(report: Report, output_format: OutputFormat, top: int | None) -> bytes:
+    """What ``_render`` prints to a pipe, as bytes."""
+    if output_format is OutputFormat.json:
+        from tracecomm.render.formats import render_json
+
+        return render_json(report)
+    if output_format is OutputFormat.csv:
+        from tracecomm.render.formats import render_csv
+
+        return render_csv(report).encode()
+    import io
+
+    from tracecomm.render.terminal import render_terminal
+
+    text = io.StringIO()
+    render_terminal(report, text, straggler_rows=top)
+    return text.getvalue().encode()
 
 
 def _render(report: Report, output_format: OutputFormat, top: int | None) -> None:

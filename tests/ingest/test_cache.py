@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from tracecomm import pipeline
-from tracecomm.cli import EXIT_OK, app
+from tracecomm import pipeline, worker
+from tracecomm.cli import EXIT_OK, EXIT_PARTIAL, app
 from tracecomm.synth import fsdp_run, write_run
 
 
@@ -28,19 +29,30 @@ def run(tmp_path: Path) -> Path:
     return path
 
 
+def entries(cache: Path) -> list[Path]:
+    """Per-rank entries (the whole-command memo lives in ``memo/``)."""
+    return [p for p in cache.iterdir() if not p.name.startswith(".") and p.name != "memo"]
+
+
+def no_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(path: str) -> None:
+        raise AssertionError(f"{path} parsed again")
+
+    monkeypatch.setattr(worker, "load_rank", fail)
+    monkeypatch.setattr(pipeline, "load_rank", fail)
+
+
 def test_a_cached_run_gives_the_same_figures(
     run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = tmp_path / "cache"
     first = analyze(run, "--cache", str(cache), "-j", "1")
-    assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 4
+    assert len(entries(cache)) == 4
     assert analyze(run) == first  # and the same without the cache
-
-    def no_parse(path: str) -> None:
-        raise AssertionError(f"{path} parsed again")
-
-    monkeypatch.setattr(pipeline, "load_rank", no_parse)
-    assert analyze(run, "--cache", str(cache), "-j", "1") == first
+    no_parse(monkeypatch)
+    # other output options: the memo misses, the per-rank entries serve
+    again = analyze(run, "--cache", str(cache), "-j", "1", "--top", "3")
+    assert again["ranks"] == first["ranks"] and again["summary"] == first["summary"]
 
 
 def test_a_changed_file_is_parsed_again(run: Path, tmp_path: Path) -> None:
@@ -50,7 +62,87 @@ def test_a_changed_file_is_parsed_again(run: Path, tmp_path: Path) -> None:
     stat = victim.stat()
     os.utime(victim, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     analyze(run, "--cache", str(cache))
-    assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 5
+    assert len(entries(cache)) == 5
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+def test_an_identical_command_replays_its_output_without_analyzing(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stdout, the warnings and the exit code, byte for byte; nothing is parsed or analyzed."""
+    cache = tmp_path / "cache"
+    broken = run / "rank9.pt.trace.json.gz"
+    broken.write_bytes(b"\x1f\x8b not gzip")
+    args = ("analyze", str(run), "-f", "json", "--cache", str(cache))
+    first = invoke(*args)
+    assert first.exit_code == EXIT_PARTIAL and "rank9" in first.stderr
+    assert len(list((cache / "memo").iterdir())) == 1
+
+    def fail(*a: object, **k: object) -> None:
+        raise AssertionError("analyzed again")
+
+    monkeypatch.setattr(pipeline, "analyze", fail)
+    second = invoke(*args)
+    assert (second.stdout_bytes, second.stderr, second.exit_code) == (
+        first.stdout_bytes,
+        first.stderr,
+        first.exit_code,
+    )
+    for fmt in ("csv", "terminal"):  # each format is its own entry
+        monkeypatch.undo()
+        out = invoke("analyze", str(run), "-f", fmt, "--cache", str(cache))
+        monkeypatch.setattr(pipeline, "analyze", fail)
+        assert invoke("analyze", str(run), "-f", fmt, "--cache", str(cache)).stdout == out.stdout
+
+
+@pytest.mark.parametrize("change", ["touch", "content", "new file", "option", "settings"])
+def test_the_memo_misses_when_anything_it_depends_on_changes(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    cache = tmp_path / "cache"
+    args = ["analyze", str(run), "-f", "json", "-q", "--cache", str(cache)]
+    invoke(*args)
+    victim = sorted(run.iterdir())[0]
+    if change == "touch":
+        stat = victim.stat()
+        os.utime(victim, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    elif change == "content":  # same size and mtime, other bytes
+        stat = victim.stat()
+        data = bytearray(victim.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        victim.write_bytes(bytes(data))
+        os.utime(victim, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    elif change == "new file":
+        (run / "notes.txt").write_text("x")
+    elif change == "option":
+        args.append("--no-clock-align")
+    else:
+        (run / "tracecomm.toml").write_text("[model]\nflops-per-step = 1000000000000\n")
+    calls: list[object] = []
+    real = pipeline.analyze
+
+    def counted(*a: Any, **k: Any) -> Any:
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(pipeline, "analyze", counted)
+    invoke(*args)
+    assert calls == [1]
+
+
+def test_a_check_is_replayed_with_its_exit_code(run: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    slower = tmp_path / "slower"
+    write_run(fsdp_run(world_size=4, steps=3, seed=6, slowdown=0.5), slower)
+    args = ("check", str(slower), "--baseline", str(run), "--cache", str(cache), "-f", "json")
+    first = invoke(*args)
+    assert first.exit_code == 1  # a regression
+    second = invoke(*args)
+    assert (second.exit_code, second.stdout) == (1, first.stdout)
+    assert len(list((cache / "memo").iterdir())) == 1
 
 
 def test_jobs_do_not_change_the_figures(run: Path) -> None:
