@@ -110,8 +110,9 @@ def parse_steps(text: str | None) -> tuple[int | None, int | None]:
 RunArg = Annotated[
     list[str],
     typer.Argument(
+        metavar="RUN",
         help="Run folder(s), searched recursively for *.json[.gz], trace files, URLs (file://, "
-        "s3://, gs:// with fsspec), or folders `tracecomm ingest` wrote."
+        "s3://, gs:// with fsspec), or folders `tracecomm ingest` wrote.",
     ),
 ]
 StepsOpt = Annotated[
