@@ -76,6 +76,8 @@ def _filesystem(url: str) -> tuple[Any, str]:
         fs, root = fsspec.core.url_to_fs(url)
     except (ImportError, ValueError) as exc:  # unknown protocol, or its package is missing
         raise UsageError(f"{url}: {exc}") from None
+    # fsspec keeps listings per filesystem instance, and workers live across runs
+    fs.invalidate_cache()
     return fs, root
 
 
@@ -115,7 +117,7 @@ def opened_locally(source: str) -> Iterator[str]:
             with fs.open(root, "rb") as src, target.open("wb") as dst:
                 shutil.copyfileobj(src, dst, _COPY_BLOCK)
         except (OSError, ValueError) as exc:
-            raise TraceError(source, f"cannot read: {exc}") from None
+            raise TraceError(source, f"cannot read ({type(exc).__name__}: {exc})") from None
         yield str(target)
 
 
