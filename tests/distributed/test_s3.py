@@ -23,12 +23,13 @@ BUCKET = "traces"
 
 def _need_s3() -> None:
     try:
+        import flask  # noqa: F401  (moto's server)
         import moto.server  # noqa: F401
         import s3fs  # noqa: F401
     except ImportError:
         if os.environ.get("TRACECOMM_REQUIRE_S3"):
-            pytest.fail("moto[server] and s3fs are not installed, and TRACECOMM_REQUIRE_S3 is set")
-        pytest.skip("moto[server] and s3fs are not installed")
+            pytest.fail("moto, flask and s3fs are not installed, and TRACECOMM_REQUIRE_S3 is set")
+        pytest.skip("moto, flask and s3fs are not installed")
 
 
 @pytest.fixture(scope="module")

@@ -144,14 +144,18 @@ def chromium_page() -> Iterator[Page]:
     with tempfile.TemporaryDirectory(
         prefix="tracecomm-chromium-", ignore_cleanup_errors=True
     ) as profile:
+        # chromium leaves its singleton socket folders in TMPDIR: keep them in the profile
+        scratch = Path(profile) / "tmp"
+        scratch.mkdir()
         proc = subprocess.Popen(
-            [binary, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+            [binary, *FLAGS, f"--user-data-dir={profile}/data", "about:blank"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: stopped whole below
+            env={**os.environ, "TMPDIR": str(scratch)},
         )
         try:
-            port = _devtools_port(Path(profile), proc)
+            port = _devtools_port(Path(profile) / "data", proc)
             targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list"))
             page_url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
             page = Page(page_url)
