@@ -105,8 +105,6 @@ class LocalExecutor:
         on_error: OnError,
         jobs: int,
     ) -> list[R]:
-        from tracecomm.pool import new_pool
-
         out: list[R] = []
         if progress:
             progress(0, len(items), "")
@@ -117,16 +115,48 @@ class LocalExecutor:
                 if progress:
                     progress(i + 1, len(items), item)
             return out
+        return self._pooled(fn, items, args, progress, on_error, jobs)
+
+    def _pooled(
+        self,
+        fn: Callable[..., R],
+        items: Sequence[str],
+        args: tuple[Any, ...],
+        progress: Progress | None,
+        on_error: OnError,
+        jobs: int,
+    ) -> list[R]:
+        """A worker process that dies (the kernel's OOM killer, a crash in a native library)
+        breaks the whole pool: what had not finished runs again in a fresh pool of one
+        process, where a death can only be the file being parsed, which alone is lost."""
+        from concurrent.futures import as_completed
+        from concurrent.futures.process import BrokenProcessPool
+
+        from tracecomm.pool import new_pool
+
+        results: dict[int, R] = {}
+        pending = list(range(len(items)))
         pool, self._pool = self._pool or new_pool(jobs), None
-        with pool:
-            columns = [[a] * len(items) for a in args]
-            for i, (item, result) in enumerate(
-                zip(items, pool.map(fn, items, *columns), strict=True)
-            ):
-                out.append(result)
-                if progress:
-                    progress(i + 1, len(items), item)
-        return out
+        while pending:
+            with pool:
+                futures = {pool.submit(fn, items[i], *args): i for i in pending}
+                try:
+                    for future in as_completed(futures):
+                        results[futures[future]] = future.result()
+                        if progress:
+                            progress(len(results), len(items), items[futures[future]])
+                except BrokenProcessPool as exc:
+                    if jobs == 1:  # one process, in submission order: the first unfinished
+                        culprit = next(i for i in pending if i not in results)
+                        results[culprit] = on_error(items[culprit], exc)
+                        if progress:
+                            progress(len(results), len(items), items[culprit])
+            pending = [i for i in pending if i not in results]
+            if not pending:
+                return [results[i] for i in range(len(items))]
+            jobs = 1
+            pool = new_pool(1)
+        return []
 
     def close(self) -> None:
         if self._pool is not None:

@@ -53,7 +53,14 @@ from tracecomm.nccl.diagnose import NcclSummary
 from tracecomm.nccl.discover import analyze_nccl
 from tracecomm.nccl.discover import discover as discover_nccl
 from tracecomm.pool import jobs_for
-from tracecomm.sources import find_sources, local_path, opened_locally, renamed, scheme
+from tracecomm.sources import (
+    find_sources,
+    local_path,
+    normalized,
+    opened_locally,
+    renamed,
+    scheme,
+)
 from tracecomm.worker import analyze_file, ingest_file
 
 Progress = Callable[[int, int, str], None]
@@ -93,11 +100,12 @@ class RunInputs:
     power_warnings: tuple[str, ...]
 
 
-def read_run(inputs: Sequence[str], model: ModelInputs, want_traces: bool = True) -> RunInputs:
+def read_run(inputs: Sequence[str], model: ModelInputs) -> RunInputs:
     """Settings, rules, power logs and the files to analyze. Raises ``UsageError`` (bad
     settings, missing path) or ``NoUsableInput`` (nothing to analyze)."""
     from tracecomm.summaries import find_summaries
 
+    inputs = [normalized(i) for i in inputs]  # file:// folders hold settings and logs too
     try:
         model = model.over(settings_file(list(inputs)))
         flops = model_flops(model)
@@ -108,14 +116,14 @@ def read_run(inputs: Sequence[str], model: ModelInputs, want_traces: bool = True
         problem = check_pattern(split_rule(rule)[0])
         if problem:
             raise UsageError(f"[rules] {rule!r}: {problem}")
-    summaries = tuple(find_summaries(inputs)) if want_traces else ()
+    summaries = tuple(find_summaries([i for i in inputs if local_path(i) is not None]))
     traces = () if summaries else tuple(find_sources(inputs))
     if summaries and any(not _holds_summaries(i) for i in inputs):
         raise UsageError(
             "mixing ingested summaries (*.tcsum.parquet) and traces in one analysis: pass "
             "either the folders `tracecomm ingest` wrote, or trace folders"
         )
-    if not summaries and not traces and want_traces:
+    if not summaries and not traces:
         raise NoUsableInput(f"{', '.join(inputs)}: no trace files (*.json, *.json.gz) found")
     power, power_warnings = _power_logs(inputs)
     return RunInputs(
@@ -371,6 +379,8 @@ def _lost(path: str, exc: BaseException) -> FileFailure:
     name = type(exc).__name__
     if name == "KilledWorker":
         reason = f"the worker parsing it died too often (Dask KilledWorker: {exc})"
+    elif name == "BrokenProcessPool":
+        reason = "the process parsing it died (killed for memory, or a crash); other ranks kept"
     else:
         reason = f"lost by the executor ({name}: {exc})"
     return FileFailure(path, reason)

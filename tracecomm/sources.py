@@ -49,6 +49,12 @@ def local_path(source: str) -> Path | None:
     return None
 
 
+def normalized(source: str) -> str:
+    """A ``file://`` URL as the path it names; anything else as given."""
+    path = local_path(source)
+    return str(path) if path is not None else source
+
+
 def find_sources(inputs: Sequence[str]) -> list[str]:
     """Trace candidates as the strings workers will open: local ones as paths (``file://``
     turned into a path), remote folders listed through fsspec (``*.json``, ``*.json.gz``)."""

@@ -192,3 +192,25 @@ def test_the_local_executor_reports_progress_from_zero(run64: Path, jobs: int) -
     )
     assert len(out) == 6 and all(len(o) == 1 for o in out)
     assert calls == [(i, 6) for i in range(7)]
+
+
+def test_a_pool_process_that_dies_loses_only_its_own_file() -> None:
+    """The local pool breaks when one process dies; every other item still gets its result
+    and the one being parsed in the dying process is reported through on_error."""
+    from tests.distributed import crashing
+
+    items = ["a", "b", "die-c", "d", "e", "f", "g"]
+    calls: list[tuple[int, int]] = []
+    out = LocalExecutor().map(
+        crashing.echo_or_die,
+        items,
+        (),
+        lambda d, t, p: calls.append((d, t)),
+        lambda item, exc: ("lost", item, type(exc).__name__),
+        2,
+    )
+    assert out == [
+        ("lost", item, "BrokenProcessPool") if item.startswith("die") else ("ok", item)
+        for item in items
+    ]
+    assert calls[0] == (0, 7) and calls[-1] == (7, 7)

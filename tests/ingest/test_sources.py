@@ -91,3 +91,14 @@ def test_missing_remote_folders_and_unknown_protocols_are_usage_errors() -> None
         result = CliRunner().invoke(app, ["analyze", url])
         assert result.exit_code == EXIT_USAGE, result.stderr
         assert says in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_file_url_folder_brings_its_settings(tmp_path: Path) -> None:
+    import shutil
+
+    run = tmp_path / "run with space"
+    shutil.copytree(SAMPLE_RUN, run)
+    (run / "tracecomm.toml").write_text("[model]\nflops-per-step = 32000000000000\n")
+    by_url = analyze(run.as_uri())
+    assert by_url["throughput"]["mfu"] is not None
+    assert by_url["throughput"] == analyze(str(run))["throughput"]

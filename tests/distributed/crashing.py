@@ -1,0 +1,11 @@
+"""A per-item function for the local pool's crash handling: importable by spawned workers."""
+
+from __future__ import annotations
+
+import os
+
+
+def echo_or_die(item: str) -> tuple[str, str]:
+    if item.startswith("die"):
+        os._exit(9)  # as the kernel's OOM killer would end it: no exception, no cleanup
+    return ("ok", item)
