@@ -5,6 +5,7 @@ Without Dask distributed installed these tests skip, unless ``TRACECOMM_REQUIRE_
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,13 +15,19 @@ import pytest
 from tracecomm.synth import fsdp_run, write_run
 
 
-def need_distributed() -> None:
+def need(modules: tuple[str, ...], require_env: str, what: str) -> None:
+    """Skip without ``modules``; fail instead where CI sets ``require_env``."""
     try:
-        import distributed  # noqa: F401
+        for module in modules:
+            importlib.import_module(module)
     except ImportError:
-        if os.environ.get("TRACECOMM_REQUIRE_DASK"):
-            pytest.fail("Dask distributed is not installed, and TRACECOMM_REQUIRE_DASK is set")
-        pytest.skip("Dask distributed is not installed (pip install 'tracecomm[dask]')")
+        if os.environ.get(require_env):
+            pytest.fail(f"{what} not installed, and {require_env} is set")
+        pytest.skip(f"{what} not installed")
+
+
+def need_distributed() -> None:
+    need(("distributed",), "TRACECOMM_REQUIRE_DASK", "Dask distributed (tracecomm[dask]) is")
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import SAMPLE_RUN
-from tests.distributed.conftest import need_distributed
+from tests.distributed.conftest import need, need_distributed
 from tracecomm.executors import DaskExecutor, ExecutorSpec, LocalExecutor
 from tracecomm.pipeline import AnalyzeOptions, analyze
 from tracecomm.render.document import report_document
@@ -22,14 +22,7 @@ BUCKET = "traces"
 
 
 def _need_s3() -> None:
-    try:
-        import flask  # noqa: F401  (moto's server)
-        import moto.server  # noqa: F401
-        import s3fs  # noqa: F401
-    except ImportError:
-        if os.environ.get("TRACECOMM_REQUIRE_S3"):
-            pytest.fail("moto, flask and s3fs are not installed, and TRACECOMM_REQUIRE_S3 is set")
-        pytest.skip("moto, flask and s3fs are not installed")
+    need(("flask", "moto.server", "s3fs"), "TRACECOMM_REQUIRE_S3", "moto, flask and s3fs are")
 
 
 @pytest.fixture(scope="module")
