@@ -1001,17 +1001,9 @@ def nccl(
     if summary is None:
         _fail(f"{', '.join(map(str, logs))}: no NCCL log or Flight Recorder dump", EXIT_NO_INPUT)
     if output_format is NcclFormat.json:
-        import orjson
+        from tracecomm.render.formats import render_nccl_json
 
-        from tracecomm.render.document import nccl_document
-
-        doc = {
-            "kind": "tracecomm-nccl",
-            "schema_version": 1,
-            "nccl": nccl_document(summary),
-            "warnings": warnings,
-        }
-        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.buffer.write(render_nccl_json(summary, warnings))
     else:
         from rich.console import Console
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, and must stay lean
     from tracecomm.analysis.bandwidth import Bandwidth
     from tracecomm.analysis.crossrank import CrossRank
-    from tracecomm.analysis.pipeline import PipelineView
+    from tracecomm.analysis.pipeline_view import PipelineView
     from tracecomm.analysis.projection import Projection
     from tracecomm.analysis.stragglers import Stragglers
     from tracecomm.analysis.throughput import Throughput

@@ -28,7 +28,7 @@ from tracecomm.analysis.model import (
     StepSummary,
     TypeSummary,
 )
-from tracecomm.analysis.pipeline import pipeline_views
+from tracecomm.analysis.pipeline_view import pipeline_views
 from tracecomm.analysis.replay import ReplayEstimate, replay
 from tracecomm.analysis.stragglers import Stragglers, stragglers
 from tracecomm.analysis.throughput import throughput
@@ -36,6 +36,7 @@ from tracecomm.engine.classify import COLL_TYPES
 from tracecomm.engine.model import Figures, RankBreakdown
 from tracecomm.ingest.discover import RankClaim, assign_ranks, rank_from_filename
 from tracecomm.mfu.inputs import ModelFlops
+from tracecomm.text import compact_ranges
 
 # Traces of one job open their windows within minutes; hours apart means another job.
 _SAME_JOB_SPAN_NS = 3600 * 10**9
@@ -274,24 +275,6 @@ def _absent_ranks(
         return []
     accounted = {r.rank for r in ranks} | {m.rank for m in missing if m.rank is not None}
     return [r for r in range(world) if r not in accounted]
-
-
-def compact_ranges(numbers: Sequence[int]) -> str:
-    """[1, 2, 3, 7, 9, 10] -> '1–3, 7, 9–10'."""
-    parts: list[str] = []
-    run: list[int] = []
-    for n in sorted(numbers):
-        if run and n != run[-1] + 1:
-            parts.append(_span(run))
-            run = []
-        run.append(n)
-    if run:
-        parts.append(_span(run))
-    return ", ".join(parts)
-
-
-def _span(run: list[int]) -> str:
-    return str(run[0]) if len(run) == 1 else f"{run[0]}–{run[-1]}"
 
 
 def _mixed_job_warnings(results: Sequence[RankResult]) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Literal
 
 from tracecomm.gate.budgets import FIGURES, TYPE_PREFIX, Budget, budget_for
 from tracecomm.gate.figures import RankFigures, RunFigures
+from tracecomm.text import compact_ranges
 
 Verdict = Literal["regressed", "pass", "improved", "not comparable"]
 
@@ -180,6 +181,4 @@ def _notes(base: RunFigures, current: RunFigures, shared: Sequence[int]) -> list
 
 
 def _ranges(numbers: Sequence[int]) -> str:
-    from tracecomm.analysis.report import compact_ranges
-
-    return compact_ranges(list(numbers)) if numbers else "none"
+    return compact_ranges(numbers) if numbers else "none"

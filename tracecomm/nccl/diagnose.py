@@ -9,6 +9,7 @@ from typing import Literal
 
 from tracecomm.nccl.flight import Divergence, FrDump, divergences
 from tracecomm.nccl.model import NcclLog, Proc
+from tracecomm.text import compact_ranges
 
 Severity = Literal["error", "warning", "info"]
 
@@ -305,6 +306,4 @@ def _fr_hang(d: Divergence) -> Diagnostic:
 
 
 def _ranges(numbers: Sequence[int]) -> str:
-    from tracecomm.analysis.report import compact_ranges
-
-    return compact_ranges(list(numbers))
+    return compact_ranges(numbers)

@@ -4,19 +4,32 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 from dataclasses import fields
 
 import orjson
 
 from tracecomm.analysis.model import MedianFigures, Report
 from tracecomm.engine.model import Figures
-from tracecomm.render.document import report_document
+from tracecomm.nccl.diagnose import NcclSummary
+from tracecomm.render.document import nccl_document, report_document
 
 _FIGURE_COLUMNS = tuple(f.name for f in fields(Figures))
 
 
 def render_json(report: Report) -> bytes:
     return orjson.dumps(report_document(report), option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def render_nccl_json(summary: NcclSummary, warnings: Sequence[str]) -> bytes:
+    """``tracecomm nccl --format json``: the NCCL section alone, in its own envelope."""
+    doc = {
+        "kind": "tracecomm-nccl",
+        "schema_version": 1,
+        "nccl": nccl_document(summary),
+        "warnings": list(warnings),
+    }
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
 
 
 def render_csv(report: Report) -> str:

@@ -10,6 +10,7 @@ import textwrap
 from rich.text import Text
 
 from tracecomm.analysis.throughput import GapShares, Throughput
+from tracecomm.text import compact_ranges, duration
 
 BAR_WIDTH = 50
 # (share, glyph, label, style), in bar order
@@ -87,8 +88,8 @@ def _energy(th: Throughput) -> str:
 
 
 def _step_line(th: Throughput) -> str:
-    line = f"step {_s(th.step_time_ns)} median over steps {_steps(th.steps)}"
-    line += f", worst {_s(th.worst_step_ns)} (step {th.worst_step})"
+    line = f"step {duration(th.step_time_ns)} median over steps {_steps(th.steps)}"
+    line += f", worst {duration(th.worst_step_ns)} (step {th.worst_step})"
     if th.tokens_per_s is not None:
         line += f"\n{th.tokens_per_s:,.0f} tokens/s"
     return line
@@ -139,15 +140,9 @@ def _peaks(th: Throughput) -> str:
     return ", ".join(parts)
 
 
-def _s(ns: int | None) -> str:
-    return "–" if ns is None else f"{ns / 1e9:.4f} s" if ns >= 10**8 else f"{ns / 1e6:.3f} ms"
-
-
 def _steps(steps: tuple[int, ...]) -> str:
     return f"{steps[0]}–{steps[-1]}" if len(steps) > 1 else str(steps[0])
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:
-    from tracecomm.analysis.report import compact_ranges
-
-    return compact_ranges(list(ranks))
+    return compact_ranges(ranks)

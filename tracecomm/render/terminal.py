@@ -9,11 +9,11 @@ from rich.table import Table
 from rich.text import Text
 
 from tracecomm.analysis.model import RankReport, Report
-from tracecomm.analysis.pipeline import PipelineView
-from tracecomm.analysis.report import compact_ranges
+from tracecomm.analysis.pipeline_view import PipelineView
 from tracecomm.render.mfu_panel import mfu_panel
 from tracecomm.render.nccl_section import nccl_section
 from tracecomm.render.projection_section import projection_section
+from tracecomm.text import compact_ranges, ms, pct
 
 # Beyond this many ranks the table shows the slowest ones; JSON and CSV always hold them all.
 MAX_RANK_ROWS = 32
@@ -71,14 +71,6 @@ def render_terminal(
     if report.notes:
         console.print()
         console.print(_notes(report))
-
-
-def _ms(ns: int | float | None) -> str:
-    return "–" if ns is None else f"{ns / 1e6:,.3f}"
-
-
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1f}"
 
 
 def _headline(report: Report) -> Text:
@@ -146,16 +138,16 @@ def _rank_table(report: Report) -> Table:
         table.add_row(
             label,
             str(summary.steps if summary else "–"),
-            _ms(f.window_ns),
-            _ms(summary.median.window_ns) if summary else "–",
-            _ms(f.compute_ns),
-            _ms(f.comm_ns),
-            _ms(f.overlapped_comm_ns),
-            _ms(f.exposed_comm_ns),
-            _ms(f.exposed_memory_ns),
-            _ms(f.idle_ns),
-            _pct(f.overlap_pct),
-            _pct(f.busy_pct),
+            ms(f.window_ns),
+            ms(summary.median.window_ns) if summary else "–",
+            ms(f.compute_ns),
+            ms(f.comm_ns),
+            ms(f.overlapped_comm_ns),
+            ms(f.exposed_comm_ns),
+            ms(f.exposed_memory_ns),
+            ms(f.idle_ns),
+            pct(f.overlap_pct),
+            pct(f.busy_pct),
         )
     return table
 
@@ -170,7 +162,7 @@ def _type_table(report: Report) -> Table:
         table.add_column(name, justify="left" if name == "Type" else "right")
     for t in report.by_type:
         table.add_row(
-            t.coll_type, f"{t.kernels:,}", str(t.ranks), _ms(t.comm_ns), _ms(t.exposed_comm_ns)
+            t.coll_type, f"{t.kernels:,}", str(t.ranks), ms(t.comm_ns), ms(t.exposed_comm_ns)
         )
     return table
 
@@ -193,11 +185,11 @@ def _idle_causes(report: Report) -> Text | None:
     if not causes or total is None or not total.idle_ns:
         return None
     lines = [
-        f"  {_CAUSE_WORDS.get(cause, cause)}: {_ms(ns)} ms ({100 * ns / total.idle_ns:.0f} %)"
+        f"  {_CAUSE_WORDS.get(cause, cause)}: {ms(ns)} ms ({100 * ns / total.idle_ns:.0f} %)"
         for cause, ns in sorted(causes.items(), key=lambda item: -item[1])
         if ns
     ]
-    text = Text(f"Idle {_ms(total.idle_ns)} ms over all ranks, by cause:\n", style="bold")
+    text = Text(f"Idle {ms(total.idle_ns)} ms over all ranks, by cause:\n", style="bold")
     text.append("\n".join(lines))
     return text
 
@@ -216,12 +208,12 @@ def _pipeline(view: PipelineView) -> Text:
     text = Text(f"Pipeline {view.group}", style="bold")
     text.append(
         f": {view.stages} stages ({view.stages_source}), {m}{textbook}; "
-        f"span {_ms(view.span_ns)} ms per step over {view.steps} step(s)"
+        f"span {ms(view.span_ns)} ms per step over {view.steps} step(s)"
     )
     for s in view.per_stage:
         text.append(
             f"\n  stage {s.stage} (rank {s.rank}): bubble {s.bubble_pct:.1f} %, "
-            f"compute {_ms(s.compute_ns)} ms per step"
+            f"compute {ms(s.compute_ns)} ms per step"
         )
     text.append(f"\n  {view.verdict}")
     return text
@@ -238,15 +230,15 @@ def _straggler_table(report: Report, rows: int) -> Table:
     caption = f"flagged: {flagged}"
     if st.flagged and st.recoverable_pct is not None:
         caption += (
-            f" · without them a step would take ≈ {_ms(st.step_if_no_straggler_ns)} ms instead of "
-            f"{_ms(st.median_step_ns)} ms ({st.recoverable_pct:.1f}% back; first-order estimate)"
+            f" · without them a step would take ≈ {ms(st.step_if_no_straggler_ns)} ms instead of "
+            f"{ms(st.median_step_ns)} ms ({st.recoverable_pct:.1f}% back; first-order estimate)"
         )
     if st.flagged and st.replay is not None:
         scaled = f", ranks {', '.join(map(str, st.replay.by_scaling))} scaled" * bool(
             st.replay.by_scaling
         )
         caption += (
-            f"\ndependency replay{scaled}: ≈ {_ms(st.replay.step_if_no_straggler_ns)} ms "
+            f"\ndependency replay{scaled}: ≈ {ms(st.replay.step_if_no_straggler_ns)} ms "
             f"({st.replay.recoverable_pct:.1f}% back)"
         )
     table = Table(
@@ -270,13 +262,13 @@ def _straggler_table(report: Report, rows: int) -> Table:
     for r in st.ranks[:rows]:
         table.add_row(
             f"{r.rank}{' ⚑' if r.flagged else ''}",
-            _ms(r.root_delay_ns),
-            _ms(r.compute_excess_ns),
-            _ms(r.stage_excess_ns),
-            _ms(r.delay_caused_per_step_ns),
-            _ms(r.inherited_delay_per_step_ns),
-            f"{r.times_last} ({_pct(_share_pct(r.times_last_share))}%)",
-            _ms(r.wait_per_step_ns),
+            ms(r.root_delay_ns),
+            ms(r.compute_excess_ns),
+            ms(r.stage_excess_ns),
+            ms(r.delay_caused_per_step_ns),
+            ms(r.inherited_delay_per_step_ns),
+            f"{r.times_last} ({pct(_share_pct(r.times_last_share))}%)",
+            ms(r.wait_per_step_ns),
             "–" if r.compute_ratio is None else f"{r.compute_ratio:.3f}",
         )
     return table
@@ -291,8 +283,8 @@ def _group_type_delays(report: Report) -> Text:
     for g in st.by_group_type[:6]:
         top = f", mostly rank {g.top_rank}" if g.top_rank is not None else ""
         text.append(
-            f"  group {g.group} {g.coll_type}: {g.instances}, {_ms(g.arrival_skew_ns)} ms, "
-            f"{_ms(g.delay_caused_ns)} ms{top}\n"
+            f"  group {g.group} {g.coll_type}: {g.instances}, {ms(g.arrival_skew_ns)} ms, "
+            f"{ms(g.delay_caused_ns)} ms{top}\n"
         )
     return text
 
@@ -335,7 +327,7 @@ def _heat_map(report: Report) -> Text:
         text.append(f"  {'step'.ljust(width)} {' '.join(str(s)[-3:].rjust(3) for s in steps)}\n")
         for host_name, row in rows[:MAX_HEAT_ROWS]:
             text.append(f"  {host_name.ljust(width)} {_cells(row, steps, peak)}\n")
-    return text.append(f"  █ = {_ms(peak)} ms\n")
+    return text.append(f"  █ = {ms(peak)} ms\n")
 
 
 def _cells(row: dict[int, int], steps: list[int], peak: int) -> str:
@@ -429,7 +421,7 @@ def _bandwidth_table(report: Report) -> Table:
             f"{r.busbw_incl_wait_gbps:.1f}",
         ]
         if bw.link_gbps is not None:
-            cells.append(_pct(r.below_link_pct) + " %")
+            cells.append(pct(r.below_link_pct) + " %")
         table.add_row(*cells)
     return table
 
