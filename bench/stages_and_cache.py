@@ -23,11 +23,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from tracecomm.analysis.report import build_report
+from tracecomm.analysis.build import build_report
+from tracecomm.analysis.model import RankResult, RunData
+from tracecomm.analysis.options import AnalysisOptions
 from tracecomm.engine import BreakdownOptions, breakdown
 from tracecomm.ingest import find_traces, load_rank
-from tracecomm.pipeline import analyze_file
+from tracecomm.render import View
 from tracecomm.render.formats import render_json
+from tracecomm.run.request import Request
+from tracecomm.run.worker import RankWork, analyze_file
 from tracecomm.synth import fsdp_run_of_size, write_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,19 +40,20 @@ ROOT = Path(__file__).resolve().parents[1]
 def stages(run: Path) -> dict[str, float]:
     paths = [str(p) for p in find_traces([run])]
     out = {"parse (load_rank)": 0.0, "engine (breakdown)": 0.0}
+    work = RankWork(BreakdownOptions(), Request(()).read)
     for path in paths:
         started = time.perf_counter()
-        events = load_rank(path)
+        events = load_rank(path, work.read)
         parsed = time.perf_counter()
         breakdown(events)
         out["parse (load_rank)"] += parsed - started
         out["engine (breakdown)"] += time.perf_counter() - parsed
-    results = [r for p in paths for r in analyze_file(p, BreakdownOptions())]
+    results = [r for p in paths for r in analyze_file(p, work) if isinstance(r, RankResult)]
     started = time.perf_counter()
-    report = build_report(results, [], [str(run)], {})  # type: ignore[arg-type]
+    report = build_report(RunData(tuple(results), (), (str(run),), {}), AnalysisOptions())
     out["cross-rank, stragglers, report"] = time.perf_counter() - started
     started = time.perf_counter()
-    render_json(report)
+    render_json(report, View())
     out["render (JSON)"] = time.perf_counter() - started
     return out
 

@@ -1,3 +1,30 @@
-"""tracecomm: why a distributed training run is slower than its GPUs."""
+"""tracecomm: why a distributed training run is slower than its GPUs.
+
+``tracecomm.analyze(paths, **options) -> Report`` is the CLI's analysis for notebooks (its
+options are the CLI's, as keywords); the command line is ``tracecomm``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from tracecomm.analysis.model import Report
+    from tracecomm.run.api import analyze
+
+__all__ = ["Report", "__version__", "analyze"]
+
+
+def __getattr__(name: str) -> Any:
+    # loaded on first use: the CLI imports this package and must start fast
+    if name == "analyze":
+        from tracecomm.run.api import analyze
+
+        return analyze
+    if name == "Report":
+        from tracecomm.analysis.model import Report
+
+        return Report
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import REPO
+from tracecomm import analyze
 from tracecomm.cli import EXIT_OK, app
-from tracecomm.pipeline import AnalyzeOptions, analyze
 from tracecomm.synth.expected import intersect, length, union
 from tracecomm.synth.pp import dp_pp_run
 from tracecomm.synth.schedule import RunSpec
@@ -77,7 +77,7 @@ def test_an_unbalanced_stage_is_named(tmp_path: Path) -> None:
 
 def test_overrides_and_json(tmp_path: Path) -> None:
     write_run(dp_pp_run(dp=1, pp=4, microbatches=8, steps=2), tmp_path)
-    given = analyze([tmp_path], AnalyzeOptions(pp_stages=4, microbatches=16)).pipelines[0]
+    given = analyze(tmp_path, pp_stages=4, microbatches=16).pipelines[0]
     assert (given.microbatches, given.microbatches_source) == (16, "--microbatches")
     assert given.textbook_bubble_pct == pytest.approx(100 * 3 / 19)
     result = runner.invoke(app, ["analyze", str(tmp_path), "-f", "json"])

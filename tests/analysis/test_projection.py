@@ -12,11 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import REPO, SAMPLE_RUN
+from tracecomm import analyze
 from tracecomm.analysis.projection import Projection
 from tracecomm.cli import EXIT_NO_INPUT, EXIT_OK, app
 from tracecomm.engine import breakdown
 from tracecomm.ingest import load_rank
-from tracecomm.pipeline import AnalyzeOptions, analyze
 from tracecomm.synth.scaling import Network, scaling_run
 from tracecomm.synth.schedule import RunSpec
 from tracecomm.synth.writer import write_run
@@ -32,7 +32,7 @@ def projected(
     tmp: Path, network: Network, targets: tuple[int, ...], weak: bool = False
 ) -> Projection:
     write_run(scaling_run(64, network, weak=weak), tmp)
-    report = analyze([tmp], AnalyzeOptions(project_to=targets, weak=weak))
+    report = analyze(tmp, to=targets, weak=weak)
     assert isinstance(report.projection, Projection), report.projection
     return report.projection
 

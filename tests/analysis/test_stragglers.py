@@ -110,7 +110,7 @@ def test_detail_instances_lists_every_matched_instance() -> None:
 
 
 def test_peers_are_the_largest_group_doing_the_same_work() -> None:
-    from tracecomm.analysis.report import peer_groups
+    from tracecomm.analysis.stragglers import peer_groups
 
     # a 2-stage pipeline, 2-way data parallel: stage 0 = ranks 0, 1; stage 1 = ranks 2, 3
     groups = {"world": (0, 1, 2, 3), "dp0": (0, 1), "dp1": (2, 3), "pp0": (0, 2), "pp1": (1, 3)}

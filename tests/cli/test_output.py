@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from tests.conftest import REPO, SAMPLE_RUN
 from tracecomm import __version__
-from tracecomm.cli import EXIT_OK, app, parse_steps
+from tracecomm.cli import EXIT_OK, app
+from tracecomm.run.request import parse_steps
 
 runner = CliRunner()
 SCHEMA = json.loads((REPO / "tracecomm/schema/report.schema.json").read_text())

@@ -33,19 +33,35 @@ COMM_KERNELS = {
 }
 
 
+# Folders whose counts come from the raw JSON in the test itself (too many ranks to list).
+COUNTED = ("bytedance-straggler-SE",)
+
+
+def raw_comm_kernels(folder: Path) -> dict[int, int]:
+    """NCCL kernels per rank file, counted on the raw JSON (no tracecomm code)."""
+    out = {}
+    for path in folder.glob("rank*.json.gz"):
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        out[doc["distributedInfo"]["rank"]] = sum(
+            e.get("cat") == "kernel" and "nccl" in e["name"].lower() for e in doc["traceEvents"]
+        )
+    return out
+
+
 def test_every_shared_trace_folder_is_covered(shared_traces: Path) -> None:
     folders = {p.name for p in shared_traces.iterdir() if p.is_dir()}
-    assert folders == set(COMM_KERNELS)
+    assert folders == set(COMM_KERNELS) | set(COUNTED)
 
 
-@pytest.mark.parametrize("folder", sorted(COMM_KERNELS))
+@pytest.mark.parametrize("folder", sorted([*COMM_KERNELS, *COUNTED]))
 def test_real_trace_analyzes_and_counts_comm_kernels(shared_traces: Path, folder: str) -> None:
     result = CliRunner().invoke(app, ["analyze", str(shared_traces / folder), "--format", "json"])
     assert result.exit_code == EXIT_OK, result.stderr
     assert "Traceback" not in result.stderr
     doc = json.loads(result.stdout)
     jsonschema.validate(doc, SCHEMA)
-    assert {r["rank"]: r["comm_kernels"] for r in doc["ranks"]} == COMM_KERNELS[folder]
+    want = COMM_KERNELS.get(folder) or raw_comm_kernels(shared_traces / folder)
+    assert {r["rank"]: r["comm_kernels"] for r in doc["ranks"]} == want
     for rank in doc["ranks"]:
         for figures in _all_figures(rank):
             assert (

@@ -43,7 +43,7 @@ def dask_executor() -> Iterator[object]:
     """Two single-threaded worker processes (a nanny each), shared by the tests that do not
     kill workers."""
     need_distributed()
-    from tracecomm.executors import DaskExecutor, ExecutorSpec
+    from tracecomm.run.executors import DaskExecutor, ExecutorSpec
 
     executor = DaskExecutor(ExecutorSpec("dask"), workers=2)
     yield executor

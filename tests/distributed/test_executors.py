@@ -13,15 +13,16 @@ from typer.testing import CliRunner
 
 from tests.distributed.conftest import need_distributed
 from tracecomm.cli import EXIT_OK, EXIT_USAGE, app
-from tracecomm.executors import DaskExecutor, ExecutorSpec, LocalExecutor, parse_executor
-from tracecomm.pipeline import AnalyzeOptions, analyze
 from tracecomm.render.document import report_document
+from tracecomm.run.executors import DaskExecutor, ExecutorSpec, LocalExecutor, parse_executor
+from tracecomm.run.request import request_of
+from tracecomm.run.session import analyze
 
-OPTS = AnalyzeOptions(jobs=1, detail_instances=True)
+OPTS = {"jobs": 1, "detail": ["instances"]}
 
 
 def document(run: Path, executor: Any = None, progress: Any = None) -> dict[str, Any]:
-    report = analyze([str(run)], OPTS, progress, executor=executor or LocalExecutor())
+    report = analyze(request_of(run, **OPTS), progress, executor=executor or LocalExecutor())
     doc: dict[str, Any] = report_document(report)
     return doc
 
@@ -49,14 +50,14 @@ def test_the_whole_run_reads_on_the_workers(
 ) -> None:
     """Nothing that reads the run folder runs on the client: parse, discovery and settings
     all fail here and the result is still complete."""
-    from tracecomm import pipeline, worker
+    from tracecomm.run import discover, session, worker
 
     def not_here(*args: object) -> None:
         raise AssertionError("read on the client")
 
     monkeypatch.setattr(worker, "load_rank", not_here)
-    monkeypatch.setattr(pipeline, "find_sources", not_here)
-    monkeypatch.setattr(pipeline, "settings_file", not_here)
+    monkeypatch.setattr(discover, "find_sources", not_here)
+    monkeypatch.setattr(session, "read_settings", not_here)
     assert document(run64, dask_executor) == local_doc
 
 
@@ -97,13 +98,13 @@ def test_a_rank_whose_worker_keeps_dying_is_reported_missing(
             if done == 4:
                 os.kill(victim, signal.SIGKILL)
 
-        report = analyze([str(run64)], OPTS, kill_once, executor=executor)
+        report = analyze(request_of(run64, **OPTS), kill_once, executor=executor)
     doc = report_document(report)
     assert 1 <= len(report.missing) <= 4
     assert all("KilledWorker" in m.reason for m in report.missing)
     assert report.partial
     lost = {m.rank for m in report.missing}
-    assert len(report.ranks) + len(lost) == 64
+    assert len(report.rank_reports) + len(lost) == 64
     expected = {r["rank"]: r for r in local_doc["ranks"]}
     for rank in doc["ranks"]:
         assert rank == expected[rank["rank"]]
@@ -178,14 +179,15 @@ def test_the_local_cluster_listens_on_loopback_only(dask_executor: DaskExecutor)
 def test_the_local_executor_reports_progress_from_zero(run64: Path, jobs: int) -> None:
     """The stderr progress bar starts at (0, n) and ends at (n, n), pool or not."""
     from tracecomm.engine import BreakdownOptions
-    from tracecomm.worker import analyze_file
+    from tracecomm.ingest.model import ReadOptions
+    from tracecomm.run.worker import RankWork, analyze_file
 
     paths = sorted(str(p) for p in run64.iterdir())[:6]
     calls: list[tuple[int, int]] = []
     out = LocalExecutor().map(
         analyze_file,
         paths,
-        (BreakdownOptions(),),
+        (RankWork(BreakdownOptions(), ReadOptions()),),
         lambda d, t, p: calls.append((d, t)),
         lambda p, e: None,
         jobs,

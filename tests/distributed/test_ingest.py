@@ -19,9 +19,11 @@ from tracecomm.analysis.model import FileFailure, RankResult
 from tracecomm.cli import EXIT_NO_INPUT, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, app
 from tracecomm.engine import BreakdownOptions
 from tracecomm.ingest.discover import json_size
-from tracecomm.summaries import SUFFIX, SummaryError, read_summary, write_summary
+from tracecomm.ingest.model import ReadOptions
+from tracecomm.run.discover import SUFFIX
+from tracecomm.run.summaries import SummaryError, read_summary, write_summary
+from tracecomm.run.worker import RankWork, analyze_file
 from tracecomm.synth import fsdp_run, write_run
-from tracecomm.worker import analyze_file
 
 SETTINGS = "[model]\nflops-per-step = 32000000000000\n[device]\npeak-tflops = 989\n"
 NCCL_LOG = (
@@ -81,14 +83,15 @@ def test_ingest_then_analyze_gives_the_figures_of_the_traces(run: Path, tmp_path
 
 
 def test_summaries_written_by_a_dask_cluster(run: Path, tmp_path: Path, dask_executor: Any) -> None:
-    from tracecomm.pipeline import AnalyzeOptions, analyze, ingest
     from tracecomm.render.document import report_document
+    from tracecomm.run.request import request_of
+    from tracecomm.run.session import analyze, ingest
 
     out = tmp_path / "summaries"
-    done = ingest([str(run)], out, AnalyzeOptions(), executor=dask_executor)
+    done = ingest(request_of(run), out, executor=dask_executor)
     assert (done.summaries, done.ranks, len(done.failures)) == (8, 7, 1)
-    direct = report_document(analyze([str(run)], AnalyzeOptions(jobs=1)))
-    again = report_document(analyze([str(out)], AnalyzeOptions(jobs=1)))
+    direct = report_document(analyze(request_of(run, jobs=1)))
+    again = report_document(analyze(request_of(out, jobs=1)))
     assert comparable(again) == comparable(direct)
 
 
@@ -97,7 +100,7 @@ def test_a_summary_round_trips_exactly(tmp_path: Path) -> None:
     collectives come back as the same frame, dtypes included."""
     path = SAMPLE_RUN / "rank3.pt.trace.json.gz"
     opts = BreakdownOptions(first_step=2, comm_patterns=("^my_comm=AllReduce",))
-    (result,) = analyze_file(str(path), opts)
+    (result,) = analyze_file(str(path), RankWork(opts, ReadOptions()))
     assert isinstance(result, RankResult) and result.breakdown.collectives is not None
     back, stored = read_summary(str(write_summary(tmp_path, result, opts)))
     assert stored == opts
@@ -110,7 +113,9 @@ def test_a_summary_round_trips_exactly(tmp_path: Path) -> None:
 
 
 def test_a_rank_without_collectives_keeps_none(tmp_path: Path) -> None:
-    (result,) = analyze_file(str(SAMPLE_RUN / "rank0.pt.trace.json.gz"), BreakdownOptions())
+    (result,) = analyze_file(
+        str(SAMPLE_RUN / "rank0.pt.trace.json.gz"), RankWork(BreakdownOptions(), ReadOptions())
+    )
     assert isinstance(result, RankResult)
     bare = replace(result, breakdown=replace(result.breakdown, collectives=None))
     back, _ = read_summary(str(write_summary(tmp_path, bare, BreakdownOptions())))

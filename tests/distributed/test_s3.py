@@ -14,9 +14,10 @@ import pytest
 
 from tests.conftest import SAMPLE_RUN
 from tests.distributed.conftest import need, need_distributed
-from tracecomm.executors import DaskExecutor, ExecutorSpec, LocalExecutor
-from tracecomm.pipeline import AnalyzeOptions, analyze
 from tracecomm.render.document import report_document
+from tracecomm.run.executors import DaskExecutor, ExecutorSpec, LocalExecutor
+from tracecomm.run.request import request_of
+from tracecomm.run.session import analyze
 
 BUCKET = "traces"
 
@@ -68,11 +69,11 @@ def without_paths(doc: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def local_doc() -> dict[str, Any]:
-    return report_document(analyze([str(SAMPLE_RUN)], AnalyzeOptions(jobs=1)))
+    return report_document(analyze(request_of(SAMPLE_RUN, jobs=1)))
 
 
 def test_an_s3_folder_gives_the_local_figures(s3_run: str, local_doc: dict[str, Any]) -> None:
-    doc = report_document(analyze([s3_run], AnalyzeOptions(jobs=1), executor=LocalExecutor()))
+    doc = report_document(analyze(request_of(s3_run, jobs=1), executor=LocalExecutor()))
     assert without_paths(doc) == without_paths(local_doc)
     assert [r["path"] for r in doc["ranks"]] == [
         f"{s3_run}rank{r}.pt.trace.json.gz" for r in range(8)
@@ -83,15 +84,16 @@ def test_dask_workers_read_s3_themselves(
     s3_run: str, local_doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     need_distributed()
-    from tracecomm import pipeline, sources
+    from tracecomm.run import discover, sources, worker
 
     def not_here(*args: object) -> None:
         raise AssertionError("read on the client")
 
     with DaskExecutor(ExecutorSpec("dask"), workers=2) as executor:  # workers inherit the env
         monkeypatch.setattr(sources, "opened_locally", not_here)
-        monkeypatch.setattr(pipeline, "find_sources", not_here)
-        doc = report_document(analyze([s3_run], AnalyzeOptions(), executor=executor))
+        monkeypatch.setattr(worker, "opened_locally", not_here)
+        monkeypatch.setattr(discover, "find_sources", not_here)
+        doc = report_document(analyze(request_of(s3_run), executor=executor))
     assert without_paths(doc) == without_paths(local_doc)
 
 
@@ -102,9 +104,9 @@ def test_a_corrupt_object_is_one_missing_rank_named_by_its_url(s3_run: str) -> N
     broken = f"{s3_run}rank9.pt.trace.json.gz"
     fs.pipe(broken.removeprefix("s3://"), b"\x1f\x8b\x08 not really gzip")
     try:
-        report = analyze([s3_run], AnalyzeOptions(jobs=1))
+        report = analyze(request_of(s3_run, jobs=1))
     finally:
         fs.rm(broken.removeprefix("s3://"))
-    assert len(report.ranks) == 8
+    assert len(report.rank_reports) == 8
     (missing,) = report.missing
     assert missing.path == broken and "gzip" in missing.reason

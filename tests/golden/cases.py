@@ -49,8 +49,7 @@ def _shared_trace_cases() -> list[Case]:
 def _shared_log_cases() -> list[Case]:
     names = sorted(p.name for p in SHARED_LOGS.glob("*.log")) if SHARED_LOGS.is_dir() else []
     return [
-        Case(f"nccl-{n}", ("nccl", str(SHARED_LOGS / n), "-f", "json"), "json", True)
-        for n in names
+        Case(f"nccl-{n}", ("nccl", str(SHARED_LOGS / n), "-f", "json"), "json", True) for n in names
     ]
 
 
@@ -61,8 +60,19 @@ def cases() -> list[Case]:
         Case(
             "sample-json-everything",
             (
-                "analyze", s, "-f", "json", "--detail", "instances", "--detail", "timeline",
-                "--project", "--compat", "hta", "--model-flops-per-step", "3.2e15",
+                "analyze",
+                s,
+                "-f",
+                "json",
+                "--detail",
+                "instances",
+                "--detail",
+                "timeline",
+                "--project",
+                "--compat",
+                "hta",
+                "--model-flops-per-step",
+                "3.2e15",
             ),
             "json",
         ),

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tracecomm import pipeline, worker
 from tracecomm.cli import EXIT_OK, EXIT_PARTIAL, app
+from tracecomm.run import session, worker
 from tracecomm.synth import fsdp_run, write_run
 
 
@@ -39,7 +39,6 @@ def no_parse(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError(f"{path} parsed again")
 
     monkeypatch.setattr(worker, "load_rank", fail)
-    monkeypatch.setattr(pipeline, "load_rank", fail)
 
 
 def test_a_cached_run_gives_the_same_figures(
@@ -84,7 +83,7 @@ def test_an_identical_command_replays_its_output_without_analyzing(
     def fail(*a: object, **k: object) -> None:
         raise AssertionError("analyzed again")
 
-    monkeypatch.setattr(pipeline, "analyze", fail)
+    monkeypatch.setattr(session, "analyze", fail)
     second = invoke(*args)
     assert (second.stdout_bytes, second.stderr, second.exit_code) == (
         first.stdout_bytes,
@@ -94,7 +93,7 @@ def test_an_identical_command_replays_its_output_without_analyzing(
     for fmt in ("csv", "terminal"):  # each format is its own entry
         monkeypatch.undo()
         out = invoke("analyze", str(run), "-f", fmt, "--cache", str(cache))
-        monkeypatch.setattr(pipeline, "analyze", fail)
+        monkeypatch.setattr(session, "analyze", fail)
         assert invoke("analyze", str(run), "-f", fmt, "--cache", str(cache)).stdout == out.stdout
 
 
@@ -122,13 +121,13 @@ def test_the_memo_misses_when_anything_it_depends_on_changes(
     else:
         (run / "tracecomm.toml").write_text("[model]\nflops-per-step = 1000000000000\n")
     calls: list[object] = []
-    real = pipeline.analyze
+    real = session.analyze
 
     def counted(*a: Any, **k: Any) -> Any:
         calls.append(1)
         return real(*a, **k)
 
-    monkeypatch.setattr(pipeline, "analyze", counted)
+    monkeypatch.setattr(session, "analyze", counted)
     invoke(*args)
     assert calls == [1]
 

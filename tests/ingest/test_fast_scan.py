@@ -15,7 +15,8 @@ from polars.testing import assert_frame_equal
 
 from tests.conftest import SAMPLE_RUN, kernel, launch, simple_events, trace_doc
 from tracecomm.ingest import fast, load_rank, stream
-from tracecomm.ingest.model import RankEvents
+from tracecomm.ingest.model import RankEvents, ReadOptions
+from tracecomm.mfu.opflops import SHAPED_OPS
 from tracecomm.synth import dp_pp_run, dp_tp_run, fsdp_run
 from tracecomm.synth.shapes import with_shapes
 from tracecomm.synth.writer import write_run
@@ -37,11 +38,15 @@ if not fast.available() and os.environ.get("TRACECOMM_REQUIRE_SCANNER"):
 pytestmark = pytest.mark.skipif(not fast.available(), reason="the C scanner was not built")
 
 
+# the FLOP counter's ops: their shapes are kept, so the differential covers them too
+READ = ReadOptions(shaped_ops=SHAPED_OPS)
+
+
 def both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[RankEvents, RankEvents]:
-    scanned = load_rank(path)
+    scanned = load_rank(path, READ)
     with monkeypatch.context() as m:
         m.setattr(fast, "_scan", None)
-        general = load_rank(path)
+        general = load_rank(path, READ)
     return scanned, general
 
 
@@ -91,7 +96,7 @@ def test_same_frames_on_the_real_traces(
             with monkeypatch.context() as m:
                 m.setattr(fast, "_scan", None)
                 with pytest.raises(type(exc)):
-                    load_rank(path)
+                    load_rank(path, READ)
             continue
         assert_same(scanned, general)
 
@@ -156,16 +161,16 @@ def test_a_kept_event_of_an_odd_shape_sends_the_chunk_to_the_general_reader(
 ) -> None:
     odd = {**simple_events()[4], "pid": "GPU 0"}  # a kept kernel with a string pid
     text = json.dumps([*simple_events(), odd]).encode()
-    assert fast.columns(text, tmp_path / "x.json", None) is None
+    assert fast.columns(text, tmp_path / "x.json", None, SHAPED_OPS) is None
     spans = {"ph": "X", "cat": "Trace", "name": "t", "pid": "Spans", "tid": "P", "ts": 1, "dur": 9}
     text = json.dumps([*simple_events(), spans]).encode()  # not kept: no matter
-    assert fast.columns(text, tmp_path / "x.json", None) is not None
+    assert fast.columns(text, tmp_path / "x.json", None, SHAPED_OPS) is not None
 
 
 def test_events_without_a_category_are_not_kept(tmp_path: Path) -> None:
     bare = {k: v for k, v in simple_events()[4].items() if k != "cat"}  # a kernel, no "cat"
     text = json.dumps([*simple_events(), bare]).encode()
-    got = fast.columns(text, tmp_path / "x.json", None)
+    got = fast.columns(text, tmp_path / "x.json", None, SHAPED_OPS)
     assert got is not None
     frame, _, _ = got
     assert frame.height == len(simple_events())  # the step, 3 launches, 3 kernels

@@ -7,6 +7,8 @@ import pytest
 from tests.conftest import kernel, launch, simple_events, step, trace_doc, write_trace
 from tracecomm.errors import NotATrace, TraceError
 from tracecomm.ingest import load_rank
+from tracecomm.ingest.model import ReadOptions
+from tracecomm.mfu.opflops import SHAPED_OPS
 
 
 def test_parses_compact_json_and_keeps_exact_ns(tmp_path: Path) -> None:
@@ -220,9 +222,11 @@ def test_matmul_and_attention_ops_keep_their_input_dims(tmp_path: Path) -> None:
     dims = {"Input Dims": [[64, 128], [128, 32]], "Concrete Inputs": ["", ""]}
     mm = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 3, "ts": 1, "dur": 2}
     bare = {**mm, "name": "aten::bmm", "ts": 4}
-    rank = load_rank(
-        write_trace(tmp_path / "a.json", trace_doc([{**mm, "args": dims}, bare, *simple_events()]))
+    path = write_trace(
+        tmp_path / "a.json", trace_doc([{**mm, "args": dims}, bare, *simple_events()])
     )
+    assert load_rank(path).shaped_ops.is_empty()  # shapes are kept only when asked for
+    rank = load_rank(path, ReadOptions(shaped_ops=SHAPED_OPS))
     ops = rank.shaped_ops
     assert ops["name"].to_list() == ["aten::mm"]  # no shapes recorded: nothing to count
     assert json.loads(ops["input_dims"][0]) == [[64, 128], [128, 32]]

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from tests.conftest import SAMPLE_RUN
 from tracecomm.cli import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, app
 from tracecomm.errors import UsageError
-from tracecomm.sources import find_sources, local_path, scheme
+from tracecomm.run.sources import find_sources, local_path, scheme
 
 fsspec = pytest.importorskip("fsspec")
 

@@ -10,19 +10,21 @@ from polars.testing import assert_frame_equal
 
 from tests.conftest import SAMPLE_RUN, simple_events, trace_doc, write_trace
 from tracecomm.ingest import stream
-from tracecomm.ingest.kineto import _load_rank
-from tracecomm.ingest.model import RankEvents
+from tracecomm.ingest.load import _load_rank
+from tracecomm.ingest.model import RankEvents, ReadOptions
+from tracecomm.mfu.opflops import SHAPED_OPS
 from tracecomm.synth import fsdp_run, write_run
 from tracecomm.synth.shapes import with_shapes
 
+READ = ReadOptions(shaped_ops=SHAPED_OPS)  # shapes kept: the test compares them too
 FRAMES = ("device", "launches", "steps", "comm_annotations", "comm_ops", "cpu", "shaped_ops")
 
 
 def both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[RankEvents, RankEvents]:
-    whole = _load_rank(path)
+    whole = _load_rank(path, READ)
     monkeypatch.setattr(stream, "STREAM_FROM_BYTES", 0)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 50_000)  # many chunks even for small files
-    chunked = stream.stream_rank(path)
+    chunked = stream.stream_rank(path, READ)
     return whole, chunked
 
 
@@ -56,8 +58,8 @@ def test_truncated_or_odd_files_fall_back(tmp_path: Path, monkeypatch: pytest.Mo
     cut.write_bytes(data[: len(data) // 2])
     monkeypatch.setattr(stream, "CHUNK_BYTES", 50_000)
     with pytest.raises(stream.Fallback):
-        stream.stream_rank(cut)
+        stream.stream_rank(cut, READ)
     monkeypatch.setattr(stream, "STREAM_FROM_BYTES", 0)
-    events = _load_rank(cut)  # the whole-file reader salvages it
+    events = _load_rank(cut, READ)  # the whole-file reader salvages it
     assert events.truncated and events.device.height > 0
     assert isinstance(events.device, pl.DataFrame)

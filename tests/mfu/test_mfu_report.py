@@ -124,9 +124,7 @@ def test_without_flops_the_panel_says_how_to_give_them(run: tuple[RunSpec, Path]
 def test_panel_fits_80_columns(tmp_path: Path, with_model: bool) -> None:
     """Every line the panel can print: MFU, HFU, observed FLOPs, energy, the bar and legend;
     without FLOPs, how to give them."""
-    from tracecomm.mfu.inputs import ModelInputs
-    from tracecomm.pipeline import AnalyzeOptions
-    from tracecomm.pipeline import analyze as run_pipeline
+    from tracecomm import analyze
     from tracecomm.synth.power import power_log
     from tracecomm.synth.shapes import with_shapes
 
@@ -135,8 +133,8 @@ def test_panel_fits_80_columns(tmp_path: Path, with_model: bool) -> None:
     (tmp_path / "power.csv").write_text(power_log(spec, "node0", lambda g, t: 700.0))
     config = tmp_path / "config.json"
     config.write_text(json.dumps(LLAMA3_8B))
-    model = ModelInputs(model_config=config, seq_len=1024, global_batch=1)
-    report = run_pipeline([tmp_path], AnalyzeOptions(model=model if with_model else ModelInputs()))
+    model = {"model_config": config, "seq_len": 1024, "global_batch": 1} if with_model else {}
+    report = analyze(tmp_path, **model)
     th = report.throughput
     assert th is not None and th.observed and th.energy
     assert (th.hfu is not None) == with_model

@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import REPO, SAMPLE_RUN
+from tracecomm import analyze
 from tracecomm.cli import EXIT_OK, EXIT_USAGE, app
-from tracecomm.pipeline import AnalyzeOptions, analyze
 from tracecomm.render.document import report_document
 from tracecomm.render.html import embed_json, render_html
 from tracecomm.synth import fsdp_run
@@ -37,7 +37,7 @@ def data_of(page: str) -> Any:
 
 @pytest.fixture(scope="module")
 def sample_document() -> dict[str, Any]:
-    report = analyze([SAMPLE_RUN], AnalyzeOptions(timeline=True))
+    report = analyze(SAMPLE_RUN, detail=["timeline"])
     return report_document(report)
 
 
@@ -76,7 +76,7 @@ def test_page_references_nothing_outside_itself(sample_document: dict[str, Any])
 
 def test_timeline_roles_and_chosen_ranks(tmp_path: Path) -> None:
     write_run(fsdp_run(world_size=8, seed=0, slow_rank=5, slowdown=0.3), tmp_path)
-    report = analyze([tmp_path], AnalyzeOptions(timeline=True))
+    report = analyze(tmp_path, detail=["timeline"])
     assert report.timeline is not None
     roles = {r.role: r.rank for r in report.timeline.ranks}
     assert set(roles) >= {"fastest", "median", "slowest"}
@@ -88,7 +88,7 @@ def test_timeline_roles_and_chosen_ranks(tmp_path: Path) -> None:
         r.timeline is not None and r.timeline.step == report.timeline.step
         for r in report.timeline.ranks
     )
-    chosen = analyze([tmp_path], AnalyzeOptions(timeline=True, timeline_ranks=(2, 99)))
+    chosen = analyze(tmp_path, detail=["timeline"], timeline_ranks="2,99")
     assert chosen.timeline is not None
     assert [(r.rank, r.role, r.timeline is None) for r in chosen.timeline.ranks] == [
         (2, "chosen", False),

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from tracecomm.analysis.model import RankReport
 from tracecomm.engine.collectives import INSTANCE_SCHEMA
 
 _RANK_LIST = re.compile(r"^\[\s*\d+(?:\s*,\s*\d+)*\s*\]$")
@@ -315,3 +317,16 @@ def _clocks(
         else:
             out.append(HostClock(host, ranks, None, None, 0))
     return tuple(out)
+
+
+def ranks_cross_rank(ranks: Sequence[RankReport], align_clocks: bool) -> CrossRank | None:
+    """Matching and clocks over the ranks with device collectives (two or more)."""
+    gpu = [r for r in ranks if r.breakdown.collectives is not None]
+    if len(gpu) < 2:
+        return None
+    collectives = {
+        r.rank: r.breakdown.collectives for r in gpu if r.breakdown.collectives is not None
+    }
+    # metrics.md §5: ranks that share a host share one clock (host_name, else the file name)
+    hosts = {r.rank: r.host or Path(r.path).name for r in gpu}
+    return cross_rank(collectives, hosts, align_clocks)

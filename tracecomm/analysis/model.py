@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, and must stay lean
+    import polars as pl
+
     from tracecomm.analysis.bandwidth import Bandwidth
     from tracecomm.analysis.crossrank import CrossRank
     from tracecomm.analysis.pipeline_view import PipelineView
@@ -16,6 +19,7 @@ if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, 
     from tracecomm.engine.model import Figures, RankBreakdown
     from tracecomm.engine.timeline import StepTimeline
     from tracecomm.ingest.model import TraceMeta
+    from tracecomm.mfu.inputs import ModelFlops, ModelInputs
     from tracecomm.nccl.diagnose import NcclSummary
 
 
@@ -148,8 +152,8 @@ class Report:
     inputs: tuple[str, ...]
     options: dict[str, Any]
     summary: RunSummary
-    ranks: tuple[RankReport, ...]
-    by_type: tuple[TypeSummary, ...]
+    rank_reports: tuple[RankReport, ...]  # by rank; ``ranks`` is the same as a polars frame
+    type_summaries: tuple[TypeSummary, ...]  # by collective type; ``by_type`` as a frame
     missing: tuple[MissingRank, ...]
     skipped: tuple[FileFailure, ...]  # files that are not traces (no traceEvents)
     absent_ranks: tuple[int, ...] = ()  # below world_size, no file at all: a warning, not an error
@@ -169,4 +173,68 @@ class Report:
     @property
     def partial(self) -> bool:
         """Some rank is missing or was only partly readable."""
-        return bool(self.missing) or any(r.partial for r in self.ranks)
+        return bool(self.missing) or any(r.partial for r in self.rank_reports)
+
+    # The tables as polars frames, for notebooks (analysis.frames): built on each access.
+
+    @property
+    def ranks(self) -> pl.DataFrame:
+        """One row per analyzed rank: window figures and per-step medians."""
+        from tracecomm.analysis.frames import ranks_frame
+
+        return ranks_frame(self)
+
+    @property
+    def steps(self) -> pl.DataFrame:
+        """One row per rank and profiler step."""
+        from tracecomm.analysis.frames import steps_frame
+
+        return steps_frame(self)
+
+    @property
+    def by_type(self) -> pl.DataFrame:
+        """One row per collective type, summed over ranks."""
+        from tracecomm.analysis.frames import by_type_frame
+
+        return by_type_frame(self)
+
+    @property
+    def straggler_ranks(self) -> pl.DataFrame:
+        """metrics.md §6 per rank, largest root delay first."""
+        from tracecomm.analysis.frames import straggler_frame
+
+        return straggler_frame(self)
+
+    @property
+    def collectives(self) -> pl.DataFrame:
+        """Every matched collective instance per rank, clock-aligned."""
+        from tracecomm.analysis.frames import collectives_frame
+
+        return collectives_frame(self)
+
+
+class RankFiles(Protocol):
+    """What the analysis may ask of the run's trace files again (one step of a rank, HTA's
+    figures): the run reads them where they are, on its executor, and hands back plain values."""
+
+    def step_timeline(self, rank: RankReport, role: str, step: int) -> RankTimeline: ...
+
+    def step_work(self, rank: RankReport, step: int) -> pl.DataFrame | str: ...
+
+    def hta_figures(self, paths: Mapping[int, str], version: str) -> tuple[HtaFigures, ...]: ...
+
+
+@dataclass(frozen=True)
+class RunData:
+    """What the run gathered for the analysis: the per-rank results and the run's own inputs."""
+
+    results: tuple[RankResult, ...]
+    failures: tuple[FileFailure, ...]
+    inputs: tuple[str, ...]
+    options: dict[str, Any]  # the options as the report records them
+    model: ModelInputs | None = None  # the model inputs in effect (flags over settings file)
+    flops: ModelFlops | None = None  # model FLOPs per step, from them
+    power_warnings: tuple[str, ...] = ()
+    nccl: NcclSummary | None = None  # NCCL logs and Flight Recorder dumps, diagnosed
+    nccl_warnings: tuple[str, ...] = ()
+    files: RankFiles | None = None  # None: the trace files cannot be read again

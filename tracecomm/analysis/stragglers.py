@@ -3,14 +3,18 @@ and which ranks caused the delay rather than inherited it."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import polars as pl
 
-from tracecomm.analysis.replay import ReplayEstimate
+from tracecomm.analysis.crossrank import CrossRank
+from tracecomm.analysis.model import RankReport
+from tracecomm.analysis.replay import ReplayEstimate, replay
 
 # A rank is flagged when its root delay exceeds both of these (metrics.md §6).
 FLAG_SHARE_OF_STEP = 0.05
@@ -339,3 +343,83 @@ def _median(values: list[int]) -> int | None:
 def _halves_up(value: float) -> int:
     """Whole ns, halves rounded up: the rule of every median and mean in the report."""
     return math.floor(value + 0.5)
+
+
+def rank_stragglers(
+    ranks: Sequence[RankReport], cr: CrossRank | None, detail_instances: bool
+) -> Stragglers | None:
+    """metrics.md §6 over the ranks with analyzed steps, with the replay what-if."""
+    timed = [r for r in ranks if r.step_summary is not None]
+    if cr is None or cr.matched == 0 or len(timed) < 2:
+        return None
+    peers = peer_groups(cr.groups, {r.rank: r.breakdown.work_signature for r in timed})
+    found = stragglers(
+        cr.aligned,
+        compute_per_step={
+            r.rank: r.step_summary.median.compute_ns for r in timed if r.step_summary
+        },
+        step_time={r.rank: r.step_summary.median.window_ns for r in timed if r.step_summary},
+        included_steps={
+            r.rank: frozenset(s.step for s in r.breakdown.included_steps) for r in timed
+        },
+        keep_instances=detail_instances,
+        peers=peers,
+        hosts={r.rank: r.host or Path(r.path).name for r in timed},
+        p2p_waits=cr.p2p_waits,
+        pipelines={r: m for m in cr.pipelines.values() for r in m},
+    )
+    return dataclasses.replace(found, replay=_replay(timed, cr, found, peers))
+
+
+def _replay(
+    timed: Sequence[RankReport],
+    cr: CrossRank,
+    found: Stragglers,
+    peers: Mapping[int, tuple[int, ...]],
+) -> ReplayEstimate | None:
+    """The dependency-replay what-if over the included steps, on the aligned clock."""
+    offset = {r: c.offset_ns or 0 for c in cr.clocks for r in c.ranks}
+    windows = pl.DataFrame(
+        [
+            (r.rank, s.step, s.window.start_ns, s.window.end_ns)
+            for r in timed
+            for s in r.breakdown.included_steps
+            if s.window is not None
+        ],
+        schema={"rank": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
+        orient="row",
+    ).with_columns(pl.col("start_ns", "end_ns") - pl.col("rank").replace_strict(offset, default=0))
+    columns = ["rank", "pg", "key", "start_ns", "end_ns"]
+    shared = pl.concat(
+        [cr.aligned.select(columns)]
+        + ([cr.p2p_pairs.select(columns)] if cr.p2p_pairs.height else [])
+    )
+    # with no unflagged peer to copy, a flagged rank keeps (own − excess) / own of its own work
+    factors = {
+        r.rank: 1.0 - max(r.compute_excess_ns, r.stage_excess_ns) / r.compute_per_step_ns
+        if r.compute_per_step_ns
+        else 1.0
+        for r in found.ranks
+        if r.flagged
+    }
+    return replay(shared, windows, factors, peers)
+
+
+def peer_groups(
+    groups: Mapping[str, tuple[int, ...]], signatures: Mapping[int, str | None]
+) -> dict[int, tuple[int, ...]]:
+    """metrics.md §6 peers(r): the largest non-world process group holding r whose members all
+    run the same kernels in the same order as r (same work signature); else every rank."""
+    everyone = tuple(sorted(signatures))
+    out: dict[int, tuple[int, ...]] = {}
+    for rank, signature in signatures.items():
+        candidates = [
+            members
+            for members in groups.values()
+            if rank in members
+            and len(members) < len(everyone)
+            and signature is not None
+            and all(signatures.get(m) == signature for m in members)
+        ]
+        out[rank] = max(candidates, key=lambda m: (len(m), m)) if candidates else everyone
+    return out

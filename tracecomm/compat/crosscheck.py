@@ -36,6 +36,14 @@ class Comparison:
         return round(self.tracecomm, digits) == round(self.hta, digits)
 
 
+@dataclass(frozen=True)
+class Crosscheck:
+    """tracecomm's --compat figures beside HTA's own, on one run folder."""
+
+    run: str
+    rows: tuple[Comparison, ...]
+
+
 def run_hta(run: Path) -> dict[int, HtaFigures]:
     """HTA 0.5.0's get_comm_comp_overlap and get_temporal_breakdown on the folder."""
     try:

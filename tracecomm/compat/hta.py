@@ -30,7 +30,7 @@ import msgspec
 import numpy as np
 import polars as pl
 
-from tracecomm.ingest.kineto import read_trace_bytes
+from tracecomm.ingest.salvage import read_trace_bytes
 
 _COMM = re.compile(r"^nccl.*Kernel")
 _MEMORY = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")

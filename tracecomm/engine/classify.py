@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from tracecomm.ingest.kineto import META_SCHEMA
+from tracecomm.ingest.events import META_SCHEMA
 from tracecomm.ingest.model import RankEvents
 
 COLL_TYPES = (

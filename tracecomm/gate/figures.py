@@ -8,9 +8,13 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from tracecomm.analysis.model import Report
+    from tracecomm.engine.model import StepFigures
 
 BASELINE_KIND = "tracecomm-baseline"
 BASELINE_VERSION = 1
@@ -41,6 +45,46 @@ class RunFigures:
     source: str  # where the figures came from, for messages
     tool_version: str | None = None
     notes: tuple[str, ...] = field(default=())
+
+
+def from_report(report: Report, source: str) -> RunFigures:
+    """Figures of a Report (the run analyzed now)."""
+    st = report.stragglers
+    delays = {r.rank: r.root_delay_ns for r in st.ranks} if st is not None else {}
+    ranks = {
+        r.rank: RankFigures(
+            step_time_ns=r.step_summary.median.window_ns,
+            exposed_comm_ns=r.step_summary.median.exposed_comm_ns,
+            idle_ns=r.step_summary.median.idle_ns,
+            overlap_pct=r.step_summary.median.overlap_pct,
+            exposed_by_type_ns=_type_medians(
+                [s for s in r.breakdown.steps if s.included and s.window is not None]
+            ),
+            root_delay_ns=max(0, delays.get(r.rank, 0)),
+        )
+        for r in report.rank_reports
+        if r.step_summary is not None
+    }
+    return RunFigures(
+        ranks=ranks,
+        steps=report.summary.steps,
+        world_size=report.summary.world_size,
+        mfu=report.throughput.mfu if report.throughput is not None else None,
+        source=source,
+        tool_version=report.tool_version,
+    )
+
+
+def _type_medians(steps: Sequence[StepFigures]) -> dict[str, int]:
+    """Median over the included steps of each type's exposed time (0 in a step without it)."""
+    windows = [s.window for s in steps if s.window is not None]
+    types = sorted({t.coll_type for w in windows for t in w.by_type})
+    return {
+        coll: _median_ns(
+            [sum(t.exposed_comm_ns for t in w.by_type if t.coll_type == coll) for w in windows]
+        )
+        for coll in types
+    }
 
 
 def from_document(doc: Mapping[str, Any], source: str) -> RunFigures:
@@ -80,8 +124,12 @@ def _by_type_medians(steps: Sequence[Mapping[str, Any]]) -> dict[str, int]:
             sum(t["exposed_comm_ns"] for t in w["by_type"] if t["coll_type"] == coll)
             for w in windows
         ]
-        out[coll] = math.floor(statistics.median(values) + 0.5)
+        out[coll] = _median_ns(values)
     return out
+
+
+def _median_ns(values: Sequence[int]) -> int:
+    return math.floor(statistics.median(values) + 0.5)
 
 
 def baseline_document(figures: RunFigures) -> dict[str, Any]:

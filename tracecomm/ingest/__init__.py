@@ -16,12 +16,14 @@ from tracecomm.ingest.discover import (
 )
 
 if TYPE_CHECKING:
-    from tracecomm.ingest.kineto import load_rank
-    from tracecomm.ingest.model import RankEvents, TraceMeta
+    from tracecomm.ingest.load import load_merged, load_rank
+    from tracecomm.ingest.model import RankEvents, ReadOptions, TraceMeta
 
 _LAZY = {
-    "load_rank": "tracecomm.ingest.kineto",
+    "load_rank": "tracecomm.ingest.load",
+    "load_merged": "tracecomm.ingest.load",
     "RankEvents": "tracecomm.ingest.model",
+    "ReadOptions": "tracecomm.ingest.model",
     "TraceMeta": "tracecomm.ingest.model",
 }
 
@@ -38,9 +40,11 @@ __all__ = [
     "RankAssignment",
     "RankClaim",
     "RankEvents",
+    "ReadOptions",
     "TraceMeta",
     "assign_ranks",
     "find_traces",
+    "load_merged",
     "load_rank",
     "rank_from_filename",
 ]

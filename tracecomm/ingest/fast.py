@@ -1,5 +1,5 @@
 """The kept events of one chunk through the C scanner (``_scan.c``): the same frame as
-``kineto._columns`` builds from msgspec-decoded events, with Python objects only for distinct
+``frames.columns`` builds from msgspec-decoded events, with Python objects only for distinct
 strings and for the few rows whose args matter (collective metadata, shapes, odd link values).
 
 ``columns`` returns None whenever the scanner is missing or declines the chunk; the caller
@@ -9,6 +9,7 @@ then takes the general path, so results never depend on which path ran.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -17,9 +18,9 @@ import msgspec
 import numpy as np
 import polars as pl
 
-from tracecomm.ingest import kineto as k
+from tracecomm.ingest.events import COMM_OP, KIND_OF_CAT, META_SCHEMA, NO_ARGS
+from tracecomm.ingest.frames import decode_args, int_series, json_text, repair_times, typed_series
 from tracecomm.ingest.model import DEVICE_KINDS
-from tracecomm.mfu.opflops import SHAPED_OPS
 
 _scan: ModuleType | None
 try:
@@ -43,7 +44,11 @@ def available() -> bool:
 
 
 def columns(
-    text: bytes | memoryview, path: Path, cpu_only: bool | None, bare: bool = False
+    text: bytes | memoryview,
+    path: Path,
+    cpu_only: bool | None,
+    shaped_ops: Collection[str],
+    bare: bool = False,
 ) -> tuple[pl.DataFrame, list[str], int] | None:
     """``text``: a JSON array of events (``bare``: without its brackets). None: take the
     general path."""
@@ -62,7 +67,7 @@ def columns(
     name_codes = _codes(got["name_code"], len(names))
     # kinds and name tests on the distinct strings only, then gathered per row
     kind = _KIND_CODES[[_kind_code(c) for c in cats] + [0]][cat_codes]  # [0]: no category
-    named = np.array([[n == k._COMM_OP, n in SHAPED_OPS] for n in [*names, ""]], dtype=bool)
+    named = np.array([[n == COMM_OP, n in shaped_ops] for n in [*names, ""]], dtype=bool)
     rows = _wanted(kind, named[name_codes, 0], named[name_codes, 1], flags, cpu_only)
     if (flags[rows] & FLAG_BAD).any():
         return None  # a kept event with a string pid, an exponent…: the general path reads it
@@ -90,16 +95,16 @@ def columns(
     carrier = (kind == _KINDS.index("kernel")) | named[name_codes, 0]
     shaped = named[name_codes, 1] & (flags & FLAG_DIMS > 0) & has_args
     frame = _with_meta(frame, carrier, shaped, flags, text, at, size, has_args)
-    return k._repair_times(frame, path)
+    return repair_times(frame, path)
 
 
-_KINDS = tuple(dict.fromkeys(k._KIND_OF_CAT.values()))
+_KINDS = tuple(dict.fromkeys(KIND_OF_CAT.values()))
 _KIND_CODES = np.arange(-1, len(_KINDS), dtype=np.int64)  # [-1] is "not a kind we use"
 
 
 def _kind_code(cat: str) -> int:
     """Index into _KIND_CODES: 0 for a category we do not use."""
-    kind = k._KIND_OF_CAT.get(cat.lower())
+    kind = KIND_OF_CAT.get(cat.lower())
     return 0 if kind is None else _KINDS.index(kind) + 1
 
 
@@ -119,7 +124,7 @@ def _wanted(
     flags: np.ndarray,
     cpu_only: bool | None,
 ) -> np.ndarray:
-    """kineto._wanted_rows, on codes: the scanner flags the args that hold shapes."""
+    """frames._wanted_rows, on codes: the scanner flags the args that hold shapes."""
     used = kind >= 0
     cpu_op = kind == _KINDS.index("cpu_op")
     shaped = shaped_name & (flags & FLAG_DIMS > 0)
@@ -146,9 +151,9 @@ def _ints(got: dict[str, Any], name: str, rows: np.ndarray) -> pl.Series:
 def _args(
     text: bytes | memoryview, at: np.ndarray, size: np.ndarray, which: np.ndarray
 ) -> list[Any]:
-    """The args of rows ``which``, decoded as kineto._Args (None where there are none)."""
+    """The args of rows ``which``, decoded as events.Args (None where there are none)."""
     spans = zip(at[which].tolist(), size[which].tolist(), strict=True)
-    return k._decode_args([msgspec.Raw(bytes(text[a : a + n])) for a, n in spans])
+    return decode_args([msgspec.Raw(bytes(text[a : a + n])) for a, n in spans])
 
 
 def _links(
@@ -165,9 +170,9 @@ def _links(
     odd = np.flatnonzero((flags & FLAG_ODD > 0) & has_args)
     if odd.size == 0:
         return out
-    decoded = [a if a is not None else k._NO_ARGS for a in _args(text, at, size, odd)]
+    decoded = [a if a is not None else NO_ARGS for a in _args(text, at, size, odd)]
     for name, attr in _LINKS.items():
-        values = k._int_series(name, [getattr(a, attr) for a in decoded])
+        values = int_series(name, [getattr(a, attr) for a in decoded])
         out[name] = out[name].scatter(odd, values)
     return out
 
@@ -188,22 +193,22 @@ def _with_meta(
     dims_rows = np.flatnonzero(shaped)
     if meta_rows.size == 0 and dims_rows.size == 0:
         return frame.with_columns(
-            *(pl.lit(None, dtype).alias(field) for field, dtype in k.META_SCHEMA.items()),
+            *(pl.lit(None, dtype).alias(field) for field, dtype in META_SCHEMA.items()),
             pl.lit(None, pl.String).alias("input_dims"),
             pl.lit(None, pl.String).alias("concrete_inputs"),
         )
-    decoded = [a if a is not None else k._NO_ARGS for a in _args(text, at, size, meta_rows)]
+    decoded = [a if a is not None else NO_ARGS for a in _args(text, at, size, meta_rows)]
     columns = [
-        k._typed_series(field, [getattr(a, field) for a in decoded], dtype)
-        for field, dtype in k.META_SCHEMA.items()
+        typed_series(field, [getattr(a, field) for a in decoded], dtype)
+        for field, dtype in META_SCHEMA.items()
     ]
     dims = _args(text, at, size, dims_rows) if dims_rows.size else []
     keep = [i for i, a in enumerate(dims) if a is not None and a.input_dims is not None]
     extra = pl.DataFrame(
         {
             "row": [int(dims_rows[i]) for i in keep],
-            "input_dims": [k._json(dims[i].input_dims) for i in keep],
-            "concrete_inputs": [k._json(dims[i].concrete_inputs) for i in keep],
+            "input_dims": [json_text(dims[i].input_dims) for i in keep],
+            "concrete_inputs": [json_text(dims[i].concrete_inputs) for i in keep],
         },
         schema={"row": pl.UInt32, "input_dims": pl.String, "concrete_inputs": pl.String},
     )

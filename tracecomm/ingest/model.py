@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "sync")
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What the readers keep beyond the engine's own needs; passed in by the layers above."""
+
+    # CPU ops whose recorded shapes (``Input Dims``) are kept: the FLOP counter names them
+    # (mfu.opflops.SHAPED_OPS); none by default, as most traces record no shapes
+    shaped_ops: Collection[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -23,22 +23,33 @@ import msgspec
 import polars as pl
 
 from tracecomm.ingest import fast
-from tracecomm.ingest import kineto as k
-from tracecomm.ingest.model import DEVICE_KINDS, RankEvents
+from tracecomm.ingest.events import (
+    COMM_OP,
+    DECODER,
+    EVENT_BOUNDARY,
+    GZIP_MAGIC,
+    TAGGED_DECODER,
+    UTF8_BOM,
+    AnyPhase,
+    Trace,
+    trace_meta,
+)
+from tracecomm.ingest.frames import columns, rank_from_frames, split_frames, with_begin_end
+from tracecomm.ingest.model import DEVICE_KINDS, RankEvents, ReadOptions
 
 STREAM_FROM_BYTES = 16 << 20  # uncompressed JSON; smaller files are read whole
 CHUNK_BYTES = 8 << 20
 _HEADER_LIMIT = 64 << 20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _PHASE = attrgetter("ph")
-_CHUNK_DECODER = msgspec.json.Decoder(list[k._AnyPhase], float_hook=str)
+_CHUNK_DECODER = msgspec.json.Decoder(list[AnyPhase], float_hook=str)
 
 
 class Fallback(Exception):
     """Not streamable: the whole-file reader takes over."""
 
 
-def stream_rank(path: Path) -> RankEvents:
+def stream_rank(path: Path, read: ReadOptions) -> RankEvents:
     """Raises ``Fallback`` when the file is not a well-formed trace object."""
     parts: dict[str, list[pl.DataFrame]] = {}
     pending: list[pl.DataFrame] = []  # unsplit chunks of a trace not yet known to have devices
@@ -56,10 +67,12 @@ def stream_rank(path: Path) -> RankEvents:
             if last:
                 tail = bytes(chunk)
                 break
-            scanned = fast.columns(chunk, path, not state["device"], bare=True)
+            scanned = fast.columns(chunk, path, not state["device"], read.shaped_ops, bare=True)
             if scanned is None:
                 text = b"[" + chunk + b"]"
-                repaired += _take(_decode(text), path, state, parts, pending, warnings, begin_end)
+                repaired += _take(
+                    _decode(text), path, read, state, parts, pending, warnings, begin_end
+                )
             else:
                 frame, w, fixed = scanned
                 warnings.extend(w)
@@ -67,11 +80,11 @@ def stream_rank(path: Path) -> RankEvents:
                 _absorb(frame, state, parts, pending)
     trailer = _trailer(tail)
     repaired += _take(
-        list(trailer.traceEvents or []), path, state, parts, pending, warnings, begin_end
+        list(trailer.traceEvents or []), path, read, state, parts, pending, warnings, begin_end
     )
     if begin_end:
-        paired = k._with_begin_end(begin_end)
-        repaired += _take(paired, path, state, parts, pending, warnings, [])
+        paired = with_begin_end(begin_end)
+        repaired += _take(paired, path, read, state, parts, pending, warnings, [])
     for frame in pending:  # a CPU-only trace: every CPU op stays
         _split(frame, parts)
     if gpu_listed and not any(f.height for f in parts.get("device", [])):
@@ -81,12 +94,13 @@ def stream_rank(path: Path) -> RankEvents:
         name: pl.concat(fs, how="vertical_relaxed", rechunk=False) for name, fs in parts.items()
     }
     doc = _merge(header, trailer)
-    return k.rank_from_frames(str(path), k._meta(doc), frames, warnings, False, repaired)
+    return rank_from_frames(str(path), trace_meta(doc), frames, warnings, False, repaired)
 
 
 def _take(
     events: list[Any],
     path: Path,
+    read: ReadOptions,
     state: dict[str, bool],
     parts: dict[str, list[pl.DataFrame]],
     pending: list[pl.DataFrame],
@@ -99,7 +113,7 @@ def _take(
     phases = set(map(_PHASE, events))
     if "B" in phases or "E" in phases:
         begin_end.extend(e for e in events if e.ph in ("B", "E"))
-    frame, w, repaired = k._columns(events, path, not state["device"])
+    frame, w, repaired = columns(events, path, read.shaped_ops, not state["device"])
     warnings.extend(w)
     _absorb(frame, state, parts, pending)
     return repaired
@@ -128,11 +142,11 @@ def _split(frame: pl.DataFrame, parts: dict[str, list[pl.DataFrame]]) -> None:
     """A chunk's frames (only those it has rows for; an empty one of each stands first);
     device rows are numbered across chunks (``dev_row``)."""
     if not parts:
-        for name, empty in k.split_frames(frame.clear()).items():
+        for name, empty in split_frames(frame.clear()).items():
             parts[name] = [empty]
     offset = sum(f.height for f in parts["device"])
     kinds = set(frame["kind"].drop_nulls().unique().to_list())
-    for name, part in k.split_frames(frame, kinds).items():
+    for name, part in split_frames(frame, kinds).items():
         if name in ("device", "device_meta") and offset:
             part = part.with_columns(pl.col("dev_row") + offset)
         parts.setdefault(name, []).append(part)
@@ -140,7 +154,7 @@ def _split(frame: pl.DataFrame, parts: dict[str, list[pl.DataFrame]]) -> None:
 
 def _open(path: Path) -> IO[bytes]:
     with path.open("rb") as probe:
-        gz = probe.read(2) == k._GZIP_MAGIC
+        gz = probe.read(2) == GZIP_MAGIC
     handle: IO[bytes] = gzip.open(path, "rb") if gz else path.open("rb")  # type: ignore[assignment]  # noqa: SIM115
     return handle
 
@@ -152,16 +166,16 @@ def _read(handle: IO[bytes], size: int) -> bytes:
         raise Fallback(str(exc)) from None
 
 
-def _header(handle: IO[bytes], path: Path) -> tuple[k._Trace, bytes]:
+def _header(handle: IO[bytes], path: Path) -> tuple[Trace, bytes]:
     buf = b""
     while len(buf) < _HEADER_LIMIT:
         more = _read(handle, 1 << 20)
         buf += more
         m = _EVENTS_KEY.search(buf)
         if m is not None:
-            head = buf[: m.end()].removeprefix(k._UTF8_BOM)
+            head = buf[: m.end()].removeprefix(UTF8_BOM)
             try:
-                doc = k._DECODER.decode(head + b"]}")
+                doc = DECODER.decode(head + b"]}")
             except (msgspec.DecodeError, msgspec.ValidationError):
                 raise Fallback("header") from None
             return doc, buf[m.end() :]
@@ -190,7 +204,7 @@ def _chunks(handle: IO[bytes], rest: bytes) -> Iterator[tuple[bytes | memoryview
 def _last_boundary(buf: bytes) -> tuple[int, int] | None:
     """(end of the chunk, start of the next event) at the last ``}, {`` of the buffer."""
     window = buf[-(1 << 20) :]
-    matches = list(k._EVENT_BOUNDARY.finditer(window))
+    matches = list(EVENT_BOUNDARY.finditer(window))
     if not matches:
         return None
     last = matches[-1]
@@ -205,9 +219,9 @@ def _decode(text: bytes) -> list[Any]:
         raise Fallback("a chunk did not decode") from None
 
 
-def _trailer(tail: bytes) -> k._Trace:
+def _trailer(tail: bytes) -> Trace:
     try:
-        doc: k._Trace = k._TAGGED_DECODER.decode(b'{"traceEvents":[' + tail)
+        doc: Trace = TAGGED_DECODER.decode(b'{"traceEvents":[' + tail)
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise Fallback("the file does not end as a trace ends") from None
     return doc
@@ -220,13 +234,12 @@ def _has_device(frame: pl.DataFrame) -> bool:
 def _gpu_trace_row() -> pl.Expr:
     """The rows ``_wanted_rows`` keeps in a trace with device work."""
     cpu_op = pl.col("kind") == "cpu_op"
-    kept_op = (pl.col("name") == k._COMM_OP) | (
-        pl.col("name").is_in(list(k.SHAPED_OPS)) & pl.col("input_dims").is_not_null()
-    )
+    # the readers attach shapes only to the ops whose shapes were asked for
+    kept_op = (pl.col("name") == COMM_OP) | pl.col("input_dims").is_not_null()
     return ~cpu_op | kept_op
 
 
-def _merge(header: k._Trace, trailer: k._Trace) -> k._Trace:
+def _merge(header: Trace, trailer: Trace) -> Trace:
     """Header fields, with the trailer's where the header has none (Kineto writes
     baseTimeNanoseconds last)."""
     names = ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "trace_id", "host_name")
@@ -234,4 +247,4 @@ def _merge(header: k._Trace, trailer: k._Trace) -> k._Trace:
         name: getattr(header, name) if getattr(header, name) is not None else getattr(trailer, name)
         for name in names
     }
-    return k._Trace(traceEvents=[], **values)
+    return Trace(traceEvents=[], **values)

@@ -1,22 +1,14 @@
-"""What the user says about the model: FLOPs per step from flags, a config or tracecomm.toml."""
+"""What the user says about the model: FLOPs per step from flags, a config file or the run's
+settings (read by ``run.settings``)."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
 
 from tracecomm.mfu.flops import FORMULAS, Attention, Formula, flops_per_token, hfu_flops_per_token
 from tracecomm.mfu.model import ConfigError, load_config
 from tracecomm.mfu.peaks import DTYPES
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
-SETTINGS_FILE = "tracecomm.toml"
 
 
 class InputError(ValueError):
@@ -60,83 +52,6 @@ class ModelFlops:
     tokens_per_step: int | None
     source: str  # e.g. "config.json, exact (causal attention halved), T=4096"
     hfu_per_step: int | None = None  # with full activation recompute (config only)
-
-
-def settings_path(runs: list[str]) -> Path | None:
-    """tracecomm.toml, else a pyproject.toml with a [tool.tracecomm] table, in the first run
-    folder (a file's own folder) that has one."""
-    folders = [p if p.is_dir() else p.parent for p in map(Path, runs) if p.exists()]
-    for folder in folders:
-        if (folder / SETTINGS_FILE).is_file():
-            return folder / SETTINGS_FILE
-        if (folder / "pyproject.toml").is_file() and "tracecomm" in _tool(
-            folder / "pyproject.toml"
-        ):
-            return folder / "pyproject.toml"
-    return None
-
-
-def read_settings(runs: list[str]) -> dict[str, Any]:
-    """The run's settings (an empty table without any): tracecomm.toml, or the
-    [tool.tracecomm] table of pyproject.toml."""
-    path = settings_path(runs)
-    if path is None:
-        return {}
-    doc = _toml(path)
-    return dict(doc["tool"]["tracecomm"]) if path.name == "pyproject.toml" else doc
-
-
-def read_rules(runs: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(comm rules ``REGEX[=TYPE]``, compute patterns) from the settings' [rules] table."""
-    rules = read_settings(runs).get("rules", {})
-    if not isinstance(rules, dict):
-        raise InputError("[rules] must be a table: comm = [...], compute = [...]")
-    out = []
-    for key in ("comm", "compute"):
-        value = rules.get(key, [])
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise InputError(f"[rules] {key} must be a list of regex strings")
-        out.append(tuple(value))
-    return out[0], out[1]
-
-
-def _toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"{path}: {exc}") from exc
-
-
-def _tool(path: Path) -> dict[str, Any]:
-    try:
-        tool = _toml(path).get("tool", {})
-    except InputError:
-        return {}
-    return tool if isinstance(tool, dict) else {}
-
-
-def settings_file(runs: list[str]) -> ModelInputs:
-    """The [model] and [device] tables of tracecomm.toml; paths in it are relative to it."""
-    doc = read_settings(runs)
-    path = settings_path(runs)
-    if path is None:
-        return ModelInputs()
-    model, device = doc.get("model", {}), doc.get("device", {})
-    if not isinstance(model, dict) or not isinstance(device, dict):
-        raise InputError(f"{path}: [model] and [device] must be tables")
-    known = {f.name for f in fields(ModelInputs)}
-    values: dict[str, Any] = {}
-    for key, value in {**model, **device}.items():
-        name = key.replace("-", "_")
-        name = {"config": "model_config", "flops_per_step": "model_flops_per_step"}.get(name, name)
-        if name not in known:
-            raise InputError(f"{path}: unknown key {key!r}")
-        values[name] = value
-    if "model_config" in values:
-        values["model_config"] = path.parent / str(values["model_config"])
-    return ModelInputs(**values)
 
 
 def check(inputs: ModelInputs) -> None:

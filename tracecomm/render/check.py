@@ -3,14 +3,16 @@ Markdown. Values only change units here; the verdicts come from tracecomm.gate.c
 
 from __future__ import annotations
 
+import io
 import xml.etree.ElementTree as ET
-from typing import IO, Any
+from typing import Any
 
 import orjson
 from rich.console import Console
 from rich.table import Table
 
 from tracecomm.gate.compare import CheckResult, FigureCheck
+from tracecomm.render import View
 
 CHECK_SCHEMA_VERSION = 1
 _MARK = {"regressed": "✗ regressed", "pass": "✓ pass", "improved": "✓ improved"}
@@ -49,8 +51,9 @@ def verdict(f: FigureCheck) -> str:
     return _MARK.get(f.verdict, f.verdict)
 
 
-def render_terminal(result: CheckResult, file: IO[str]) -> None:
-    console = Console(file=file, width=None if file.isatty() else 120, highlight=False)
+def render_terminal(result: CheckResult, view: View) -> bytes:
+    out = io.StringIO()
+    console = Console(file=out, width=view.width or 120, force_terminal=view.color, highlight=False)
     table = Table(
         title=f"tracecomm check: {'PASS' if result.passed else 'REGRESSION'} "
         f"(baseline {result.baseline})",
@@ -76,6 +79,7 @@ def render_terminal(result: CheckResult, file: IO[str]) -> None:
         console.print(f"regressed: {f.figure}: {f.reason}", style="red")
     for note in result.notes:
         console.print(f"note: {note}", style="yellow")
+    return out.getvalue().encode()
 
 
 def check_document(result: CheckResult) -> dict[str, Any]:
@@ -109,11 +113,11 @@ def check_document(result: CheckResult) -> dict[str, Any]:
     }
 
 
-def render_json(result: CheckResult) -> bytes:
+def render_json(result: CheckResult, view: View) -> bytes:
     return orjson.dumps(check_document(result), option=orjson.OPT_INDENT_2) + b"\n"
 
 
-def render_markdown(result: CheckResult) -> str:
+def render_markdown(result: CheckResult, view: View) -> bytes:
     head = (
         "### ✅ tracecomm check passed"
         if result.passed
@@ -136,14 +140,14 @@ def render_markdown(result: CheckResult) -> str:
     ]
     lines += [""] + [f"- {f.figure}: {f.reason}" for f in result.regressed]
     lines += [f"- note: {n}" for n in result.notes]
-    return "\n".join(lines).rstrip() + "\n"
+    return ("\n".join(lines).rstrip() + "\n").encode()
 
 
 def _bold(text: str, bold: bool) -> str:
     return f"**{text}**" if bold else text
 
 
-def render_github(result: CheckResult) -> str:
+def render_github(result: CheckResult, view: View) -> bytes:
     """Workflow commands: one ::error per regressed figure, ::warning per note, one ::notice."""
     out = []
     for f in result.regressed:
@@ -157,7 +161,7 @@ def render_github(result: CheckResult) -> str:
         out.append(
             f"::notice title=tracecomm check::{_data('no regression against ' + result.baseline)}"
         )
-    return "\n".join(out) + "\n"
+    return ("\n".join(out) + "\n").encode()
 
 
 def _data(text: str) -> str:
@@ -170,7 +174,7 @@ def _prop(text: str) -> str:
     return _data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def render_junit(result: CheckResult) -> str:
+def render_junit(result: CheckResult, view: View) -> bytes:
     suite = ET.Element(
         "testsuite",
         name="tracecomm check",
@@ -196,4 +200,5 @@ def render_junit(result: CheckResult) -> str:
     root = ET.Element("testsuites", name="tracecomm")
     root.append(suite)
     ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    text = '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode")
+    return (text + "\n").encode()

@@ -18,7 +18,8 @@ from tracecomm.nccl.diagnose import NcclSummary
 SCHEMA_VERSION = 1
 
 
-def report_document(report: Report) -> dict[str, Any]:
+def report_document(report: Report, top: int | None = None) -> dict[str, Any]:
+    """``top``: list only that many straggler ranks (``--top``; all by default)."""
     s = report.summary
     return {
         "schema_version": SCHEMA_VERSION,
@@ -37,7 +38,7 @@ def report_document(report: Report) -> dict[str, Any]:
             "total": figures_document(s.total),
             "idle_by_cause": s.idle_by_cause,
         },
-        "ranks": [_rank(r) for r in report.ranks],
+        "ranks": [_rank(r) for r in report.rank_reports],
         "by_type": [
             {
                 "coll_type": t.coll_type,
@@ -46,7 +47,7 @@ def report_document(report: Report) -> dict[str, Any]:
                 "comm_ns": t.comm_ns,
                 "exposed_comm_ns": t.exposed_comm_ns,
             }
-            for t in report.by_type
+            for t in report.type_summaries
         ],
         "missing_ranks": [
             {"rank": m.rank, "path": m.path, "reason": m.reason} for m in report.missing
@@ -56,7 +57,7 @@ def report_document(report: Report) -> dict[str, Any]:
         "warnings": list(report.warnings),
         "notes": [{"text": n.text, "ranks": list(n.ranks)} for n in report.notes],
         "cross_rank": _cross_rank(report.cross_rank),
-        "stragglers": _stragglers(report.stragglers),
+        "stragglers": _stragglers(report.stragglers, top),
         "throughput": None if report.throughput is None else plain(asdict(report.throughput)),
         "nccl": nccl_document(report.nccl),
         "bandwidth": None if report.bandwidth is None else plain(asdict(report.bandwidth)),
@@ -103,11 +104,11 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _stragglers(st: Stragglers | None) -> dict[str, Any] | None:
+def _stragglers(st: Stragglers | None, top: int | None) -> dict[str, Any] | None:
     if st is None:
         return None
     return {
-        "ranks": [asdict(r) for r in st.ranks],
+        "ranks": [asdict(r) for r in st.ranks[:top]],
         "flagged": list(st.flagged),
         "median_step_ns": st.median_step_ns,
         "threshold_ns": st.threshold_ns,

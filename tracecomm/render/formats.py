@@ -12,17 +12,19 @@ import orjson
 from tracecomm.analysis.model import MedianFigures, Report
 from tracecomm.engine.model import Figures
 from tracecomm.nccl.diagnose import NcclSummary
+from tracecomm.render import View
 from tracecomm.render.document import nccl_document, report_document
 
 _FIGURE_COLUMNS = tuple(f.name for f in fields(Figures))
 
 
-def render_json(report: Report) -> bytes:
-    return orjson.dumps(report_document(report), option=orjson.OPT_INDENT_2) + b"\n"
+def render_json(report: Report, view: View) -> bytes:
+    return orjson.dumps(report_document(report, view.top), option=orjson.OPT_INDENT_2) + b"\n"
 
 
-def render_nccl_json(summary: NcclSummary, warnings: Sequence[str]) -> bytes:
+def render_nccl_json(found: tuple[NcclSummary, Sequence[str]], view: View) -> bytes:
     """``tracecomm nccl --format json``: the NCCL section alone, in its own envelope."""
+    summary, warnings = found
     doc = {
         "kind": "tracecomm-nccl",
         "schema_version": 1,
@@ -32,7 +34,7 @@ def render_nccl_json(summary: NcclSummary, warnings: Sequence[str]) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
 
 
-def render_csv(report: Report) -> str:
+def render_csv(report: Report, view: View) -> bytes:
     """One row per analyzed rank: the analysis window's figures, then the median step's."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -50,7 +52,7 @@ def render_csv(report: Report) -> str:
             "comm_kernels",
         ]
     )
-    for rank in report.ranks:
+    for rank in report.rank_reports:
         window = rank.breakdown.window
         figures = window.figures if window else None
         median = rank.step_summary.median if rank.step_summary else None
@@ -67,7 +69,7 @@ def render_csv(report: Report) -> str:
                 rank.breakdown.comm_kernels,
             ]
         )
-    return out.getvalue()
+    return out.getvalue().encode()
 
 
 def _values(figures: Figures | MedianFigures | None) -> list[object]:

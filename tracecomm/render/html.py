@@ -16,6 +16,10 @@ from typing import Any
 
 import orjson
 
+from tracecomm.analysis.model import Report
+from tracecomm.render import View
+from tracecomm.render.document import report_document
+
 # Inside a <script> data block only "</" (and "<!--") can end or confuse the element: JSON
 # allows "\u003c" for "<", so no trace text can close it. U+2028/2029 are escaped for old
 # parsers that treat them as line ends.
@@ -26,6 +30,11 @@ _JSON_ESCAPES = {
     0x2028: "\\u2028",
     0x2029: "\\u2029",
 }
+
+
+def render_report(report: Report, view: View) -> bytes:
+    """The HTML report: the document of ``analyze --format json --detail timeline``."""
+    return render_html(report_document(report)).encode()
 
 
 def render_html(document: dict[str, Any]) -> str:

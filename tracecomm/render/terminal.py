@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from typing import IO
+import io
+from collections.abc import Sequence
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from tracecomm.analysis.model import RankReport, Report
 from tracecomm.analysis.pipeline_view import PipelineView
+from tracecomm.compat.crosscheck import Crosscheck
+from tracecomm.nccl.diagnose import NcclSummary
+from tracecomm.render import View
 from tracecomm.render.mfu_panel import mfu_panel
 from tracecomm.render.nccl_section import nccl_section
 from tracecomm.render.projection_section import projection_section
@@ -19,23 +23,49 @@ from tracecomm.text import compact_ranges, ms, pct
 MAX_RANK_ROWS = 32
 
 
-def render_terminal(
-    report: Report, file: IO[str], color: bool | None = None, straggler_rows: int | None = None
-) -> None:
-    console = Console(
-        file=file,
-        width=None if file.isatty() else 160,
-        force_terminal=color,
-        no_color=color is False,
+def console_of(out: io.StringIO, view: View, width: int) -> Console:
+    """A console writing to ``out`` as the destination would show it: the terminal's width
+    and colours, else ``width`` columns and only the colours the environment forces."""
+    return Console(
+        file=out,
+        width=view.width or width,
+        force_terminal=view.color,
+        no_color=view.color is False,
         highlight=False,
     )
+
+
+def rich_bytes(renderables: Sequence[RenderableType], view: View, width: int) -> bytes:
+    out = io.StringIO()
+    console = console_of(out, view, width)
+    for item in renderables:
+        console.print(item)
+    return out.getvalue().encode()
+
+
+def render_projection(report: Report, view: View) -> bytes:
+    assert report.projection is not None
+    return rich_bytes([projection_section(report.projection)], view, 160)
+
+
+def render_nccl(found: tuple[NcclSummary, Sequence[str]], view: View) -> bytes:
+    return rich_bytes([nccl_section(found[0])], view, 120)
+
+
+def render_terminal(report: Report, view: View) -> bytes:
+    out = io.StringIO()
+    _report(report, console_of(out, view, 160), view.top)
+    return out.getvalue().encode()
+
+
+def _report(report: Report, console: Console, straggler_rows: int | None) -> None:
     console.print(_headline(report))
     console.print()
     if report.hta_compat is not None:
         console.print(_hta_table(report))
         console.print()
     console.print(_rank_table(report))
-    if report.by_type:
+    if report.type_summaries:
         console.print()
         console.print(_type_table(report))
     idle = _idle_causes(report)
@@ -94,7 +124,7 @@ def _headline(report: Report) -> Text:
 
 
 def _rank_rows(report: Report) -> tuple[list[RankReport], str | None]:
-    ranks = list(report.ranks)
+    ranks = list(report.rank_reports)
     if len(ranks) <= MAX_RANK_ROWS:
         return ranks, None
     shown = set(report.summary.slowest_first[:MAX_RANK_ROWS])
@@ -160,7 +190,7 @@ def _type_table(report: Report) -> Table:
     )
     for name in ("Type", "Kernels", "Ranks", "Comm", "Exposed"):
         table.add_column(name, justify="left" if name == "Type" else "right")
-    for t in report.by_type:
+    for t in report.type_summaries:
         table.add_row(
             t.coll_type, f"{t.kernels:,}", str(t.ranks), ms(t.comm_ns), ms(t.exposed_comm_ns)
         )
@@ -307,11 +337,11 @@ def _heat_map(report: Report) -> Text:
     peak = max((d for row in st.delay_by_step.values() for d in row.values()), default=0)
     if not steps or peak == 0:
         return Text("delay caused per step: none\n")
-    if len(report.ranks) <= MAX_HEAT_ROWS:
+    if len(report.rank_reports) <= MAX_HEAT_ROWS:
         text = Text("delay caused per step (darker = more), ranks grouped by host:\n")
         text.append(f"  step {' '.join(str(s)[-3:].rjust(3) for s in steps)}\n")
         host: str | None = None
-        for r in sorted(report.ranks, key=lambda r: (r.host or "", r.rank)):
+        for r in sorted(report.rank_reports, key=lambda r: (r.host or "", r.rank)):
             if r.host and r.host != host:
                 host = r.host
                 text.append(f"  {host}\n", style="dim")
@@ -377,7 +407,7 @@ def _cross_rank(report: Report) -> Text:
 
 def _notes(report: Report) -> Text:
     text = Text("Notes\n", style="bold")
-    everyone = len(report.ranks)
+    everyone = len(report.rank_reports)
     for note in report.notes:
         who = "all ranks" if len(note.ranks) == everyone else f"ranks {compact_ranges(note.ranks)}"
         text.append(f"  {who}: {note.text}\n")
@@ -444,3 +474,38 @@ def _hta_table(report: Report) -> Table:
             f"{f.kernel_time_us:,}",
         )
     return table
+
+
+def render_crosscheck(check: Crosscheck, view: View) -> bytes:
+    """``tracecomm crosscheck``: tracecomm's --compat figures beside HTA's own, per rank."""
+    table = Table(
+        title=f"tracecomm --compat hta against HTA run live on {check.run}",
+        caption="µs; overlap in %; agreement to the printed precision",
+        title_justify="left",
+    )
+    for name in ("Rank", "Figure", "tracecomm", "HTA", "Difference", ""):
+        table.add_column(name, justify="left" if name in ("Figure", "") else "right")
+    for r in check.rows:
+        diff = (
+            "–"
+            if r.tracecomm is None or r.hta is None
+            else f"{r.tracecomm - r.hta:+.2f}"
+            if r.figure == "comm_comp_overlap_pct"
+            else f"{r.tracecomm - r.hta:+,.0f}"
+        )
+        table.add_row(
+            str(r.rank),
+            r.figure,
+            _hta_number(r.tracecomm, r.figure),
+            _hta_number(r.hta, r.figure),
+            diff,
+            "✓" if r.agrees else "✗",
+            style=None if r.agrees else "bold red",
+        )
+    return rich_bytes([table], view, 120)
+
+
+def _hta_number(value: float | None, figure: str) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.2f}" if figure == "comm_comp_overlap_pct" else f"{value:,.0f}"

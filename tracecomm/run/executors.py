@@ -132,7 +132,7 @@ class LocalExecutor:
         from concurrent.futures import as_completed
         from concurrent.futures.process import BrokenProcessPool
 
-        from tracecomm.pool import new_pool
+        from tracecomm.run.pool import new_pool
 
         results: dict[int, R] = {}
         pending = list(range(len(items)))

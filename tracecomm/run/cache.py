@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from tracecomm import __version__
-from tracecomm.ingest.model import RankEvents, TraceMeta
+from tracecomm.ingest.model import RankEvents, ReadOptions, TraceMeta
 
 _FRAMES = (
     "device",
@@ -38,10 +38,15 @@ _SAMPLE = 1 << 20
 CACHE_FORMAT = 2
 
 
-def cache_key(path: Path) -> str:
+def cache_key(path: Path, read: ReadOptions) -> str:
+    """The file's identity and what the readers were asked to keep (``ReadOptions``)."""
     stat = path.stat()
     digest = hashlib.blake2b(digest_size=16)
-    identity = f"{__version__}/{CACHE_FORMAT}\0{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}"
+    kept = ",".join(sorted(read.shaped_ops))
+    identity = (
+        f"{__version__}/{CACHE_FORMAT}\0{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}"
+        f"\0{kept}"
+    )
     digest.update(identity.encode())
     with path.open("rb") as handle:
         digest.update(handle.read(_SAMPLE))
@@ -51,8 +56,8 @@ def cache_key(path: Path) -> str:
     return digest.hexdigest()
 
 
-def load(cache: Path, path: Path) -> RankEvents | None:
-    entry = cache / cache_key(path)
+def load(cache: Path, path: Path, read: ReadOptions) -> RankEvents | None:
+    entry = cache / cache_key(path, read)
     try:
         info = json.loads((entry / "rank.json").read_text())
         frames = {name: pl.read_parquet(entry / f"{name}.parquet") for name in _FRAMES}
@@ -72,9 +77,9 @@ def load(cache: Path, path: Path) -> RankEvents | None:
     )
 
 
-def store(cache: Path, path: Path, events: RankEvents) -> None:
+def store(cache: Path, path: Path, read: ReadOptions, events: RankEvents) -> None:
     """Written to a temporary folder first, then renamed: a half-written entry is never read."""
-    entry = cache / cache_key(path)
+    entry = cache / cache_key(path, read)
     if entry.exists():
         return
     tmp = cache / f".{entry.name}.{os.getpid()}"
@@ -102,10 +107,10 @@ def _plain(value: object) -> object:
     return str(value)
 
 
-def load_result(cache: Path, path: Path, options_key: str) -> object | None:
+def load_result(cache: Path, path: Path, read: ReadOptions, options_key: str) -> object | None:
     """A rank's finished result for these options (pickled by this tool into its own cache:
     only ever point --cache at a folder you trust, as with any cache)."""
-    entry = cache / cache_key(path) / f"result-{options_key}.pickle"
+    entry = cache / cache_key(path, read) / f"result-{options_key}.pickle"
     try:
         with entry.open("rb") as handle:
             return pickle.load(handle)
@@ -113,8 +118,10 @@ def load_result(cache: Path, path: Path, options_key: str) -> object | None:
         return None
 
 
-def store_result(cache: Path, path: Path, options_key: str, result: object) -> None:
-    entry = cache / cache_key(path)
+def store_result(
+    cache: Path, path: Path, read: ReadOptions, options_key: str, result: object
+) -> None:
+    entry = cache / cache_key(path, read)
     if not entry.is_dir():
         return
     tmp = entry / f".result-{options_key}.{os.getpid()}"

@@ -10,8 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-from tracecomm.errors import UsageError
-from tracecomm.ingest.discover import find_traces, json_size
+from tracecomm.ingest.discover import json_size
 
 # Below this much input a pool costs more (interpreter + polars start) than it saves.
 POOL_MIN_BYTES = 64 * 2**20
@@ -32,18 +31,22 @@ def new_pool(jobs: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"))
 
 
-def start_pool(inputs: Sequence[str | Path], requested: int | None) -> ProcessPoolExecutor | None:
-    """A warm pool for a run big enough to use one; None otherwise (or when the inputs are
-    not usable: the analysis reports that itself)."""
+def start_pool(traces: Sequence[str], requested: int | None) -> ProcessPoolExecutor | None:
+    """A warm pool for a run big enough to use one (None otherwise): its workers import the
+    per-rank code while the main process loads its own."""
     try:
-        jobs = jobs_for(find_traces(inputs), requested)
-    except (UsageError, OSError):
+        jobs = jobs_for(traces, requested)
+    except OSError:
         return None
     if jobs <= 1:
         return None
     pool = new_pool(jobs)
-    from tracecomm import worker_warm
-
     for _ in range(jobs):
-        pool.submit(worker_warm.warm)  # spawns the workers, which import the per-rank code
+        pool.submit(warm)  # spawns the workers, which import the per-rank code
     return pool
+
+
+def warm() -> None:
+    """Runs in a fresh worker: imports the per-rank unit (defined here, not there, so that
+    submitting it imports nothing heavy in the main process)."""
+    import tracecomm.run.worker  # noqa: F401

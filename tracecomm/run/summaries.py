@@ -15,7 +15,6 @@ import hashlib
 import os
 import re
 import socket
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,8 @@ from tracecomm.engine import BreakdownOptions
 from tracecomm.engine.model import RankBreakdown
 from tracecomm.errors import TraceError
 from tracecomm.ingest.model import TraceMeta
+from tracecomm.run.discover import SUFFIX
 
-SUFFIX = ".tcsum.parquet"
 FORMAT = "1"
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 _META_DECODER = msgspec.json.Decoder(TraceMeta)
@@ -136,18 +135,3 @@ def read_summary(path: str) -> tuple[RankResult | FileFailure, BreakdownOptions]
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise SummaryError(path, f"unreadable summary rows ({exc})") from None
     return result, opts
-
-
-def find_summaries(folders: Sequence[str]) -> list[str]:
-    """Summary files under the given folders (hidden and temporary files left out)."""
-    found: list[str] = []
-    for folder in map(Path, folders):
-        if folder.is_file() and folder.name.endswith(SUFFIX):
-            found.append(str(folder))
-        elif folder.is_dir():
-            found.extend(
-                str(p)
-                for p in sorted(folder.rglob(f"*{SUFFIX}"))
-                if not any(part.startswith(".") for part in p.relative_to(folder).parts)
-            )
-    return found

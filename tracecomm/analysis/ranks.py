@@ -1,61 +1,41 @@
-"""Assemble per-rank results into one Report: rank identity, missing ranks, run summary."""
+"""The report's base: each rank's file and identity, the ranks that are missing or absent, and
+the run summary (sums over ranks of their analysis windows, metrics.md §2). The processors of
+``analysis.build`` enrich it."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import fields
-from pathlib import Path
-from typing import Any, NamedTuple
-
-import polars as pl
 
 from tracecomm import __version__
-from tracecomm.analysis.bandwidth import bandwidth
-from tracecomm.analysis.crossrank import CrossRank, cross_rank
 from tracecomm.analysis.model import (
-    FileFailure,
     MedianFigures,
     MissingRank,
     RankNote,
     RankReport,
     RankResult,
     Report,
+    RunData,
     RunSummary,
     StepSummary,
     TypeSummary,
 )
-from tracecomm.analysis.pipeline_view import pipeline_views
-from tracecomm.analysis.replay import ReplayEstimate, replay
-from tracecomm.analysis.stragglers import Stragglers, stragglers
-from tracecomm.analysis.throughput import throughput
 from tracecomm.engine.classify import COLL_TYPES
 from tracecomm.engine.model import Figures, RankBreakdown
 from tracecomm.ingest.discover import RankClaim, assign_ranks, rank_from_filename
-from tracecomm.mfu.inputs import ModelFlops
 from tracecomm.text import compact_ranges
 
 # Traces of one job open their windows within minutes; hours apart means another job.
 _SAME_JOB_SPAN_NS = 3600 * 10**9
 
 
-def build_report(
-    results: Sequence[RankResult],
-    failures: Sequence[FileFailure],
-    inputs: Sequence[str],
-    options: dict[str, Any],
-    align_clocks: bool = True,
-    detail_instances: bool = False,
-    mfu: MfuInputs | None = None,
-    power_warnings: Sequence[str] = (),
-    link_gbps: float | None = None,
-    pp_stages: int | None = None,
-    microbatches: int | None = None,
-) -> Report:
-    warnings: list[str] = list(power_warnings)
+def base_report(data: RunData) -> Report:
+    """Ranks, missing and absent ranks, skipped files, the run summary and its warnings."""
+    results, failures = data.results, data.failures
+    warnings: list[str] = list(data.power_warnings)
     by_path = {r.path: r for r in results}
     assignment = assign_ranks([RankClaim(r.path, r.meta.rank) for r in results])
     warnings.extend(assignment.warnings)
@@ -81,32 +61,19 @@ def build_report(
             + compact_ranges(absent)
         )
     warnings.extend(_mixed_job_warnings(results))
-    rate = throughput(ranks, world, *(mfu or MfuInputs()))
-    warnings.extend(rate.warnings if rate else ())
     return Report(
         tool_version=__version__,
-        inputs=tuple(inputs),
-        options=options,
+        inputs=data.inputs,
+        options=data.options,
         summary=_summary(ranks, world),
-        ranks=tuple(ranks),
-        by_type=_by_type(ranks),
+        rank_reports=tuple(ranks),
+        type_summaries=_by_type(ranks),
         missing=tuple(sorted(missing, key=lambda m: (m.rank is None, m.rank or 0, m.path or ""))),
         absent_ranks=tuple(absent),
         notes=_grouped_notes(ranks),
-        cross_rank=(cr := _cross_rank(ranks, align_clocks)),
-        stragglers=_stragglers(ranks, cr, detail_instances),
-        throughput=rate,
-        bandwidth=bandwidth(cr.aligned, link_gbps) if cr is not None else None,
-        pipelines=pipeline_views(ranks, cr, pp_stages, microbatches),
         skipped=tuple(f for f in failures if f.not_a_trace),
         warnings=tuple(warnings),
     )
-
-
-class MfuInputs(NamedTuple):
-    flops: ModelFlops | None = None
-    dtype: str = "bf16"
-    peak_tflops: float | None = None
 
 
 def _rank_report(rank: int, source: str, result: RankResult) -> RankReport:
@@ -155,97 +122,6 @@ def step_summary(bd: RankBreakdown) -> StepSummary | None:
 def _median_pct(values: list[float | None]) -> float | None:
     defined = [v for v in values if v is not None]
     return statistics.median(defined) if defined else None
-
-
-def _cross_rank(ranks: Sequence[RankReport], align_clocks: bool) -> CrossRank | None:
-    gpu = [r for r in ranks if r.breakdown.collectives is not None]
-    if len(gpu) < 2:
-        return None
-    collectives = {
-        r.rank: r.breakdown.collectives for r in gpu if r.breakdown.collectives is not None
-    }
-    # metrics.md §5: ranks that share a host share one clock (host_name, else the file name)
-    hosts = {r.rank: r.host or Path(r.path).name for r in gpu}
-    return cross_rank(collectives, hosts, align_clocks)
-
-
-def _stragglers(
-    ranks: Sequence[RankReport], cr: CrossRank | None, detail_instances: bool
-) -> Stragglers | None:
-    timed = [r for r in ranks if r.step_summary is not None]
-    if cr is None or cr.matched == 0 or len(timed) < 2:
-        return None
-    peers = peer_groups(cr.groups, {r.rank: r.breakdown.work_signature for r in timed})
-    found = stragglers(
-        cr.aligned,
-        compute_per_step={
-            r.rank: r.step_summary.median.compute_ns for r in timed if r.step_summary
-        },
-        step_time={r.rank: r.step_summary.median.window_ns for r in timed if r.step_summary},
-        included_steps={
-            r.rank: frozenset(s.step for s in r.breakdown.included_steps) for r in timed
-        },
-        keep_instances=detail_instances,
-        peers=peers,
-        hosts={r.rank: r.host or Path(r.path).name for r in timed},
-        p2p_waits=cr.p2p_waits,
-        pipelines={r: m for m in cr.pipelines.values() for r in m},
-    )
-    return dataclasses.replace(found, replay=_replay(timed, cr, found, peers))
-
-
-def _replay(
-    timed: Sequence[RankReport],
-    cr: CrossRank,
-    found: Stragglers,
-    peers: Mapping[int, tuple[int, ...]],
-) -> ReplayEstimate | None:
-    """The dependency-replay what-if over the included steps, on the aligned clock."""
-    offset = {r: c.offset_ns or 0 for c in cr.clocks for r in c.ranks}
-    windows = pl.DataFrame(
-        [
-            (r.rank, s.step, s.window.start_ns, s.window.end_ns)
-            for r in timed
-            for s in r.breakdown.included_steps
-            if s.window is not None
-        ],
-        schema={"rank": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
-        orient="row",
-    ).with_columns(pl.col("start_ns", "end_ns") - pl.col("rank").replace_strict(offset, default=0))
-    columns = ["rank", "pg", "key", "start_ns", "end_ns"]
-    shared = pl.concat(
-        [cr.aligned.select(columns)]
-        + ([cr.p2p_pairs.select(columns)] if cr.p2p_pairs.height else [])
-    )
-    # with no unflagged peer to copy, a flagged rank keeps (own − excess) / own of its own work
-    factors = {
-        r.rank: 1.0 - max(r.compute_excess_ns, r.stage_excess_ns) / r.compute_per_step_ns
-        if r.compute_per_step_ns
-        else 1.0
-        for r in found.ranks
-        if r.flagged
-    }
-    return replay(shared, windows, factors, peers)
-
-
-def peer_groups(
-    groups: Mapping[str, tuple[int, ...]], signatures: Mapping[int, str | None]
-) -> dict[int, tuple[int, ...]]:
-    """metrics.md §6 peers(r): the largest non-world process group holding r whose members all
-    run the same kernels in the same order as r (same work signature); else every rank."""
-    everyone = tuple(sorted(signatures))
-    out: dict[int, tuple[int, ...]] = {}
-    for rank, signature in signatures.items():
-        candidates = [
-            members
-            for members in groups.values()
-            if rank in members
-            and len(members) < len(everyone)
-            and signature is not None
-            and all(signatures.get(m) == signature for m in members)
-        ]
-        out[rank] = max(candidates, key=lambda m: (len(m), m)) if candidates else everyone
-    return out
 
 
 def _grouped_notes(ranks: Sequence[RankReport]) -> tuple[RankNote, ...]:

@@ -1,0 +1,1 @@
+"""Analysis: everything across ranks or needing outside facts, building one typed Report."""

@@ -1,0 +1,124 @@
+"""One Report, built by processors: the base report from the per-rank results, then each
+processor adds what it owns, reading the partial report and the request. Nothing patches the
+report afterwards; renderers only display it.
+
+A processor is a small function ``(report, context) -> report``; their order is the order in
+which the figures depend on each other (matching before stragglers, stragglers before the
+timeline's choice of ranks, throughput before the projection's MFU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from tracecomm.analysis.bandwidth import bandwidth
+from tracecomm.analysis.crossrank import ranks_cross_rank
+from tracecomm.analysis.model import Report, RunData
+from tracecomm.analysis.options import AnalysisOptions
+from tracecomm.analysis.pipeline_view import pipeline_views
+from tracecomm.analysis.ranks import base_report
+from tracecomm.analysis.stragglers import rank_stragglers
+from tracecomm.analysis.throughput import throughput
+
+
+@dataclass(frozen=True)
+class Context:
+    data: RunData
+    options: AnalysisOptions
+
+
+Processor = Callable[[Report, Context], Report]
+
+
+def cross_rank(report: Report, ctx: Context) -> Report:
+    return replace(
+        report, cross_rank=ranks_cross_rank(report.rank_reports, ctx.options.align_clocks)
+    )
+
+
+def stragglers(report: Report, ctx: Context) -> Report:
+    found = rank_stragglers(report.rank_reports, report.cross_rank, ctx.options.detail_instances)
+    return replace(report, stragglers=found)
+
+
+def step_rate(report: Report, ctx: Context) -> Report:
+    """Step time, tokens/s and MFU (metrics.md §8)."""
+    model = ctx.data.model
+    rate = throughput(
+        report.rank_reports,
+        report.summary.world_size,
+        ctx.data.flops,
+        model.dtype if model is not None else "bf16",
+        model.peak_tflops if model is not None else None,
+    )
+    warnings = report.warnings + (rate.warnings if rate else ())
+    return replace(report, throughput=rate, warnings=warnings)
+
+
+def link_bandwidth(report: Report, ctx: Context) -> Report:
+    cr = report.cross_rank
+    found = bandwidth(cr.aligned, ctx.options.link_gbps) if cr is not None else None
+    return replace(report, bandwidth=found)
+
+
+def pipelines(report: Report, ctx: Context) -> Report:
+    views = pipeline_views(
+        report.rank_reports, report.cross_rank, ctx.options.pp_stages, ctx.options.microbatches
+    )
+    return replace(report, pipelines=views)
+
+
+def hta_compat(report: Report, ctx: Context) -> Report:
+    """--compat hta (metrics.md §9): HTA's own figures, from the files read again."""
+    files, compat = ctx.data.files, ctx.options.compat
+    if compat is None or files is None:
+        return report
+    paths = {r.rank: r.path for r in report.rank_reports}
+    return replace(report, hta_compat=files.hta_figures(paths, compat))
+
+
+def nccl(report: Report, ctx: Context) -> Report:
+    return replace(report, nccl=ctx.data.nccl, warnings=report.warnings + ctx.data.nccl_warnings)
+
+
+def timeline(report: Report, ctx: Context) -> Report:
+    from tracecomm.analysis.timeline import run_timeline
+
+    if not ctx.options.timeline or ctx.data.files is None:
+        return report
+    return replace(
+        report, timeline=run_timeline(report, ctx.options.timeline_ranks, ctx.data.files)
+    )
+
+
+def projection(report: Report, ctx: Context) -> Report:
+    from tracecomm.analysis.projection import project_report
+
+    if ctx.options.project_to is None or ctx.data.files is None:
+        return report
+    found = project_report(report, ctx.options.project_to, ctx.options.weak, ctx.data.files)
+    return replace(report, projection=found)
+
+
+PROCESSORS: tuple[Processor, ...] = (
+    cross_rank,
+    stragglers,
+    step_rate,
+    link_bandwidth,
+    pipelines,
+    hta_compat,
+    nccl,
+    timeline,
+    projection,
+)
+
+
+def build_report(
+    data: RunData, options: AnalysisOptions, processors: Sequence[Processor] = PROCESSORS
+) -> Report:
+    report = base_report(data)
+    ctx = Context(data, options)
+    for process in processors:
+        report = process(report, ctx)
+    return report

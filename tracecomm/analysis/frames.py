@@ -1,0 +1,136 @@
+"""The Report's tables as polars frames, for notebooks (``tracecomm.analyze(...).ranks``): the
+same figures as the JSON document, one row per rank, per rank and step, per collective type,
+per straggler candidate and per matched collective instance. Times in ns, as everywhere."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from tracecomm.engine.model import Figures, WindowFigures
+
+if TYPE_CHECKING:
+    from tracecomm.analysis.model import Report
+
+_FIGURES = tuple(f.name for f in fields(Figures))
+
+
+def ranks_frame(report: Report) -> pl.DataFrame:
+    """One row per analyzed rank: its analysis window's figures, then each figure's median over
+    the included steps (``step_median_*``)."""
+    rows = []
+    for r in report.rank_reports:
+        median = r.step_summary.median if r.step_summary else None
+        rows.append(
+            {
+                "rank": r.rank,
+                "host": r.host,
+                "path": r.path,
+                "timeline": r.breakdown.timeline,
+                "device": r.devices[0] if r.devices else None,
+                "steps_included": r.step_summary.steps if r.step_summary else 0,
+                **_window_row(r.breakdown.window),
+                **{f"step_median_{k}": getattr(median, k) if median else None for k in _FIGURES},
+                "comm_kernels": r.breakdown.comm_kernels,
+                "partial": r.partial,
+            }
+        )
+    return pl.DataFrame(rows, schema=_RANK_SCHEMA, orient="row")
+
+
+def steps_frame(report: Report) -> pl.DataFrame:
+    """One row per rank and profiler step, included or not (``included``, ``complete``)."""
+    rows = [
+        {
+            "rank": r.rank,
+            "step": s.step,
+            "complete": s.complete,
+            "included": s.included,
+            "incomplete_reason": s.incomplete_reason,
+            **_window_row(s.window),
+        }
+        for r in report.rank_reports
+        for s in r.breakdown.steps
+    ]
+    return pl.DataFrame(rows, schema=_STEP_SCHEMA, orient="row")
+
+
+def by_type_frame(report: Report) -> pl.DataFrame:
+    """Per collective type over all ranks (sums of the ranks' analysis windows)."""
+    rows = [asdict(t) for t in report.type_summaries]
+    return pl.DataFrame(rows, schema=_TYPE_SCHEMA, orient="row")
+
+
+def straggler_frame(report: Report) -> pl.DataFrame:
+    """metrics.md §6 per rank, by root delay (largest first); empty without matching."""
+    rows = [asdict(r) for r in report.stragglers.ranks] if report.stragglers else []
+    return pl.DataFrame(rows, schema=_STRAGGLER_SCHEMA, orient="row")
+
+
+def collectives_frame(report: Report) -> pl.DataFrame:
+    """Every matched collective instance per rank, on the aligned clock."""
+    cr = report.cross_rank
+    return cr.aligned if cr is not None else pl.DataFrame()
+
+
+def _window_row(window: WindowFigures | None) -> dict[str, Any]:
+    figures = window.figures if window else None
+    return {
+        "start_ns": window.start_ns if window else None,
+        "end_ns": window.end_ns if window else None,
+        **{k: getattr(figures, k) if figures else None for k in _FIGURES},
+        "overlap_pct": figures.overlap_pct if figures else None,
+        "busy_pct": figures.busy_pct if figures else None,
+    }
+
+
+_WINDOW_SCHEMA: dict[str, Any] = {
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    **dict.fromkeys(_FIGURES, pl.Int64),
+    "overlap_pct": pl.Float64,
+    "busy_pct": pl.Float64,
+}
+_RANK_SCHEMA: dict[str, Any] = {
+    "rank": pl.Int64,
+    "host": pl.String,
+    "path": pl.String,
+    "timeline": pl.String,
+    "device": pl.String,
+    "steps_included": pl.Int64,
+    **_WINDOW_SCHEMA,
+    **{f"step_median_{k}": pl.Int64 for k in _FIGURES},
+    "comm_kernels": pl.Int64,
+    "partial": pl.Boolean,
+}
+_STEP_SCHEMA: dict[str, Any] = {
+    "rank": pl.Int64,
+    "step": pl.Int64,
+    "complete": pl.Boolean,
+    "included": pl.Boolean,
+    "incomplete_reason": pl.String,
+    **_WINDOW_SCHEMA,
+}
+_TYPE_SCHEMA: dict[str, Any] = {
+    "coll_type": pl.String,
+    "kernels": pl.Int64,
+    "ranks": pl.Int64,
+    "comm_ns": pl.Int64,
+    "exposed_comm_ns": pl.Int64,
+}
+_STRAGGLER_SCHEMA: dict[str, Any] = {
+    "rank": pl.Int64,
+    "times_last": pl.Int64,
+    "times_last_share": pl.Float64,
+    "delay_caused_per_step_ns": pl.Int64,
+    "inherited_delay_per_step_ns": pl.Int64,
+    "wait_per_step_ns": pl.Int64,
+    "compute_per_step_ns": pl.Int64,
+    "compute_excess_ns": pl.Int64,
+    "stage_excess_ns": pl.Int64,
+    "compute_ratio": pl.Float64,
+    "root_delay_ns": pl.Int64,
+    "flagged": pl.Boolean,
+}

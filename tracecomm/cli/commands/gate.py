@@ -1,0 +1,142 @@
+"""The CI gate: ``tracecomm check`` against a baseline, and ``tracecomm baseline`` to write one."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from tracecomm.cli import flow
+from tracecomm.cli.app import app
+from tracecomm.cli.exits import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, fail, stderr
+from tracecomm.cli.options import (
+    ANALYZE_RUN,
+    BASELINE,
+    BUDGETS,
+    NOISE_FLOOR,
+    RUN_OR_JSON,
+    command,
+    format_option,
+    output_option,
+)
+
+if TYPE_CHECKING:
+    from tracecomm.gate.figures import RunFigures
+
+FORMAT = format_option(
+    "terminal",
+    "json",
+    "github",
+    "junit",
+    "markdown",
+    help="terminal, json, github (annotations), junit, markdown.",
+)
+OUTPUT = output_option("Where to write the baseline JSON.")
+
+
+@command(app, (BASELINE, FORMAT, *BUDGETS, NOISE_FLOOR), ANALYZE_RUN)
+def check(ctx: typer.Context, run: RUN_OR_JSON, *, options: dict[str, Any]) -> None:
+    """Gate a run against a baseline: exit 1 when a figure got worse than its budget allows.
+
+    Compares medians over steps and ranks (step time, exposed comm in total and per collective
+    type, overlap, idle, MFU, straggler delay). A figure regresses when it is worse by more
+    than its relative budget AND by more than its noise floor, or beyond an absolute cap.
+    Budgets also come from a [check] table in tracecomm.toml (flags win).
+
+    Exit codes: 0 pass; 1 regression; 2 usage or input error.
+    """
+    from tracecomm.gate.budgets import DEFAULT_BUDGETS, BudgetError, apply
+    from tracecomm.gate.compare import NothingShared, compare
+    from tracecomm.render.tables import CHECK
+
+    fmt, baseline = options.pop("output_format"), options.pop("baseline")
+    flags: dict[str, Any] = {o.name: options.pop(o.name) for o in BUDGETS}
+    flags["noise_floor"] = _pairs(options.pop("noise_floor"), "--noise-floor")
+    try:
+        budgets = apply(flags, apply(_check_settings(run), DEFAULT_BUDGETS))
+    except BudgetError as exc:
+        fail(str(exc), EXIT_USAGE)
+    # the github format also appends to $GITHUB_STEP_SUMMARY: a replay would skip that
+    kept = flow.memo(options["cache"], "check", ctx.params) if fmt != "github" else None
+    lines: list[str] = []
+    current = _figures(run, options, lines)
+    base = _figures(baseline, options, lines)
+    try:
+        result = compare(base, current, budgets)
+    except NothingShared as exc:
+        flow.print_lines(lines)
+        fail(str(exc), EXIT_USAGE)
+    code = EXIT_OK if result.passed else EXIT_REGRESSION
+    out = CHECK[fmt](result, flow.view())
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if fmt == "github" and summary:
+        with open(summary, "a", encoding="utf-8") as handle:
+            handle.write(CHECK["markdown"](result, flow.view()).decode())
+    flow.finish(kept, out, lines, code)
+
+
+@command(app, (OUTPUT,), ANALYZE_RUN)
+def baseline(run: RUN_OR_JSON, *, options: dict[str, Any]) -> None:
+    """Write the compact baseline `tracecomm check --baseline` reads (figures only, versioned).
+
+    Exit codes: 0 written; 2 usage or input error.
+    """
+    import orjson
+
+    from tracecomm.gate.figures import baseline_document
+
+    output = options.pop("output")
+    lines: list[str] = []
+    figures = _figures(run, options, lines)
+    flow.print_lines(lines)
+    document = orjson.dumps(baseline_document(figures), option=orjson.OPT_INDENT_2) + b"\n"
+    try:
+        output.write_bytes(document)
+    except OSError as exc:
+        fail(f"{output}: {exc.strerror or exc}", EXIT_USAGE)
+    if not options["quiet"]:
+        stderr(f"baseline of {len(figures.ranks)} ranks written to {output}")
+
+
+def _figures(path: Path, options: Mapping[str, Any], lines: list[str]) -> RunFigures:
+    """Gate figures of a run folder (analyzed now), an analyze JSON or a baseline file; the
+    analysis's warnings are added to ``lines`` (unless --quiet)."""
+    from tracecomm.gate.figures import BaselineError, from_report, read_baseline_file
+
+    if path.is_file() and path.suffix == ".json":
+        try:
+            return read_baseline_file(path)
+        except BaselineError as exc:
+            fail(str(exc), EXIT_USAGE)
+    if not path.exists():
+        fail(f"{path}: no such file or folder", EXIT_USAGE)
+    report = flow.analyze(flow.request([path], options), no_input_code=EXIT_USAGE)
+    if not options["quiet"]:
+        lines.extend(flow.warning_lines(report))
+    return from_report(report, str(path))
+
+
+def _check_settings(run: Path) -> dict[str, Any]:
+    """The [check] table of the run folder's settings file."""
+    from tracecomm.errors import UsageError
+    from tracecomm.run.settings import read_settings
+
+    try:
+        return read_settings([str(run)]).check
+    except UsageError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+def _pairs(items: list[str] | None, flag: str) -> dict[str, str] | None:
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            fail(f"{flag} {item!r}: expected FIGURE=VALUE", EXIT_USAGE)
+        out[name.strip()] = value.strip()
+    return out

@@ -1,0 +1,24 @@
+"""Exit codes (README, "Exit codes") and the one error style: ``tracecomm: error: …``."""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import typer
+
+EXIT_OK = 0
+EXIT_REGRESSION = 1  # tracecomm check: a figure passed its budget; crosscheck: a figure differs
+EXIT_USAGE = 2  # bad option or path (also click's own usage errors)
+EXIT_NO_INPUT = 3  # nothing usable: no traces found, or every file failed
+EXIT_PARTIAL = 4  # a report was produced, but some rank is missing or was only partly readable
+EXIT_INTERNAL = 70  # a bug in tracecomm (EX_SOFTWARE)
+
+
+def stderr(message: str) -> None:
+    sys.stderr.write(f"tracecomm: {message}\n")
+
+
+def fail(message: str, code: int) -> NoReturn:
+    stderr(f"error: {message}")
+    raise typer.Exit(code)

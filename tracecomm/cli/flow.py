@@ -1,0 +1,169 @@
+"""The one flow every command shares: options → request → run → renderer → bytes out, with
+warnings on stderr, the whole-command memo of ``--cache``, and errors mapped to exit codes.
+
+Heavy modules (polars, the run, the analysis) load inside these functions, after the process
+pool has started, so that ``tracecomm --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import typer
+
+from tracecomm.cli.exits import EXIT_NO_INPUT, EXIT_USAGE, fail, stderr
+
+if TYPE_CHECKING:
+    from tracecomm.analysis.model import Report
+    from tracecomm.render import View
+    from tracecomm.run.request import Request
+
+
+def request(inputs: Sequence[str | Path], options: Mapping[str, Any], **extra: Any) -> Request:
+    """The request of a command's options (``quiet`` is the CLI's own); a bad value is a
+    usage error."""
+    from tracecomm.errors import UsageError
+    from tracecomm.run.request import request_of
+
+    values = {k: v for k, v in {**options, **extra}.items() if k != "quiet"}
+    try:
+        return request_of(list(inputs), **values)
+    except UsageError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+def analyze(
+    req: Request, show_progress: bool = False, no_input_code: int = EXIT_NO_INPUT
+) -> Report:
+    """Run the analysis. A local pool starts first, from the one discovery of the inputs, so its
+    workers import while this process loads the analysis."""
+    from tracecomm.errors import NoUsableInput, UsageError
+    from tracecomm.run.discover import discover
+    from tracecomm.run.pool import start_pool
+
+    pool, discovery = None, None
+    try:
+        if not req.executor.remote:
+            discovery = discover(req.inputs)
+            if req.cache is None and req.rank_from is None:
+                pool = start_pool(discovery.traces, req.jobs)
+        from tracecomm.run.executors import open_executor
+        from tracecomm.run.session import analyze as run_analysis
+
+        executor = open_executor(req.executor, req.jobs, pool)
+    except UsageError as exc:
+        _close_pool(pool)
+        fail(str(exc), EXIT_USAGE)
+    except NoUsableInput as exc:
+        fail(str(exc), no_input_code)
+    try:
+        return run_analysis(req, progress() if show_progress else None, executor, discovery)
+    except UsageError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except NoUsableInput as exc:
+        fail(str(exc), no_input_code)
+    finally:
+        executor.close()
+
+
+def _close_pool(pool: Any) -> None:
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def view(top: int | None = None) -> View:
+    """What stdout can show: a terminal's width and colours, or none of them."""
+    from tracecomm.render import View
+
+    if sys.stdout.isatty():
+        return View(width=shutil.get_terminal_size().columns, color=True, top=top)
+    return View(top=top)
+
+
+def warning_lines(report: Report) -> list[str]:
+    lines = [f"warning: {line}" for line in report.warnings]
+    for missing in report.missing:
+        who = f"rank {missing.rank}" if missing.rank is not None else "a rank"
+        where = f"{missing.path}: " if missing.path else ""
+        lines.append(f"error: {who} missing: {where}{missing.reason}")
+    lines += [f"warning: skipped {s.path}: {s.reason}" for s in report.skipped]
+    return lines
+
+
+def print_lines(lines: Sequence[str]) -> None:
+    for line in lines:
+        stderr(line)
+
+
+def write_stdout(data: bytes) -> None:
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+
+
+def write_file(path: Path, data: bytes, what: str) -> None:
+    try:
+        path.write_bytes(data)
+    except OSError as exc:
+        fail(f"{path}: cannot write {what}: {exc.strerror or exc}", EXIT_USAGE)
+
+
+@dataclass(frozen=True)
+class Memo:
+    cache: Path
+    key: str
+
+
+def memo(cache: Path | None, command: str, params: Mapping[str, Any]) -> Memo | None:
+    """With ``--cache`` and output to a pipe or file: replay the output of an identical earlier
+    command (``run.memo``) and exit, or return where this command's output is to be kept."""
+    if cache is None or sys.stdout.isatty():
+        return None
+    from tracecomm.run.memo import load, memo_key
+
+    key = memo_key(command, params, cache)
+    if key is None:
+        return None
+    hit = load(cache, key)
+    if hit is not None:
+        print_lines(list(hit.stderr))
+        write_stdout(hit.stdout)
+        raise typer.Exit(hit.exit_code)
+    return Memo(cache, key)
+
+
+def finish(kept: Memo | None, out: bytes, lines: Sequence[str], code: int) -> NoReturn:
+    """Print the warnings and the output, keep both for the next identical command, exit."""
+    print_lines(lines)
+    write_stdout(out)
+    if kept is not None:
+        from tracecomm.run.memo import Replay, store
+
+        store(kept.cache, kept.key, Replay(out, tuple(lines), code))
+    raise typer.Exit(code)
+
+
+def progress() -> Callable[[int, int, str], None] | None:
+    """A rich progress bar on stderr, only when stderr is a terminal (never in pipes or CI logs)."""
+    if not sys.stderr.isatty():
+        return None
+    from rich.console import Console
+    from rich.progress import Progress
+
+    bar = Progress(console=Console(stderr=True), transient=True)
+    task = bar.add_task("parsing traces", total=None)
+
+    def report(done: int, total: int, path: str) -> None:
+        if done == 0:
+            bar.start()
+        name = os.path.basename(path) if path else "parsing traces"
+        bar.update(task, completed=done, total=total, description=name)
+        if done == total:
+            bar.stop()
+
+    return report

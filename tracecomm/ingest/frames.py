@@ -1,0 +1,470 @@
+"""Events to columns: the kept events of a trace (or of one streamed chunk) as one frame with
+exact integer-ns times, then split into the frames the engine reads (``RankEvents``).
+
+Rows are chosen on the category and name columns in polars; no Python code runs per event
+beyond ``attrgetter``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from decimal import Decimal
+from operator import attrgetter, itemgetter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import polars as pl
+
+from tracecomm.ingest.events import (
+    ARGS_DECODER,
+    ARGS_LIST_DECODER,
+    COMM_OP,
+    KIND_OF_CAT,
+    META_SCHEMA,
+    NO_ARGS,
+    STEP_NAME,
+    Args,
+    Complete,
+    Event,
+    as_int,
+)
+from tracecomm.ingest.model import DEVICE_KINDS, RankEvents, TraceMeta
+from tracecomm.ingest.timestamps import us_text_to_ns
+
+
+def rank_events(
+    path: str,
+    meta: TraceMeta,
+    events_in: list[Any],
+    warnings: list[str],
+    truncated: bool,
+    shaped_ops: Collection[str],
+) -> RankEvents:
+    """Decoded events (a whole file) to the rank's frames."""
+    events, event_warnings, repaired = columns(with_begin_end(events_in), Path(path), shaped_ops)
+    del events_in
+    warnings.extend(event_warnings)
+    return rank_from_columns(path, meta, events, warnings, truncated, repaired)
+
+
+def rank_from_columns(
+    path: str,
+    meta: TraceMeta,
+    events: pl.DataFrame,
+    warnings: list[str],
+    truncated: bool,
+    repaired: int,
+) -> RankEvents:
+    """The per-rank frames from the kept events' columns (times still on the file's scale)."""
+    return rank_from_frames(path, meta, split_frames(events), warnings, truncated, repaired)
+
+
+def split_frames(events: pl.DataFrame, kinds: set[str] | None = None) -> dict[str, pl.DataFrame]:
+    """The kept events' columns, one frame per use (a streamed chunk is split at once).
+    ``kinds``: the kinds the events hold; frames that draw on none of them are left out."""
+    return {
+        name: build(events)
+        for name, build in _FRAME_BUILDERS.items()
+        if kinds is None or kinds & _FRAME_KINDS[name]
+    }
+
+
+def rank_from_frames(
+    path: str,
+    meta: TraceMeta,
+    frames: dict[str, pl.DataFrame],
+    warnings: list[str],
+    truncated: bool,
+    repaired: int,
+) -> RankEvents:
+    if truncated and meta.base_time_ns is None:
+        warnings.append(
+            f"{path}: no baseTimeNanoseconds (Kineto writes it last): if the trace had one, "
+            "this rank's times are relative and cannot be compared with other ranks'"
+        )
+    if meta.base_time_ns is not None:
+        # Relative Kineto timestamps (2024+): add the base so every rank is on the epoch clock.
+        base = pl.lit(meta.base_time_ns, dtype=pl.Int64)
+        frames = {
+            name: frame.with_columns(
+                pl.col(c) + base for c in ("start_ns", "end_ns") if c in frame.columns
+            )
+            for name, frame in frames.items()
+        }
+    return RankEvents(
+        path=path,
+        meta=meta,
+        device=frames["device"],
+        device_meta=frames["device_meta"],
+        launches=frames["launches"],
+        steps=frames["steps"].sort("start_ns", maintain_order=True),
+        comm_annotations=frames["comm_annotations"],
+        comm_ops=frames["comm_ops"],
+        shaped_ops=frames["shaped_ops"],
+        gpu_ranges=frames["gpu_ranges"],
+        cpu=frames["cpu"],
+        warnings=tuple(warnings),
+        truncated=truncated,
+        repaired_events=repaired,
+    )
+
+
+def with_begin_end(events: list[Any]) -> list[Any]:
+    """B / E pairs become complete events: per (pid, tid), each E closes the latest open B
+    (the format's nesting rule); unmatched ones are dropped."""
+    phases = set(map(attrgetter("ph"), events))
+    if "B" not in phases and "E" not in phases:
+        return events
+    open_: dict[tuple[object, object], list[Any]] = {}
+    paired = []
+    for e in events:
+        if e.ph == "B":
+            open_.setdefault((e.pid, e.tid), []).append(e)
+        elif e.ph == "E":
+            stack = open_.get((e.pid, e.tid))
+            if stack:
+                b = stack.pop()
+                if e.ts is None or b.ts is None:
+                    continue
+                try:
+                    dur = Decimal(str(e.ts)) - Decimal(str(b.ts))
+                except ArithmeticError:
+                    continue
+                paired.append(Complete(b.cat, b.name, b.pid, b.tid, b.ts, str(dur), b.args))
+    return [e for e in events if e.ph not in ("B", "E")] + paired
+
+
+def columns(
+    events: list[Event], path: Path, shaped_ops: Collection[str], cpu_only: bool | None = None
+) -> tuple[pl.DataFrame, list[str], int]:
+    """One row per complete ('X') event of a category we use, with exact ns times.
+
+    Rows are chosen in polars on the category and name columns, and only the chosen events'
+    other fields are gathered: no Python code runs per event beyond ``attrgetter``."""
+    complete = [e for e in events if e.ph == "X"]
+    head = pl.DataFrame(
+        {
+            "cat": _str_series("cat", _field(complete, "cat")),
+            "name": _str_series("name", _field(complete, "name")),
+        }
+    ).with_columns(
+        # MTIA's DMA requests are copy-engine work, not compute.
+        pl.when(
+            pl.col("cat").str.to_lowercase().eq("mtia_ccp_events")
+            & pl.col("name").str.starts_with("dma_")
+        )
+        .then(pl.lit("memcpy"))
+        .otherwise(_KIND)
+        .alias("kind"),
+    )
+    rows = _wanted_rows(head, complete, cpu_only, shaped_ops)
+    picked = _pick(complete, rows)
+    del complete
+    frame = head[rows].with_columns(
+        _num_series("pid", _field(picked, "pid")),
+        _num_series("tid", _field(picked, "tid")),
+        us_text_to_ns(_field(picked, "ts"), "ts_ns"),
+        us_text_to_ns(_field(picked, "dur"), "dur_ns"),
+    )
+    frame = _attach_args(frame, _field(picked, "args"), shaped_ops)
+    return repair_times(frame, path)
+
+
+def _field(items: Sequence[Any], attr: str) -> list[Any]:
+    """One attribute of every item, gathered at C speed."""
+    return list(map(attrgetter(attr), items))
+
+
+def _pick(items: list[Any], rows: list[int]) -> list[Any]:
+    if len(rows) == len(items):
+        return items
+    if len(rows) < 2:
+        return [items[i] for i in rows]
+    return list(itemgetter(*rows)(items))
+
+
+def _str_series(name: str, values: Sequence[object]) -> pl.Series:
+    try:
+        return pl.Series(name, values, dtype=pl.String)
+    except (TypeError, pl.exceptions.PolarsError):
+        # ints (pids, tids) or other odd values: text, so mixed files stay one column
+        return pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
+
+
+def _num_series(name: str, values: Sequence[object]) -> pl.Series:
+    """pid / tid as numbers: ints, or the digits of old spellings such as ``"stream 7"``."""
+    try:
+        return pl.Series(name, values, dtype=pl.Int64)
+    except (TypeError, OverflowError, pl.exceptions.PolarsError):
+        text = _str_series(name, values)
+        return text.str.extract(r"(-?\d+)").cast(pl.Int64, strict=False)
+
+
+_KIND = pl.col("cat").str.to_lowercase().replace_strict(KIND_OF_CAT, default=None)
+
+
+def _wanted_rows(
+    head: pl.DataFrame, complete: list[Any], cpu_only: bool | None, shaped_ops: Collection[str]
+) -> list[int]:
+    """Rows to keep: device work, launches, annotations; CPU ops only when they carry collective
+    metadata or recorded shapes, or when the trace has no device work at all (CPU-only
+    traces). ``cpu_only`` forces the choice (a streamed chunk does not see the whole trace)."""
+    kind = pl.col("kind")
+    used = kind.is_not_null()
+    if cpu_only:
+        return _true_rows(head, used)
+    # matmul / conv / attention ops are worth a row only with their shapes (most traces do
+    # not record them): a byte search in the few candidates' raw args
+    candidates = _true_rows(head, (kind == "cpu_op") & pl.col("name").is_in(list(shaped_ops)))
+    shaped = [i for i in candidates if b'"Input Dims"' in bytes(complete[i].args)]
+    kept_op = (pl.col("name") == COMM_OP) | pl.int_range(pl.len()).is_in(shaped)
+    gpu_rows = used & ((kind != "cpu_op") | kept_op)
+    if cpu_only is None and not head.select((gpu_rows & kind.is_in(DEVICE_KINDS)).any()).item():
+        return _true_rows(head, used)
+    return _true_rows(head, gpu_rows)
+
+
+def _true_rows(frame: pl.DataFrame, mask: pl.Expr) -> list[int]:
+    return frame.select(mask.fill_null(False)).to_series().arg_true().to_list()
+
+
+_LINK_FIELDS = ("correlation", "external_id", "external_id_lc", "device", "stream")
+
+
+def _attach_args(
+    frame: pl.DataFrame, raw_args: list[msgspec.Raw], shaped_ops: Collection[str]
+) -> pl.DataFrame:
+    """Decode args only for the kept rows, in one call: skipping the rest keeps the parse fast."""
+    args = [a if a is not None else NO_ARGS for a in decode_args(raw_args)]
+    corr, ext, ext_lc, device, stream = (_field(args, f) for f in _LINK_FIELDS)
+    frame = frame.with_columns(
+        int_series("correlation", corr),
+        int_series("external_id", ext).fill_null(int_series("external_id", ext_lc)),
+        int_series("arg_device", device),
+        int_series("arg_stream", stream),
+    )
+    wanted = frame.select((pl.col("kind") == "kernel") | (pl.col("name") == COMM_OP)).to_series()
+    meta_rows = wanted.arg_true().to_list()
+    meta_args = _pick(args, meta_rows)
+    meta_values = [_field(meta_args, f) for f in META_SCHEMA]
+    meta = pl.DataFrame(
+        [
+            pl.Series("row", meta_rows, dtype=pl.UInt32),
+            *(
+                typed_series(field, values, dtype)
+                for (field, dtype), values in zip(META_SCHEMA.items(), meta_values, strict=True)
+            ),
+        ]
+    )
+    return _attach_dims(
+        frame.with_row_index("row").join(meta, on="row", how="left", maintain_order="left"),
+        args,
+        shaped_ops,
+    ).drop("row")
+
+
+def _attach_dims(
+    frame: pl.DataFrame, args: list[Args], shaped_ops: Collection[str]
+) -> pl.DataFrame:
+    """Input Dims / Concrete Inputs of the matmul, conv and attention ops, as JSON text (their
+    nesting varies by op); null columns, and no join, for traces without them."""
+    rows = frame.select(pl.col("name").is_in(list(shaped_ops))).to_series().arg_true().to_list()
+    rows = [i for i in rows if args[i].input_dims is not None]
+    if not rows:
+        return frame.with_columns(
+            pl.lit(None, pl.String).alias("input_dims"),
+            pl.lit(None, pl.String).alias("concrete_inputs"),
+        )
+    dims = pl.DataFrame(
+        {
+            "row": rows,
+            "input_dims": [json_text(args[i].input_dims) for i in rows],
+            "concrete_inputs": [json_text(args[i].concrete_inputs) for i in rows],
+        },
+        schema={"row": pl.UInt32, "input_dims": pl.String, "concrete_inputs": pl.String},
+    )
+    return frame.join(dims, on="row", how="left", maintain_order="left")
+
+
+def json_text(value: object) -> str | None:
+    return None if value is None else msgspec.json.encode(value).decode()
+
+
+def decode_args(raw_args: list[msgspec.Raw]) -> list[Args | None]:
+    try:
+        return ARGS_LIST_DECODER.decode(b"[" + b",".join(raw_args) + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return [_decode_one_args(raw) for raw in raw_args]
+
+
+def _decode_one_args(raw: msgspec.Raw) -> Args | None:
+    try:
+        return ARGS_DECODER.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def int_series(name: str, values: Sequence[object]) -> pl.Series:
+    try:
+        return pl.Series(name, values, dtype=pl.Int64)
+    except (TypeError, OverflowError, pl.exceptions.PolarsError):
+        # quoted numbers ("correlation": "17") still link; anything else is null
+        return pl.Series(
+            name,
+            [_arg_int(as_int(v) if isinstance(v, str) else v) for v in values],
+            dtype=pl.Int64,
+        )
+
+
+def typed_series(name: str, values: Sequence[object], dtype: pl.DataType) -> pl.Series:
+    if dtype == pl.Int64():
+        try:
+            return pl.Series(name, values, dtype=pl.Int64)
+        except (TypeError, OverflowError, pl.exceptions.PolarsError):
+            # some writers quote numbers: "Seq": "17"
+            return int_series(name, [as_int(v) if isinstance(v, str) else v for v in values])
+    return _str_series(name, values)
+
+
+def _arg_int(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if -(2**63) <= value < 2**63 else None
+    return None
+
+
+def repair_times(frame: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[str], int]:
+    """Drop events without a start; durations missing or negative become 0, with a warning."""
+    counts = frame.select(
+        pl.col("ts_ns").is_null().sum().alias("no_ts"),
+        pl.col("dur_ns").is_null().sum().alias("no_dur"),
+        (pl.col("dur_ns") < 0).sum().alias("neg_dur"),
+    ).row(0, named=True)
+    warnings = []
+    if counts["no_ts"]:
+        warnings.append(f"{path}: {counts['no_ts']} events without a timestamp were dropped")
+    if counts["no_dur"]:
+        warnings.append(f"{path}: {counts['no_dur']} events without a duration were read as 0 µs")
+    if counts["neg_dur"]:
+        warnings.append(
+            f"{path}: {counts['neg_dur']} events with a negative duration were read as 0 µs"
+        )
+    frame = frame.filter(pl.col("ts_ns").is_not_null()).with_columns(
+        pl.col("dur_ns").fill_null(0).clip(lower_bound=0)
+    )
+    frame = frame.with_columns(
+        pl.col("ts_ns").alias("start_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns")
+    ).drop("ts_ns", "dur_ns")
+    return frame, warnings, counts["no_ts"] + counts["no_dur"] + counts["neg_dur"]
+
+
+def _device_frame(events: pl.DataFrame) -> pl.DataFrame:
+    """Device work; its collective metadata lives apart (``_device_meta_frame``, by
+    ``dev_row``): a handful of comm kernels carry it, and as null columns on every compute
+    kernel it was most of the frame's memory."""
+    return events.filter(pl.col("kind").is_in(list(DEVICE_KINDS))).select(
+        "kind",
+        "name",
+        pl.coalesce("arg_device", pl.col("pid")).alias("device"),
+        pl.coalesce("arg_stream", pl.col("tid")).alias("stream"),
+        "start_ns",
+        "end_ns",
+        "correlation",
+        "external_id",
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("dev_row"),
+    )
+
+
+def _device_meta_frame(events: pl.DataFrame) -> pl.DataFrame:
+    device = events.filter(pl.col("kind").is_in(list(DEVICE_KINDS))).with_row_index("dev_row")
+    return device.filter(pl.any_horizontal(pl.col(list(META_SCHEMA)).is_not_null())).select(
+        pl.col("dev_row").cast(pl.Int64), *META_SCHEMA
+    )
+
+
+def _launch_frame(events: pl.DataFrame) -> pl.DataFrame:
+    return events.filter(pl.col("kind") == "launch").select(
+        "name", "tid", "start_ns", "end_ns", "correlation", "external_id"
+    )
+
+
+def _step_frame(events: pl.DataFrame) -> pl.DataFrame:
+    return (
+        events.filter(pl.col("kind") == "annotation")
+        .select(
+            pl.col("name").str.extract(STEP_NAME.pattern).cast(pl.Int64).alias("step"),
+            "tid",
+            "start_ns",
+            "end_ns",
+        )
+        .filter(pl.col("step").is_not_null())
+        .sort("start_ns")
+    )
+
+
+def _gpu_annotation_frame(events: pl.DataFrame) -> pl.DataFrame:
+    return events.filter(
+        (pl.col("kind") == "gpu_annotation") & pl.col("name").str.starts_with("nccl:")
+    ).select(
+        "name",
+        pl.coalesce("arg_device", pl.col("pid")).alias("device"),
+        pl.coalesce("arg_stream", pl.col("tid")).alias("stream"),
+        "start_ns",
+        "end_ns",
+    )
+
+
+def _gpu_range_frame(events: pl.DataFrame) -> pl.DataFrame:
+    return events.filter(pl.col("kind") == "gpu_annotation").select(
+        "name",
+        pl.coalesce("arg_device", pl.col("pid")).alias("device"),
+        pl.coalesce("arg_stream", pl.col("tid")).alias("stream"),
+        "start_ns",
+        "end_ns",
+    )
+
+
+def _comm_op_frame(events: pl.DataFrame) -> pl.DataFrame:
+    return events.filter((pl.col("kind") == "cpu_op") & (pl.col("name") == COMM_OP)).select(
+        "external_id", "start_ns", *META_SCHEMA
+    )
+
+
+def _shaped_op_frame(events: pl.DataFrame) -> pl.DataFrame:
+    """Matmul / conv / attention CPU ops with their recorded shapes (``record_shapes``): the
+    readers attach shapes to those ops only."""
+    return events.filter((pl.col("kind") == "cpu_op") & pl.col("input_dims").is_not_null()).select(
+        "name", "tid", "start_ns", "end_ns", "input_dims", "concrete_inputs"
+    )
+
+
+def _cpu_frame(events: pl.DataFrame) -> pl.DataFrame:
+    """CPU ops and annotations: the timeline of traces without device activity."""
+    return events.filter(pl.col("kind").is_in(["cpu_op", "annotation"])).select(
+        "kind", "name", "pid", "tid", "start_ns", "end_ns"
+    )
+
+
+_FRAME_KINDS: dict[str, set[str]] = {
+    "device": set(DEVICE_KINDS),
+    "device_meta": set(DEVICE_KINDS),
+    "launches": {"launch"},
+    "steps": {"annotation"},
+    "comm_annotations": {"gpu_annotation"},
+    "comm_ops": {"cpu_op"},
+    "shaped_ops": {"cpu_op"},
+    "gpu_ranges": {"gpu_annotation"},
+    "cpu": {"cpu_op", "annotation"},
+}
+
+_FRAME_BUILDERS = {
+    "device": _device_frame,
+    "device_meta": _device_meta_frame,
+    "launches": _launch_frame,
+    "steps": _step_frame,
+    "comm_annotations": _gpu_annotation_frame,
+    "comm_ops": _comm_op_frame,
+    "shaped_ops": _shaped_op_frame,
+    "gpu_ranges": _gpu_range_frame,
+    "cpu": _cpu_frame,
+}

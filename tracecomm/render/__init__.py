@@ -1,0 +1,19 @@
+"""Renderers: each turns one typed result into bytes in one format and computes nothing.
+
+Picked by name from the tables in ``render.tables`` (pyinstrument's way):
+``REPORT[fmt](report, view)``. The CLI decides where the bytes go; ``View`` says what the
+destination can show.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class View:
+    """What the output can show."""
+
+    width: int | None = None  # a terminal's columns; None: not a terminal (each view's width)
+    color: bool | None = None  # True: a terminal, colours on; None: as the environment says
+    top: int | None = None  # straggler rows to list (terminal default 8; JSON: all)

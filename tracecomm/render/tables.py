@@ -1,0 +1,33 @@
+"""Format name -> renderer, per kind of result. Every renderer is ``(result, view) -> bytes``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tracecomm.render import View, check, formats, html, terminal
+
+Renderer = Callable[[Any, View], bytes]
+
+REPORT: dict[str, Renderer] = {
+    "terminal": terminal.render_terminal,
+    "json": formats.render_json,
+    "csv": formats.render_csv,
+    "html": html.render_report,
+}
+PROJECTION: dict[str, Renderer] = {
+    "terminal": terminal.render_projection,
+    "json": formats.render_json,
+}
+CHECK: dict[str, Renderer] = {
+    "terminal": check.render_terminal,
+    "json": check.render_json,
+    "github": check.render_github,
+    "junit": check.render_junit,
+    "markdown": check.render_markdown,
+}
+NCCL: dict[str, Renderer] = {
+    "terminal": terminal.render_nccl,
+    "json": formats.render_nccl_json,
+}
+CROSSCHECK: dict[str, Renderer] = {"terminal": terminal.render_crosscheck}

@@ -1,0 +1,237 @@
+"""One request object for every way in: the CLI builds it from its options, ``tracecomm.analyze``
+from keywords of the same names (``steps="3:7"``, ``comm_pattern=[...]``,
+``model_flops_per_step=3.16e15``, …). Every value is checked here, once, and a bad one is a
+``UsageError`` that names the option.
+"""
+
+from __future__ import annotations
+
+import decimal
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracecomm.analysis.options import AnalysisOptions
+from tracecomm.engine.breakdown import BreakdownOptions
+from tracecomm.errors import UsageError
+from tracecomm.ingest.model import ReadOptions
+from tracecomm.mfu.inputs import ModelInputs
+from tracecomm.mfu.opflops import SHAPED_OPS
+from tracecomm.run.executors import ExecutorSpec, parse_executor
+
+DETAILS = ("instances", "timeline")
+COMPAT = ("hta",)
+RANK_FROM = ("pid", "process_name")
+
+_STEPS = re.compile(r"^\s*(-?\d+)?\s*(:)?\s*(-?\d+)?\s*$")
+_MODEL_KEYS = (
+    "model_flops_per_step",
+    "flops_per_token",
+    "tokens_per_step",
+    "model_config",
+    "seq_len",
+    "global_batch",
+    "flops_formula",
+    "attention",
+    "dtype",
+    "peak_tflops",
+)
+OPTIONS = (
+    "steps",
+    "all_steps",
+    "comm_pattern",
+    "compute_pattern",
+    "rank_from",
+    "jobs",
+    "executor",
+    "cache",
+    "no_clock_align",
+    "nccl_log",
+    "link_gbps",
+    "timeline_ranks",
+    "pp_stages",
+    "microbatches",
+    "project",
+    "to",
+    "weak",
+    "detail",
+    "compat",
+    *_MODEL_KEYS,
+)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one analysis of one run is asked to do, each layer's part apart."""
+
+    inputs: tuple[str, ...]
+    breakdown: BreakdownOptions = field(default_factory=BreakdownOptions)
+    # the readers keep the recorded shapes of the ops the FLOP counter knows (observed TFLOP/s)
+    read: ReadOptions = field(default_factory=lambda: ReadOptions(shaped_ops=SHAPED_OPS))
+    model: ModelInputs = field(default_factory=ModelInputs)
+    analysis: AnalysisOptions = field(default_factory=AnalysisOptions)
+    jobs: int | None = None  # parse processes; None: one per core when the input pays for it
+    executor: ExecutorSpec = field(default_factory=ExecutorSpec)
+    cache: Path | None = None  # --cache DIR: parsed columns and results for repeat runs
+    rank_from: str | None = None  # merged multi-rank traces: each process's rank by pid / name
+    nccl_logs: tuple[Path, ...] = ()  # --nccl-log: logs outside the run folder
+
+
+def request_of(inputs: str | Path | Sequence[str | Path], **options: Any) -> Request:
+    """The request for ``inputs`` (run folders, trace files, URLs) with the CLI's options as
+    keywords. Raises ``UsageError`` for an unknown option or a bad value."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise UsageError(f"unknown option {unknown[0]!r} (one of: {', '.join(OPTIONS)})")
+    o = {name: options.get(name) for name in OPTIONS}
+    paths = (inputs,) if isinstance(inputs, str | Path) else tuple(inputs)
+    if not paths:
+        raise UsageError("no run folder or trace file given")
+    first, last = parse_steps(_text(o["steps"], "--steps"))
+    comm = _strings(o["comm_pattern"], "--comm-pattern")
+    compute = _strings(o["compute_pattern"], "--compute-pattern")
+    _check_rules(comm, "--comm-pattern")
+    _check_rules(compute, "--compute-pattern")
+    detail = _choices(o["detail"], DETAILS, "--detail")
+    return Request(
+        inputs=tuple(str(p) for p in paths),
+        breakdown=BreakdownOptions(first, last, bool(o["all_steps"]), comm, compute),
+        model=model_inputs(o),
+        analysis=AnalysisOptions(
+            align_clocks=not o["no_clock_align"],
+            detail_instances="instances" in detail,
+            link_gbps=_positive(o["link_gbps"], "--link-gbps", float),
+            compat=_choice(o["compat"], COMPAT, "--compat"),
+            timeline="timeline" in detail,
+            timeline_ranks=rank_list(o["timeline_ranks"], "--timeline-ranks"),
+            project_to=_projection(o["project"], o["to"]),
+            weak=bool(o["weak"]),
+            pp_stages=_positive(o["pp_stages"], "--pp-stages", int),
+            microbatches=_positive(o["microbatches"], "--microbatches", int),
+        ),
+        jobs=_positive(o["jobs"], "--jobs", int),
+        executor=parse_executor(_text(o["executor"], "--executor")),
+        cache=Path(o["cache"]) if o["cache"] is not None else None,
+        rank_from=_choice(o["rank_from"], RANK_FROM, "--rank-from"),
+        nccl_logs=tuple(Path(p) for p in _strings(o["nccl_log"], "--nccl-log")),
+    )
+
+
+def parse_steps(text: str | None) -> tuple[int | None, int | None]:
+    """``3:7`` (inclusive), ``3:``, ``:7`` or ``5`` to (first, last) step numbers."""
+    if text is None:
+        return None, None
+    match = _STEPS.match(text)
+    if not match or (match.group(1) is None and match.group(3) is None):
+        raise UsageError(f"--steps {text!r}: expected A:B, A:, :B or A (ProfilerStep numbers)")
+    first, colon, last = match.groups()
+    lo = int(first) if first is not None else None
+    hi = int(last) if last is not None else (None if colon else lo)
+    if lo is not None and hi is not None and lo > hi:
+        raise UsageError(f"--steps {text!r}: first step is after the last one")
+    return lo, hi
+
+
+def rank_list(value: str | Iterable[int] | None, flag: str) -> tuple[int, ...]:
+    """``0,7,12`` (or a sequence of ints) to ranks."""
+    if value is None or value == "":
+        return ()
+    if not isinstance(value, str):
+        return tuple(_positive(v, flag, int, zero=True) or 0 for v in value)
+    try:
+        return tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise UsageError(f"{flag} {value!r}: expected numbers separated by commas") from None
+
+
+def model_inputs(options: Mapping[str, Any]) -> ModelInputs:
+    """The MFU inputs among the options (FLOP counts read as exact decimals: 3.16e15 is a
+    whole number)."""
+    values = {k: options[k] for k in _MODEL_KEYS if options.get(k) is not None}
+    for key in ("model_flops_per_step", "flops_per_token"):
+        if key in values:
+            values[key] = flops(values[key], "--" + key.replace("_", "-"))
+    if "model_config" in values:
+        values["model_config"] = Path(values["model_config"])
+    return ModelInputs(**values)
+
+
+def flops(value: object, flag: str) -> int:
+    """A FLOP count as an integer: 3162058002530304, 3.162e15 or 3_162e12."""
+    if isinstance(value, bool):
+        raise UsageError(f"{flag} {value!r} is not a number")
+    try:
+        number = decimal.Decimal(str(value).replace("_", ""))
+    except decimal.InvalidOperation:
+        raise UsageError(f"{flag} {value!r} is not a number") from None
+    if not number.is_finite() or number <= 0:
+        raise UsageError(f"{flag} {value!r} must be a positive number")
+    return int(number.to_integral_value(decimal.ROUND_HALF_UP))
+
+
+def _projection(project: object, to: object) -> tuple[int, ...] | None:
+    """None: no projection; (): the default sizes; else those world sizes."""
+    if to is not None:
+        sizes = rank_list(to, "--to")  # type: ignore[arg-type]
+        if not sizes or min(sizes) < 1:
+            raise UsageError(f"--to {to!r}: world sizes must be positive")
+        return sizes
+    return () if project else None
+
+
+def _check_rules(rules: Sequence[str], flag: str) -> None:
+    from tracecomm.engine.classify import check_pattern, split_rule
+
+    for rule in rules:
+        problem = check_pattern(split_rule(rule)[0])
+        if problem:
+            raise UsageError(f"{flag} {rule!r}: {problem}")
+
+
+def _text(value: object, flag: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if flag == "--steps" and isinstance(value, tuple | list) and len(value) == 2:
+        lo, hi = value
+        return f"{'' if lo is None else lo}:{'' if hi is None else hi}"
+    raise UsageError(f"{flag} {value!r}: expected text")
+
+
+def _strings(value: object, flag: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str | Path):
+        return (str(value),)
+    if isinstance(value, Iterable) and all(isinstance(v, str | Path) for v in value):
+        return tuple(str(v) for v in value)
+    raise UsageError(f"{flag} {value!r}: expected text, or a list of texts")
+
+
+def _choice(value: object, allowed: Sequence[str], flag: str) -> str | None:
+    if value is None:
+        return None
+    text = str(getattr(value, "value", value))  # an Enum member, or its value
+    if text not in allowed:
+        raise UsageError(f"{flag} {text!r}: one of {', '.join(allowed)}")
+    return text
+
+
+def _choices(value: object, allowed: Sequence[str], flag: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+    return tuple(c for item in items if (c := _choice(item, allowed, flag)) is not None)
+
+
+def _positive(value: Any, flag: str, kind: type, zero: bool = False) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UsageError(f"{flag} {value!r}: expected a number")
+    if kind is int and value != int(value):
+        raise UsageError(f"{flag} {value!r}: expected a whole number")
+    if not (value >= 0 if zero else value > 0) or value != value or value in (float("inf"),):
+        raise UsageError(f"{flag} {value!r}: must be {'0 or more' if zero else 'positive'}")
+    return kind(value)

@@ -1,0 +1,115 @@
+"""``tracecomm.toml`` (or a ``[tool.tracecomm]`` table of ``pyproject.toml``) in the run folder,
+read in one place: the ``[model]`` / ``[device]`` inputs of MFU, the ``[rules]`` that classify
+kernels, and the ``[check]`` budgets of the CI gate. Flags always win over the file.
+
+A settings file comes with the traces and is as untrusted as they are: every key is checked
+here, where the message can name the file and the key.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from tracecomm.errors import UsageError
+from tracecomm.mfu.inputs import ModelInputs
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+SETTINGS_FILE = "tracecomm.toml"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the run folder's settings file says (empty tables without one)."""
+
+    path: Path | None = None
+    model: ModelInputs = field(default_factory=ModelInputs)
+    comm_rules: tuple[str, ...] = ()
+    compute_rules: tuple[str, ...] = ()
+    check: dict[str, Any] = field(default_factory=dict)
+
+
+def settings_path(runs: Sequence[str]) -> Path | None:
+    """tracecomm.toml, else a pyproject.toml with a [tool.tracecomm] table, in the first run
+    folder (a file's own folder) that has one."""
+    folders = [p if p.is_dir() else p.parent for p in map(Path, runs) if p.exists()]
+    for folder in folders:
+        if (folder / SETTINGS_FILE).is_file():
+            return folder / SETTINGS_FILE
+        if (folder / "pyproject.toml").is_file() and "tracecomm" in _tool(
+            folder / "pyproject.toml"
+        ):
+            return folder / "pyproject.toml"
+    return None
+
+
+def read_settings(runs: Sequence[str]) -> Settings:
+    """The run's settings. Raises ``UsageError`` naming the file and the key at fault."""
+    path = settings_path(runs)
+    if path is None:
+        return Settings()
+    doc = _toml(path)
+    table = doc.get("tool", {}).get("tracecomm", {}) if path.name == "pyproject.toml" else doc
+    if not isinstance(table, dict):
+        raise UsageError(f"{path}: [tool.tracecomm] must be a table")
+    comm, compute = _rules(table, path)
+    check = table.get("check", {})
+    if not isinstance(check, dict):
+        raise UsageError(f"{path}: [check] must be a table")
+    return Settings(path, _model(table, path), comm, compute, dict(check))
+
+
+def _rules(table: dict[str, Any], path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(comm rules ``REGEX[=TYPE]``, compute patterns) from the [rules] table."""
+    rules = table.get("rules", {})
+    if not isinstance(rules, dict):
+        raise UsageError("[rules] must be a table: comm = [...], compute = [...]")
+    out = []
+    for key in ("comm", "compute"):
+        value = rules.get(key, [])
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise UsageError(f"[rules] {key} must be a list of regex strings")
+        out.append(tuple(value))
+    return out[0], out[1]
+
+
+def _model(table: dict[str, Any], path: Path) -> ModelInputs:
+    """The [model] and [device] tables; paths in them are relative to the file."""
+    model, device = table.get("model", {}), table.get("device", {})
+    if not isinstance(model, dict) or not isinstance(device, dict):
+        raise UsageError(f"{path}: [model] and [device] must be tables")
+    known = {f.name for f in fields(ModelInputs)}
+    values: dict[str, Any] = {}
+    for key, value in {**model, **device}.items():
+        name = key.replace("-", "_")
+        name = {"config": "model_config", "flops_per_step": "model_flops_per_step"}.get(name, name)
+        if name not in known:
+            raise UsageError(f"{path}: unknown key {key!r}")
+        values[name] = value
+    if "model_config" in values:
+        values["model_config"] = path.parent / str(values["model_config"])
+    return ModelInputs(**values)
+
+
+def _toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"{path}: {exc}") from exc
+
+
+def _tool(path: Path) -> dict[str, Any]:
+    try:
+        tool = _toml(path).get("tool", {})
+    except UsageError:
+        return {}
+    return tool if isinstance(tool, dict) else {}

@@ -1,0 +1,168 @@
+"""The per-rank unit: parse one trace file and compute its breakdown; and the re-reads the
+analysis asks for (one step of a rank, HTA's figures).
+
+Every function here is pure and picklable; worker processes import only this module (ingest and
+engine), so a pool starts fast. Only the small results travel back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tracecomm.analysis.model import FileFailure, RankResult, RankTimeline
+from tracecomm.engine import BreakdownOptions, breakdown
+from tracecomm.errors import NotATrace, TraceError
+from tracecomm.ingest import load_merged, load_rank
+from tracecomm.ingest.model import RankEvents, ReadOptions
+from tracecomm.ingest.power import PowerLog, series_for_host
+from tracecomm.run.cache import load as cache_load
+from tracecomm.run.cache import load_result, options_key, store_result
+from tracecomm.run.cache import store as cache_store
+from tracecomm.run.sources import opened_locally, renamed, scheme
+
+if TYPE_CHECKING:
+    import polars as pl
+
+
+@dataclass(frozen=True)
+class RankWork:
+    """What the per-rank unit needs besides the file (small and picklable: it travels to every
+    worker)."""
+
+    breakdown: BreakdownOptions
+    read: ReadOptions
+    power: tuple[PowerLog, ...] = ()
+    rank_from: str | None = None  # the files are merged traces: ranks by pid or process_name
+    cache: Path | None = None
+
+
+def analyze_file(path: str, work: RankWork) -> list[RankResult | FileFailure]:
+    """Parse one trace (several ranks when ``rank_from`` splits a merged trace) and compute the
+    breakdowns; failures come back as values, not raises. ``path`` may be a URL
+    (``sources``): the results name it, not the local copy that was parsed."""
+    try:
+        with opened_locally(path) as local:
+            outcomes = _analyze_local(local, work, remote=scheme(path) not in (None, "file"))
+        return [renamed(o, local, path) for o in outcomes]
+    except TraceError as exc:  # the source itself could not be fetched
+        return [FileFailure(exc.path, exc.reason)]
+
+
+def ingest_file(path: str, out: str, work: RankWork) -> list[tuple[str, FileFailure | None]]:
+    """``analyze_file``, then each outcome written as a summary into ``out`` (on the worker:
+    only the names, and the failures, travel back). A summary that cannot be written raises."""
+    from tracecomm.run.summaries import write_summary
+
+    outcomes = analyze_file(path, work)
+    return [
+        (
+            write_summary(Path(out), o, work.breakdown).name,
+            o if isinstance(o, FileFailure) else None,
+        )
+        for o in outcomes
+    ]
+
+
+def rank_timeline(path: str, rank: int, role: str, step: int, work: RankWork) -> RankTimeline:
+    """One step of one rank, lane by lane (the HTML report's timeline)."""
+    from tracecomm.engine.timeline import step_timeline
+
+    try:
+        events = _events_again(path, rank, work)
+    except (TraceError, OSError) as exc:
+        return RankTimeline(rank, role, None, f"could not read the file again: {exc}")
+    timeline = step_timeline(events, step, work.breakdown)
+    reason = None if timeline is not None else f"no device work in step {step}"
+    return RankTimeline(rank, role, timeline, reason)
+
+
+def step_work(path: str, rank: int, step: int, work: RankWork) -> pl.DataFrame | str:
+    """One step of one rank as the projection replays it; a reason when it cannot be read."""
+    from tracecomm.engine.timeline import step_work as work_of
+
+    try:
+        events = _events_again(path, rank, work)
+    except (TraceError, OSError) as exc:
+        return f"could not read rank {rank} again: {exc}"
+    return work_of(events, step, work.breakdown)
+
+
+def hta_figures(paths: Mapping[int, str], compat: str) -> tuple[Any, ...]:
+    """HTA's own figures of each rank's file (``--compat``, metrics.md §9)."""
+    from tracecomm.compat.hta import hta_figures as figures
+    from tracecomm.compat.hta import rank_events
+
+    frames = {rank: rank_events(Path(path)) for rank, path in paths.items()}
+    return tuple(figures(frames))
+
+
+def _analyze_local(path: str, work: RankWork, remote: bool) -> list[RankResult | FileFailure]:
+    try:
+        # a fetched copy is new each time: keying a cache on it would only fill the disk
+        if work.cache is not None and work.rank_from is None and not remote:
+            return [_cached_result(path, work, work.cache)]
+        ranks = (
+            [load_rank(path, work.read)]
+            if work.rank_from is None
+            else load_merged(path, work.rank_from, work.read)
+        )
+        return [_one_rank(events, work) for events in ranks]
+    except NotATrace as exc:
+        return [FileFailure(exc.path, exc.reason, not_a_trace=True)]
+    except TraceError as exc:
+        return [FileFailure(exc.path, exc.reason)]
+    except MemoryError:
+        return [FileFailure(path, "out of memory while parsing")]
+    except Exception as exc:  # one odd file must never take the other ranks down with it
+        return [FileFailure(path, f"could not be analyzed ({type(exc).__name__}: {exc})")]
+
+
+def _cached_result(path: str, work: RankWork, cache: Path) -> RankResult:
+    """The finished result when these options ran before, else the parsed columns when the
+    file did, else a parse; what was missing is stored (a cache that cannot be written only
+    costs the next run its speed-up)."""
+    logs = [(log.path, Path(log.path).stat().st_mtime_ns) for log in work.power]
+    key = options_key(work.breakdown, logs)
+    done = load_result(cache, Path(path), work.read, key)
+    if isinstance(done, RankResult):
+        return done
+    events = cache_load(cache, Path(path), work.read)
+    if events is None:
+        events = load_rank(path, work.read)
+        with contextlib.suppress(OSError):
+            cache_store(cache, Path(path), work.read, events)
+    result = _one_rank(events, work)
+    with contextlib.suppress(OSError):
+        store_result(cache, Path(path), work.read, key, result)
+    return result
+
+
+def _one_rank(events: RankEvents, work: RankWork) -> RankResult:
+    series, power_source = series_for_host(work.power, events.meta.host_name)
+    result = breakdown(events, work.breakdown, series)
+    return RankResult(
+        path=events.path,
+        meta=events.meta,
+        breakdown=result,
+        warnings=events.warnings,
+        truncated=events.truncated,
+        repaired_events=events.repaired_events,
+        first_event_abs_ns=events.first_event_ns if events.epoch_clock else None,
+        power_source=power_source if series else None,
+    )
+
+
+def _events_again(path: str, rank: int, work: RankWork) -> RankEvents:
+    if work.rank_from is not None:
+        file = path.rsplit("#rank", 1)[0]
+        merged = load_merged(file, work.rank_from, work.read)
+        return next(e for e in merged if e.meta.rank == rank)
+    if scheme(path) not in (None, "file"):
+        with opened_locally(path) as local:
+            return renamed(load_rank(local, work.read), local, path)
+    cached = cache_load(work.cache, Path(path), work.read) if work.cache is not None else None
+    return cached if cached is not None else load_rank(path, work.read)
