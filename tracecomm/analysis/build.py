@@ -14,12 +14,14 @@ from dataclasses import dataclass, replace
 
 from tracecomm.analysis.bandwidth import bandwidth
 from tracecomm.analysis.crossrank import ranks_cross_rank
-from tracecomm.analysis.model import Report, RunData
+from tracecomm.analysis.model import RankFiles, Report, RunData
 from tracecomm.analysis.options import AnalysisOptions
 from tracecomm.analysis.pipeline_view import pipeline_views
+from tracecomm.analysis.projection import Projection, fit_links, project
 from tracecomm.analysis.ranks import base_report
 from tracecomm.analysis.stragglers import rank_stragglers
 from tracecomm.analysis.throughput import throughput
+from tracecomm.analysis.timeline import run_timeline, typical_step
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,6 @@ def nccl(report: Report, ctx: Context) -> Report:
 
 
 def timeline(report: Report, ctx: Context) -> Report:
-    from tracecomm.analysis.timeline import run_timeline
-
     if not ctx.options.timeline or ctx.data.files is None:
         return report
     return replace(
@@ -93,11 +93,9 @@ def timeline(report: Report, ctx: Context) -> Report:
 
 
 def projection(report: Report, ctx: Context) -> Report:
-    from tracecomm.analysis.projection import project_report
-
     if ctx.options.project_to is None or ctx.data.files is None:
         return report
-    found = project_report(report, ctx.options.project_to, ctx.options.weak, ctx.data.files)
+    found = _project(report, ctx.options.project_to, ctx.options.weak, ctx.data.files)
     return replace(report, projection=found)
 
 
@@ -122,3 +120,31 @@ def build_report(
     for process in processors:
         report = process(report, ctx)
     return report
+
+
+def _project(
+    report: Report, targets: tuple[int, ...], weak: bool, files: RankFiles
+) -> Projection | str:
+    """metrics.md §11 from the median rank's typical step; a reason when it cannot be done.
+    ``targets`` empty: N/2, 2N, 4N, 8N and 16N."""
+    world = report.summary.world_size or report.summary.ranks_analyzed
+    median = next((r for r in report.rank_reports if r.rank == report.summary.median_rank), None)
+    step = typical_step(median) if median is not None else None
+    if median is None or step is None:
+        return "no analyzed step to replay"
+    cr = report.cross_rank
+    fits = fit_links(cr.aligned) if cr is not None else ()
+    if not fits:
+        return (
+            "no collective to fit: the projection needs matched AllGather, ReduceScatter or "
+            "AllReduce instances with message sizes (two or more ranks, PyTorch's collective "
+            "metadata)"
+        )
+    work = files.step_work(median, step)
+    if isinstance(work, str):
+        return work
+    targets = targets or tuple(
+        size for size in (world // 2, 2 * world, 4 * world, 8 * world, 16 * world) if size >= 1
+    )
+    mfu = report.throughput.mfu if report.throughput is not None else None
+    return project(work, fits, world, targets, weak, median.rank, step, mfu)

@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from tracecomm.analysis.model import RankReport
+from tracecomm.analysis.rank import RankReport
 from tracecomm.engine.collectives import INSTANCE_SCHEMA
 
 _RANK_LIST = re.compile(r"^\[\s*\d+(?:\s*,\s*\d+)*\s*\]$")

@@ -4,24 +4,25 @@ per straggler candidate and per matched collective instance. Times in ns, as eve
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
+from tracecomm.analysis.crossrank import CrossRank
+from tracecomm.analysis.rank import RankReport
+from tracecomm.analysis.stragglers import Stragglers
 from tracecomm.engine.model import Figures, WindowFigures
-
-if TYPE_CHECKING:
-    from tracecomm.analysis.model import Report
 
 _FIGURES = tuple(f.name for f in fields(Figures))
 
 
-def ranks_frame(report: Report) -> pl.DataFrame:
+def ranks_frame(ranks: Sequence[RankReport]) -> pl.DataFrame:
     """One row per analyzed rank: its analysis window's figures, then each figure's median over
     the included steps (``step_median_*``)."""
     rows = []
-    for r in report.rank_reports:
+    for r in ranks:
         median = r.step_summary.median if r.step_summary else None
         rows.append(
             {
@@ -40,7 +41,7 @@ def ranks_frame(report: Report) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=_RANK_SCHEMA, orient="row")
 
 
-def steps_frame(report: Report) -> pl.DataFrame:
+def steps_frame(ranks: Sequence[RankReport]) -> pl.DataFrame:
     """One row per rank and profiler step, included or not (``included``, ``complete``)."""
     rows = [
         {
@@ -51,27 +52,26 @@ def steps_frame(report: Report) -> pl.DataFrame:
             "incomplete_reason": s.incomplete_reason,
             **_window_row(s.window),
         }
-        for r in report.rank_reports
+        for r in ranks
         for s in r.breakdown.steps
     ]
     return pl.DataFrame(rows, schema=_STEP_SCHEMA, orient="row")
 
 
-def by_type_frame(report: Report) -> pl.DataFrame:
+def by_type_frame(types: Sequence[Any]) -> pl.DataFrame:
     """Per collective type over all ranks (sums of the ranks' analysis windows)."""
-    rows = [asdict(t) for t in report.type_summaries]
+    rows = [asdict(t) for t in types]
     return pl.DataFrame(rows, schema=_TYPE_SCHEMA, orient="row")
 
 
-def straggler_frame(report: Report) -> pl.DataFrame:
+def straggler_frame(found: Stragglers | None) -> pl.DataFrame:
     """metrics.md §6 per rank, by root delay (largest first); empty without matching."""
-    rows = [asdict(r) for r in report.stragglers.ranks] if report.stragglers else []
+    rows = [asdict(r) for r in found.ranks] if found else []
     return pl.DataFrame(rows, schema=_STRAGGLER_SCHEMA, orient="row")
 
 
-def collectives_frame(report: Report) -> pl.DataFrame:
+def collectives_frame(cr: CrossRank | None) -> pl.DataFrame:
     """Every matched collective instance per rank, on the aligned clock."""
-    cr = report.cross_rank
     return cr.aligned if cr is not None else pl.DataFrame()
 
 

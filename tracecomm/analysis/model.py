@@ -1,10 +1,24 @@
-"""The Report: plain data that every renderer reads and none computes."""
+"""The Report: plain data that every renderer reads and none computes; and what the run hands
+the analysis to build it (``RunData``). The per-rank values live in ``analysis.rank`` and are
+named here too."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+
+from tracecomm.analysis.rank import (
+    FileFailure,
+    MedianFigures,
+    MissingRank,
+    RankNote,
+    RankReport,
+    RankResult,
+    RankTimeline,
+    RunTimeline,
+    StepSummary,
+)
 
 if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, and must stay lean
     import polars as pl
@@ -16,109 +30,9 @@ if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, 
     from tracecomm.analysis.stragglers import Stragglers
     from tracecomm.analysis.throughput import Throughput
     from tracecomm.compat.hta import HtaFigures
-    from tracecomm.engine.model import Figures, RankBreakdown
-    from tracecomm.engine.timeline import StepTimeline
-    from tracecomm.ingest.model import TraceMeta
+    from tracecomm.engine.model import Figures
     from tracecomm.mfu.inputs import ModelFlops, ModelInputs
     from tracecomm.nccl.diagnose import NcclSummary
-
-
-@dataclass(frozen=True)
-class RankResult:
-    """What the per-rank unit (parse + breakdown) sends back: small, picklable."""
-
-    path: str
-    meta: TraceMeta
-    breakdown: RankBreakdown
-    warnings: tuple[str, ...]
-    truncated: bool
-    repaired_events: int
-    first_event_abs_ns: int | None  # absolute time of the first event, when the file tells
-    power_source: str | None = None  # the power log its GPU's samples came from
-
-
-@dataclass(frozen=True)
-class FileFailure:
-    """A file that produced no rank: unreadable, not JSON, or not a trace at all."""
-
-    path: str
-    reason: str
-    not_a_trace: bool = False
-
-
-@dataclass(frozen=True)
-class MedianFigures:
-    """Each figure's own median over the included steps (rounded to whole ns; percentages are
-    medians of the per-step percentages). Being separate medians, the parts need not add up to
-    the window the way one step's figures do."""
-
-    window_ns: int
-    compute_ns: int
-    comm_ns: int
-    overlapped_comm_ns: int
-    exposed_comm_ns: int
-    exposed_memory_ns: int
-    idle_ns: int
-    overlap_pct: float | None
-    busy_pct: float | None
-
-
-@dataclass(frozen=True)
-class StepSummary:
-    """Median of each figure over the included steps, and the slowest step's own figures."""
-
-    steps: int
-    median: MedianFigures
-    worst_step: int
-    worst: Figures
-
-
-@dataclass(frozen=True)
-class RankReport:
-    rank: int
-    rank_source: str  # "distributedInfo" | "file name" | "file order"
-    path: str
-    host: str | None
-    devices: tuple[str, ...]
-    breakdown: RankBreakdown
-    step_summary: StepSummary | None
-    partial: bool  # truncated file or repaired events: figures may be low
-    device_props: dict[str, Any] = field(default_factory=dict)  # of its (most used) GPU
-    power_source: str | None = None  # the power log of its GPU, when one matched
-
-
-@dataclass(frozen=True)
-class RankTimeline:
-    rank: int
-    role: str  # fastest / median / slowest (by median step time)
-    timeline: StepTimeline | None
-    reason: str | None = None  # why there is none
-
-
-@dataclass(frozen=True)
-class RunTimeline:
-    """The same step on the run's fastest, median and slowest rank."""
-
-    step: int | None
-    ranks: tuple[RankTimeline, ...]
-    reason: str | None = None  # why no step was chosen
-
-
-@dataclass(frozen=True)
-class RankNote:
-    """One engine note (an excluded step, unlinked events, …) and every rank it applies to."""
-
-    text: str
-    ranks: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class MissingRank:
-    """A rank whose file was given but could not be used (the report is partial)."""
-
-    rank: int | None
-    path: str | None
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -144,6 +58,25 @@ class RunSummary:
     slowest_first: tuple[int, ...]  # ranks ordered by that measure, slowest first
     total: Figures | None  # sum over ranks of their analysis windows
     idle_by_cause: dict[str, int] | None = None  # sum over ranks (GPU timelines), §10
+    idle_by_cause_pct: dict[str, float] | None = None  # each cause's share of that idle time
+
+
+__all__ = [
+    "FileFailure",
+    "MedianFigures",
+    "MissingRank",
+    "RankFiles",
+    "RankNote",
+    "RankReport",
+    "RankResult",
+    "RankTimeline",
+    "Report",
+    "RunData",
+    "RunSummary",
+    "RunTimeline",
+    "StepSummary",
+    "TypeSummary",
+]
 
 
 @dataclass(frozen=True)
@@ -182,35 +115,35 @@ class Report:
         """One row per analyzed rank: window figures and per-step medians."""
         from tracecomm.analysis.frames import ranks_frame
 
-        return ranks_frame(self)
+        return ranks_frame(self.rank_reports)
 
     @property
     def steps(self) -> pl.DataFrame:
         """One row per rank and profiler step."""
         from tracecomm.analysis.frames import steps_frame
 
-        return steps_frame(self)
+        return steps_frame(self.rank_reports)
 
     @property
     def by_type(self) -> pl.DataFrame:
         """One row per collective type, summed over ranks."""
         from tracecomm.analysis.frames import by_type_frame
 
-        return by_type_frame(self)
+        return by_type_frame(self.type_summaries)
 
     @property
     def straggler_ranks(self) -> pl.DataFrame:
         """metrics.md §6 per rank, largest root delay first."""
         from tracecomm.analysis.frames import straggler_frame
 
-        return straggler_frame(self)
+        return straggler_frame(self.stragglers)
 
     @property
     def collectives(self) -> pl.DataFrame:
         """Every matched collective instance per rank, clock-aligned."""
         from tracecomm.analysis.frames import collectives_frame
 
-        return collectives_frame(self)
+        return collectives_frame(self.cross_rank)
 
 
 class RankFiles(Protocol):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracecomm.analysis.crossrank import CrossRank
-from tracecomm.analysis.model import RankReport
+from tracecomm.analysis.rank import RankReport
 
 _IMBALANCE = 0.05  # stage compute this far above the others' median: the balance is the problem
 

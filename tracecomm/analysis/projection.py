@@ -29,8 +29,6 @@ import numpy as np
 import polars as pl
 
 from tracecomm.analysis.bandwidth import instance_transfers
-from tracecomm.analysis.model import RankFiles, Report
-from tracecomm.analysis.timeline import typical_step
 from tracecomm.engine.intervals import coverage, measure
 
 FITTED = ("AllGather", "ReduceScatter", "AllReduce")
@@ -361,31 +359,3 @@ def _figures(
     }
     total = int(measure(cov, c[:, 1] & ~compute, lo, hi)[0])
     return int(hi[0] - lo[0]), int(measure(cov, compute, lo, hi)[0]), comm, exposed, total
-
-
-def project_report(
-    report: Report, targets: tuple[int, ...], weak: bool, files: RankFiles
-) -> Projection | str:
-    """metrics.md §11 from the median rank's typical step; a reason when it cannot be done.
-    ``targets`` empty: N/2, 2N, 4N, 8N and 16N."""
-    world = report.summary.world_size or report.summary.ranks_analyzed
-    median = next((r for r in report.rank_reports if r.rank == report.summary.median_rank), None)
-    step = typical_step(median) if median is not None else None
-    if median is None or step is None:
-        return "no analyzed step to replay"
-    cr = report.cross_rank
-    fits = fit_links(cr.aligned) if cr is not None else ()
-    if not fits:
-        return (
-            "no collective to fit: the projection needs matched AllGather, ReduceScatter or "
-            "AllReduce instances with message sizes (two or more ranks, PyTorch's collective "
-            "metadata)"
-        )
-    work = files.step_work(median, step)
-    if isinstance(work, str):
-        return work
-    targets = targets or tuple(
-        size for size in (world // 2, 2 * world, 4 * world, 8 * world, 16 * world) if size >= 1
-    )
-    mfu = report.throughput.mfu if report.throughput is not None else None
-    return project(work, fits, world, targets, weak, median.rank, step, mfu)

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import fields
 
-from tracecomm import __version__
+from tracecomm._version import __version__
 from tracecomm.analysis.model import (
     MedianFigures,
     MissingRank,
@@ -175,6 +175,7 @@ def _summary(ranks: Sequence[RankReport], world: int | None) -> RunSummary:
     timed.sort(key=lambda item: (item[1], item[0]))
     windows = [r.breakdown.window.figures for r in ranks if r.breakdown.window is not None]
     steps = sorted({s.step for r in ranks for s in r.breakdown.included_steps})
+    causes = _sum_causes(ranks)
     return RunSummary(
         ranks_analyzed=len(ranks),
         world_size=world,
@@ -185,8 +186,17 @@ def _summary(ranks: Sequence[RankReport], world: int | None) -> RunSummary:
         worst_by="median step time" if steps else "analysis window length",
         slowest_first=tuple(rank for rank, _ in reversed(timed)),
         total=_sum_figures(windows) if windows else None,
-        idle_by_cause=_sum_causes(ranks),
+        idle_by_cause=causes,
+        idle_by_cause_pct=_cause_shares(causes),
     )
+
+
+def _cause_shares(causes: dict[str, int] | None) -> dict[str, float] | None:
+    """Each cause's share of the summed idle time (the causes partition it, metrics.md §10)."""
+    total = sum(causes.values()) if causes else 0
+    if not causes or not total:
+        return None
+    return {cause: 100.0 * ns / total for cause, ns in causes.items()}
 
 
 def _sum_causes(ranks: Sequence[RankReport]) -> dict[str, int] | None:

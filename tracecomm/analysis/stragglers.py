@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from tracecomm.analysis.crossrank import CrossRank
-from tracecomm.analysis.model import RankReport
+from tracecomm.analysis.rank import RankReport
 from tracecomm.analysis.replay import ReplayEstimate, replay
 
 # A rank is flagged when its root delay exceeds both of these (metrics.md §6).

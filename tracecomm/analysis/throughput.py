@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tracecomm.analysis.model import RankReport
+from tracecomm.analysis.rank import RankReport
 from tracecomm.mfu.inputs import ModelFlops
 from tracecomm.mfu.peaks import Peak, find_peak
 
@@ -59,6 +59,10 @@ class EnergyReport:
     avg_power_w: float  # per GPU, over the analysis windows
     tokens_per_j: float | None  # needs every GPU of the job and tokens per step
     missing: str | None  # why a figure is absent or partial
+    # shares of energy_per_step_j (each a median of its own: they need not add up to 100)
+    idle_pct: float | None = None
+    exposed_comm_pct: float | None = None
+    exposed_memory_pct: float | None = None
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,10 @@ def _energy(
     joules = sum(w.energy.joules for w in windows if w.energy)
     seconds = sum(w.figures.window_ns for w in windows if w.energy) / 1e9
     energy = per_step("joules")
+
+    def share(field: str) -> float | None:
+        return min(100.0, 100.0 * per_step(field) / energy) if energy > 0 else None
+
     everyone = len(covered) == device_count
     missing = None if everyone else f"power for {len(covered)} of {device_count} GPUs"
     if everyone and tokens is None:
@@ -238,6 +246,9 @@ def _energy(
             avg_power_w=joules / seconds if seconds else 0.0,
             tokens_per_j=tokens / energy if tokens and everyone and energy else None,
             missing=missing,
+            idle_pct=share("idle_j"),
+            exposed_comm_pct=share("exposed_comm_j"),
+            exposed_memory_pct=share("exposed_memory_j"),
         ),
         warnings,
     )

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tracecomm import __version__
+from tracecomm._version import __version__
 
 app = typer.Typer(
     name="tracecomm",

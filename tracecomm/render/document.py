@@ -37,6 +37,7 @@ def report_document(report: Report, top: int | None = None) -> dict[str, Any]:
             "slowest_first": list(s.slowest_first),
             "total": figures_document(s.total),
             "idle_by_cause": s.idle_by_cause,
+            "idle_by_cause_pct": s.idle_by_cause_pct,
         },
         "ranks": [_rank(r) for r in report.rank_reports],
         "by_type": [

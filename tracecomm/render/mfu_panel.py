@@ -10,7 +10,7 @@ import textwrap
 from rich.text import Text
 
 from tracecomm.analysis.throughput import GapShares, Throughput
-from tracecomm.text import compact_ranges, duration
+from tracecomm.text import compact_ranges, duration, pct
 
 BAR_WIDTH = 50
 # (share, glyph, label, style), in bar order
@@ -78,13 +78,15 @@ def _energy(th: Throughput) -> str:
     )
     if e.tokens_per_j is not None:
         line += f" · {e.tokens_per_j:,.2f} tokens/J"
-    share = 100 / e.energy_per_step_j if e.energy_per_step_j else 0.0
     line += (
-        f"\n  of it idle {share * e.idle_j_per_step:.1f} %, exposed comm "
-        f"{share * e.exposed_comm_j_per_step:.1f} %, exposed memory "
-        f"{share * e.exposed_memory_j_per_step:.1f} %"
+        f"\n  of it idle {_share(e.idle_pct)} %, exposed comm {_share(e.exposed_comm_pct)} %, "
+        f"exposed memory {_share(e.exposed_memory_pct)} %"
     )
     return line + (f"\n  {e.missing}" if e.missing else "")
+
+
+def _share(value: float | None) -> str:
+    return pct(value if value is not None else 0.0)
 
 
 def _step_line(th: Throughput) -> str:

@@ -210,12 +210,12 @@ _CAUSE_WORDS = {
 
 def _idle_causes(report: Report) -> Text | None:
     """Where the idle time went (metrics.md §10), summed over ranks."""
-    causes = report.summary.idle_by_cause
+    causes, shares = report.summary.idle_by_cause, report.summary.idle_by_cause_pct
     total = report.summary.total
-    if not causes or total is None or not total.idle_ns:
+    if not causes or not shares or total is None or not total.idle_ns:
         return None
     lines = [
-        f"  {_CAUSE_WORDS.get(cause, cause)}: {ms(ns)} ms ({100 * ns / total.idle_ns:.0f} %)"
+        f"  {_CAUSE_WORDS.get(cause, cause)}: {ms(ns)} ms ({shares[cause]:.0f} %)"
         for cause, ns in sorted(causes.items(), key=lambda item: -item[1])
         if ns
     ]

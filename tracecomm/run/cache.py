@@ -18,7 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracecomm import __version__
+from tracecomm._version import __version__
 from tracecomm.ingest.model import RankEvents, ReadOptions, TraceMeta
 
 _FRAMES = (

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracecomm import __version__
+from tracecomm._version import __version__
 
 FORMAT = 1
 _SAMPLE = 64 << 10

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from tracecomm import __version__
+from tracecomm._version import __version__
 from tracecomm.analysis.model import FileFailure, RankResult
 from tracecomm.engine import BreakdownOptions
 from tracecomm.engine.model import RankBreakdown

@@ -255,8 +255,8 @@
       .map(function (c) { return "\n  " + (CAUSES[c] || c) + ": " + ms(causes[c] / n); }).join("");
   }
   function idleTable(s) {
-    var causes = (doc.summary || {}).idle_by_cause, total = ((doc.summary || {}).total || {}).idle_ns;
-    if (!causes || !total) return;
+    var causes = (doc.summary || {}).idle_by_cause, shares = (doc.summary || {}).idle_by_cause_pct;
+    if (!causes || !shares) return;
     s.appendChild(el("h3", null, "Where idle time goes (all ranks, metrics.md §10)"));
     var table = el("table", { class: "figures", id: "idle-causes" },
       el("tr", null, el("th", null, "cause"), el("th", null, "idle"), el("th", null, "share")));
@@ -264,7 +264,7 @@
       .forEach(function (c) {
         if (!causes[c]) return;
         table.appendChild(el("tr", { "data-cause": c }, el("td", null, CAUSES[c] || c),
-          el("td", null, ms(causes[c])), el("td", null, pct(100 * causes[c] / total))));
+          el("td", null, ms(causes[c])), el("td", null, pct(shares[c]))));
       });
     s.appendChild(table);
   }

@@ -1,0 +1,74 @@
+"""Options are declared once (tracecomm/cli/options.py) and every command that analyzes a run
+takes the same analysis options."""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from tracecomm.cli import app
+
+CLI = Path(__file__).resolve().parents[2] / "tracecomm" / "cli"
+ANALYZING = ("analyze", "report", "project", "check", "baseline")
+
+
+def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
+    return [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and (getattr(n.func, "id", None) == name or getattr(n.func, "attr", None) == name)
+    ]
+
+
+def test_typer_options_are_declared_only_in_the_options_module() -> None:
+    for path in sorted(CLI.rglob("*.py")):
+        if path.name in ("options.py", "app.py"):  # app.py: --version, the root's own
+            continue
+        assert not _calls(ast.parse(path.read_text()), "Option"), path
+
+
+def test_no_option_is_declared_twice() -> None:
+    tree = ast.parse((CLI / "options.py").read_text())
+    names = [
+        call.args[0].value
+        for fn in ("option", "_budget")
+        for call in _calls(tree, fn)
+        if call.args and isinstance(call.args[0], ast.Constant)
+    ]
+    assert names and [n for n, k in Counter(names).items() if k > 1] == []
+
+
+def _params(command: str) -> dict[str, Any]:
+    found = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    return {p.name: p for p in found.params if p.name}
+
+
+@pytest.mark.parametrize("command", ANALYZING)
+def test_every_analyzing_command_takes_the_analysis_options(command: str) -> None:
+    mine = _params(command)
+    reference = _params("analyze")
+    shared = {
+        "steps",
+        "all_steps",
+        "comm_pattern",
+        "compute_pattern",
+        "rank_from",
+        "jobs",
+        "executor",
+        "cache",
+        "no_clock_align",
+        "nccl_log",
+        "model_flops_per_step",
+        "model_config",
+        "peak_tflops",
+        "quiet",
+    }
+    assert shared <= set(mine)
+    for name in shared:
+        assert getattr(mine[name], "help", None) == getattr(reference[name], "help", None)

@@ -1,0 +1,111 @@
+"""One rank's values in the Report: what the per-rank unit sends back, the rank's report, its
+timeline, and what is missing. The Report's sections build on these (``analysis.model``
+holds the Report itself)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, and must stay lean
+    from tracecomm.engine.model import Figures, RankBreakdown
+    from tracecomm.engine.timeline import StepTimeline
+    from tracecomm.ingest.model import TraceMeta
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """What the per-rank unit (parse + breakdown) sends back: small, picklable."""
+
+    path: str
+    meta: TraceMeta
+    breakdown: RankBreakdown
+    warnings: tuple[str, ...]
+    truncated: bool
+    repaired_events: int
+    first_event_abs_ns: int | None  # absolute time of the first event, when the file tells
+    power_source: str | None = None  # the power log its GPU's samples came from
+
+
+@dataclass(frozen=True)
+class FileFailure:
+    """A file that produced no rank: unreadable, not JSON, or not a trace at all."""
+
+    path: str
+    reason: str
+    not_a_trace: bool = False
+
+
+@dataclass(frozen=True)
+class MedianFigures:
+    """Each figure's own median over the included steps (rounded to whole ns; percentages are
+    medians of the per-step percentages). Being separate medians, the parts need not add up to
+    the window the way one step's figures do."""
+
+    window_ns: int
+    compute_ns: int
+    comm_ns: int
+    overlapped_comm_ns: int
+    exposed_comm_ns: int
+    exposed_memory_ns: int
+    idle_ns: int
+    overlap_pct: float | None
+    busy_pct: float | None
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """Median of each figure over the included steps, and the slowest step's own figures."""
+
+    steps: int
+    median: MedianFigures
+    worst_step: int
+    worst: Figures
+
+
+@dataclass(frozen=True)
+class RankReport:
+    rank: int
+    rank_source: str  # "distributedInfo" | "file name" | "file order"
+    path: str
+    host: str | None
+    devices: tuple[str, ...]
+    breakdown: RankBreakdown
+    step_summary: StepSummary | None
+    partial: bool  # truncated file or repaired events: figures may be low
+    device_props: dict[str, Any] = field(default_factory=dict)  # of its (most used) GPU
+    power_source: str | None = None  # the power log of its GPU, when one matched
+
+
+@dataclass(frozen=True)
+class RankTimeline:
+    rank: int
+    role: str  # fastest / median / slowest (by median step time)
+    timeline: StepTimeline | None
+    reason: str | None = None  # why there is none
+
+
+@dataclass(frozen=True)
+class RunTimeline:
+    """The same step on the run's fastest, median and slowest rank."""
+
+    step: int | None
+    ranks: tuple[RankTimeline, ...]
+    reason: str | None = None  # why no step was chosen
+
+
+@dataclass(frozen=True)
+class RankNote:
+    """One engine note (an excluded step, unlinked events, …) and every rank it applies to."""
+
+    text: str
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MissingRank:
+    """A rank whose file was given but could not be used (the report is partial)."""
+
+    rank: int | None
+    path: str | None
+    reason: str
