@@ -35,6 +35,21 @@ def test_the_readme_line_prints_the_per_rank_frame() -> None:
     assert "shape: (8, " in out and "rank" in out and "node0" in out
 
 
+def test_the_readme_example_runs() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Python API") :]
+    code = section[
+        section.index("```python") + 9 : section.index("```", section.index("```python") + 9)
+    ]
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    frame, last = out.rsplit("\n", 2)[0], out.rsplit("\n", 2)[1]
+    assert "shape: (8, " in frame
+    mfu, step_ns, flagged = last.split(" ", 2)
+    assert 0.3 < float(mfu) < 0.5 and 19e6 < int(step_ns) < 21e6 and flagged == "(3,)"
+
+
 def test_the_frames_hold_the_cli_figures(report: tracecomm.Report, document: dict) -> None:
     ranks = report.ranks
     assert isinstance(ranks, pl.DataFrame) and ranks["rank"].to_list() == list(range(8))

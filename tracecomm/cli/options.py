@@ -325,6 +325,10 @@ def command(
     return register
 
 
+# docs' own ---------------------------------------------------------------------------------
+PATH = option("path", bool, False, help="Print where the file is instead of its text.")
+
+
 # check's own ---------------------------------------------------------------------------------
 def _budget(name: str, help: str) -> Option:
     return option(name, str | None, None, help=help, rich_help_panel=GATE_PANEL)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 # in the order ``tracecomm --help`` lists them
-ORDER = ("analyze", "ingest", "report", "project", "gate", "nccl", "crosscheck")
+ORDER = ("analyze", "ingest", "report", "project", "gate", "nccl", "crosscheck", "docs")
 
 
 def register() -> None:
