@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from tests.conftest import REPO, SAMPLE_RUN
 from tracecomm import analyze
 from tracecomm.cli import EXIT_OK, EXIT_USAGE, app
+from tracecomm.errors import UsageError
 from tracecomm.render.document import report_document
 from tracecomm.render.html import embed_json, render_html
 from tracecomm.synth import fsdp_run
@@ -88,13 +89,14 @@ def test_timeline_roles_and_chosen_ranks(tmp_path: Path) -> None:
         r.timeline is not None and r.timeline.step == report.timeline.step
         for r in report.timeline.ranks
     )
-    chosen = analyze(tmp_path, detail=["timeline"], timeline_ranks="2,99")
+    chosen = analyze(tmp_path, detail=["timeline"], timeline_ranks="2,6")
     assert chosen.timeline is not None
     assert [(r.rank, r.role, r.timeline is None) for r in chosen.timeline.ranks] == [
         (2, "chosen", False),
-        (99, "chosen", True),
+        (6, "chosen", False),
     ]
-    assert chosen.timeline.ranks[1].reason == "rank 99 is not among the analyzed ranks"
+    with pytest.raises(UsageError, match="rank 99 is not among the analyzed ranks"):
+        analyze(tmp_path, detail=["timeline"], timeline_ranks="2,99")
 
 
 def test_report_of_a_64_rank_run_stays_under_5_mb(tmp_path: Path) -> None:

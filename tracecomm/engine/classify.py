@@ -5,6 +5,7 @@ Definitions: metrics.md §1; name families: kineto-traces.md §11.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import polars as pl
@@ -70,6 +71,18 @@ def check_pattern(pattern: str) -> str | None:
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         return " ".join(lines)[:300]
     return None
+
+
+def rule_problem(rule: str) -> str | None:
+    """Why a ``REGEX[=TYPE]`` rule cannot be used (a bad regex, an unknown TYPE), or None."""
+    pattern, kind = split_rule(rule)
+    _, sep, suffix = rule.rpartition("=")
+    if kind is None and sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", suffix.strip()):
+        return (
+            f"unknown collective type {suffix.strip()!r} (one of {', '.join(COLL_TYPES)}); "
+            "a regex that ends in '=word' is written with '\\=' instead of '='"
+        )
+    return check_pattern(pattern)
 
 
 def split_rule(rule: str) -> tuple[str, str | None]:

@@ -3,6 +3,7 @@ a change never counts. Values come from flags or a ``[check]`` table in tracecom
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -100,17 +101,24 @@ def parse_value(value: Any, unit: str, what: str) -> float:
     a percentage for overlap."""
     text = str(value).strip()
     try:
+        if isinstance(value, bool):
+            raise ValueError(text)
         if unit in ("fraction", "ratio"):
             number = float(text.rstrip("%"))
-            return number / 100 if text.endswith("%") else number
-        if unit == "pct":
-            return float(text.rstrip("%"))
-        match = _TIME.match(text)
-        if match is None:
-            raise ValueError(text)
-        return float(match.group(1)) * _NS_PER[match.group(2)]
+            number = number / 100 if text.endswith("%") else number
+        elif unit == "pct":
+            number = float(text.rstrip("%"))
+        else:
+            match = _TIME.match(text)
+            if match is None:
+                raise ValueError(text)
+            number = float(match.group(1)) * _NS_PER[match.group(2)]
     except ValueError:
         raise BudgetError(f"{what}: cannot read {value!r} as a {_UNIT_WORDS[unit]}") from None
+    # nan compares false with everything: a nan budget would let every regression pass
+    if not math.isfinite(number) or number < 0 or (unit == "pct" and number > 100):
+        raise BudgetError(f"{what}: {value!r} is not a {_UNIT_WORDS[unit]} (finite, not negative)")
+    return number
 
 
 _UNIT_WORDS = {

@@ -170,8 +170,56 @@ def read_baseline_file(path: Path) -> RunFigures:
     if doc.get("kind") == BASELINE_KIND:
         return _from_baseline(doc, path)
     if "ranks" in doc and "schema_version" in doc and "summary" in doc:
-        return from_document(doc, str(path))
+        try:
+            return _checked(from_document(doc, str(path)), path)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BaselineError(
+                f"{path}: malformed analyze document ({type(exc).__name__}: {exc})"
+            ) from exc
     raise BaselineError(f"{path}: not a tracecomm baseline or analyze JSON document")
+
+
+def _checked(figures: RunFigures, path: Path) -> RunFigures:
+    """Figures that can be: times whole and not negative, percentages in 0–100, an MFU in
+    0–1 (a baseline holding an impossible figure would make the gate meaningless)."""
+    for rank, f in figures.ranks.items():
+        times = {
+            "step_time_ns": f.step_time_ns,
+            "exposed_comm_ns": f.exposed_comm_ns,
+            "idle_ns": f.idle_ns,
+            "root_delay_ns": f.root_delay_ns,
+            **{f"exposed_by_type_ns.{t}": v for t, v in f.exposed_by_type_ns.items()},
+        }
+        for name, value in times.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise BaselineError(f"{path}: rank {rank}: {name} {value!r} is not a time in ns")
+        if f.step_time_ns == 0 or f.exposed_comm_ns > f.step_time_ns or f.idle_ns > f.step_time_ns:
+            raise BaselineError(
+                f"{path}: rank {rank}: the step time ({f.step_time_ns} ns) must be positive and "
+                "hold its exposed communication and idle time"
+            )
+        if f.overlap_pct is not None and not _number_in(f.overlap_pct, 0.0, 100.0):
+            raise BaselineError(f"{path}: rank {rank}: overlap_pct {f.overlap_pct!r} not in 0–100")
+    if figures.mfu is not None and not _number_in(figures.mfu, 0.0, 1.0):
+        raise BaselineError(f"{path}: mfu {figures.mfu!r} is not a fraction in 0–1")
+    if figures.world_size is not None and not (
+        isinstance(figures.world_size, int)
+        and not isinstance(figures.world_size, bool)
+        and figures.world_size > 0
+    ):
+        raise BaselineError(f"{path}: world_size {figures.world_size!r} is not a rank count")
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in figures.steps):
+        raise BaselineError(f"{path}: steps must be step numbers")
+    return figures
+
+
+def _number_in(value: object, low: float, high: float) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and low <= value <= high
+    )
 
 
 def _from_baseline(doc: Mapping[str, Any], path: Path) -> RunFigures:
@@ -189,23 +237,34 @@ def _from_baseline(doc: Mapping[str, Any], path: Path) -> RunFigures:
         )
     try:
         ranks = {
-            int(r["rank"]): RankFigures(
-                step_time_ns=int(r["step_time_ns"]),
-                exposed_comm_ns=int(r["exposed_comm_ns"]),
-                idle_ns=int(r["idle_ns"]),
+            _rank_number(r["rank"]): RankFigures(
+                step_time_ns=r["step_time_ns"],
+                exposed_comm_ns=r["exposed_comm_ns"],
+                idle_ns=r["idle_ns"],
                 overlap_pct=r["overlap_pct"],
-                exposed_by_type_ns={str(k): int(v) for k, v in r["exposed_by_type_ns"].items()},
-                root_delay_ns=int(r["root_delay_ns"]),
+                exposed_by_type_ns={str(k): v for k, v in r["exposed_by_type_ns"].items()},
+                root_delay_ns=r["root_delay_ns"],
             )
             for r in doc["ranks"]
         }
+        steps = tuple(doc.get("steps") or ())
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BaselineError(f"{path}: malformed baseline ({type(exc).__name__}: {exc})") from exc
-    return RunFigures(
-        ranks=ranks,
-        steps=tuple(doc.get("steps") or ()),
-        world_size=doc.get("world_size"),
-        mfu=doc.get("mfu"),
-        source=str(path),
-        tool_version=doc.get("tool_version"),
+    tool = doc.get("tool_version")
+    return _checked(
+        RunFigures(
+            ranks=ranks,
+            steps=steps,
+            world_size=doc.get("world_size"),
+            mfu=doc.get("mfu"),
+            source=str(path),
+            tool_version=tool if isinstance(tool, str) else None,
+        ),
+        path,
     )
+
+
+def _rank_number(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"rank {value!r} is not a rank number")
+    return value

@@ -3,8 +3,12 @@ settings (read by ``run.settings``)."""
 
 from __future__ import annotations
 
+import decimal
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 from tracecomm.mfu.flops import FORMULAS, Attention, Formula, flops_per_token, hfu_flops_per_token
 from tracecomm.mfu.model import ConfigError, load_config
@@ -41,6 +45,71 @@ class ModelInputs:
                 if getattr(self, f.name) != getattr(default, f.name)
             },
         )
+
+
+# The most a single device can be said to do: above it a --peak-tflops is a typo, not a GPU.
+MAX_PEAK_TFLOPS = 1e6
+_INTEGERS = ("tokens_per_step", "seq_len", "global_batch")
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "flops_formula": FORMULAS,
+    "attention": ("halved", "full"),
+    "dtype": DTYPES,
+}
+
+
+def model_inputs(values: Mapping[str, Any], name: Callable[[str], str]) -> ModelInputs:
+    """``ModelInputs`` from raw values (flags, or a settings file's keys), each checked for its
+    type and range; ``name(key)`` says how to name a key in a message (``--seq-len``, or the
+    file and the key). Raises ``InputError``."""
+    known = {f.name for f in fields(ModelInputs)}
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in known:
+            raise InputError(f"{name(key)}: unknown key")
+        if value is not None:
+            out[key] = _checked(key, value, name(key))
+    return ModelInputs(**out)
+
+
+def _checked(key: str, value: Any, label: str) -> Any:
+    if key in ("model_flops_per_step", "flops_per_token"):
+        return flop_count(value, label)
+    if key in _INTEGERS:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InputError(f"{label} {value!r}: expected a positive whole number")
+        return value
+    if key in _CHOICES:
+        if not isinstance(value, str) or value not in _CHOICES[key]:
+            raise InputError(f"{label} {value!r}: one of {', '.join(_CHOICES[key])}")
+        return value
+    if key == "model_config":
+        if not isinstance(value, str | Path) or not str(value):
+            raise InputError(f"{label} {value!r}: expected a file path")
+        return Path(value)
+    if key == "peak_tflops":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InputError(f"{label} {value!r}: expected a number of TFLOP/s")
+        if not (math.isfinite(value) and 0 < value <= MAX_PEAK_TFLOPS):
+            raise InputError(
+                f"{label} {value!r}: a device peak is a positive TFLOP/s figure up to "
+                f"{MAX_PEAK_TFLOPS:g}"
+            )
+        return float(value)
+    raise InputError(f"{label}: unknown key")  # pragma: no cover - every field is handled above
+
+
+def flop_count(value: Any, label: str) -> int:
+    """A FLOP count as an integer: 3162058002530304, 3.162e15 or "3_162e12" (read as an exact
+    decimal: 3.16e15 is a whole number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str | decimal.Decimal):
+        raise InputError(f"{label} {value!r} is not a number")
+    try:
+        number = decimal.Decimal(str(value).replace("_", ""))
+    except decimal.InvalidOperation:
+        raise InputError(f"{label} {value!r} is not a number") from None
+    if not number.is_finite() or number <= 0:
+        raise InputError(f"{label} {value!r} must be a positive number")
+    return int(number.to_integral_value(decimal.ROUND_HALF_UP))
 
 
 @dataclass(frozen=True)

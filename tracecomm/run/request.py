@@ -6,7 +6,7 @@ from keywords of the same names (``steps="3:7"``, ``comm_pattern=[...]``,
 
 from __future__ import annotations
 
-import decimal
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +17,8 @@ from tracecomm.analysis.options import AnalysisOptions
 from tracecomm.engine.breakdown import BreakdownOptions
 from tracecomm.errors import UsageError
 from tracecomm.ingest.model import ReadOptions
-from tracecomm.mfu.inputs import ModelInputs
+from tracecomm.mfu.inputs import InputError, ModelInputs
+from tracecomm.mfu.inputs import model_inputs as checked_model_inputs
 from tracecomm.mfu.opflops import SHAPED_OPS
 from tracecomm.run.executors import ExecutorSpec, parse_executor
 
@@ -113,10 +114,26 @@ def request_of(inputs: str | Path | Sequence[str | Path], **options: Any) -> Req
         ),
         jobs=_positive(o["jobs"], "--jobs", int),
         executor=parse_executor(_text(o["executor"], "--executor")),
-        cache=Path(o["cache"]) if o["cache"] is not None else None,
+        cache=cache_folder(o["cache"]),
         rank_from=_choice(o["rank_from"], RANK_FROM, "--rank-from"),
         nccl_logs=tuple(Path(p) for p in _strings(o["nccl_log"], "--nccl-log")),
     )
+
+
+def cache_folder(value: object) -> Path | None:
+    """``--cache``: a folder that exists and is writable, or one that can be made where its
+    nearest existing parent is."""
+    if value is None:
+        return None
+    if not isinstance(value, str | Path) or not str(value):
+        raise UsageError(f"--cache {value!r}: expected a folder")
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--cache {path}: not a folder")
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is None or not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"--cache {path}: not writable")
+    return path
 
 
 def parse_steps(text: str | None) -> tuple[int | None, int | None]:
@@ -147,28 +164,12 @@ def rank_list(value: str | Iterable[int] | None, flag: str) -> tuple[int, ...]:
 
 
 def model_inputs(options: Mapping[str, Any]) -> ModelInputs:
-    """The MFU inputs among the options (FLOP counts read as exact decimals: 3.16e15 is a
-    whole number)."""
+    """The MFU inputs among the options, each checked (``mfu.inputs.model_inputs``)."""
     values = {k: options[k] for k in _MODEL_KEYS if options.get(k) is not None}
-    for key in ("model_flops_per_step", "flops_per_token"):
-        if key in values:
-            values[key] = flops(values[key], "--" + key.replace("_", "-"))
-    if "model_config" in values:
-        values["model_config"] = Path(values["model_config"])
-    return ModelInputs(**values)
-
-
-def flops(value: object, flag: str) -> int:
-    """A FLOP count as an integer: 3162058002530304, 3.162e15 or 3_162e12."""
-    if isinstance(value, bool):
-        raise UsageError(f"{flag} {value!r} is not a number")
     try:
-        number = decimal.Decimal(str(value).replace("_", ""))
-    except decimal.InvalidOperation:
-        raise UsageError(f"{flag} {value!r} is not a number") from None
-    if not number.is_finite() or number <= 0:
-        raise UsageError(f"{flag} {value!r} must be a positive number")
-    return int(number.to_integral_value(decimal.ROUND_HALF_UP))
+        return checked_model_inputs(values, lambda key: "--" + key.replace("_", "-"))
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _projection(project: object, to: object) -> tuple[int, ...] | None:
@@ -182,10 +183,10 @@ def _projection(project: object, to: object) -> tuple[int, ...] | None:
 
 
 def _check_rules(rules: Sequence[str], flag: str) -> None:
-    from tracecomm.engine.classify import check_pattern, split_rule
+    from tracecomm.engine.classify import check_pattern, rule_problem
 
     for rule in rules:
-        problem = check_pattern(split_rule(rule)[0])
+        problem = rule_problem(rule) if flag == "--comm-pattern" else check_pattern(rule)
         if problem:
             raise UsageError(f"{flag} {rule!r}: {problem}")
 

@@ -52,7 +52,7 @@ class RunInputs:
 
 def read_run(discovery: Discovery, model: ModelInputs) -> RunInputs:
     """Settings, rules and power logs. Raises ``UsageError`` (bad settings)."""
-    from tracecomm.engine.classify import check_pattern, split_rule
+    from tracecomm.engine.classify import check_pattern, rule_problem
 
     inputs = list(discovery.inputs)
     settings = read_settings(inputs)
@@ -61,10 +61,11 @@ def read_run(discovery: Discovery, model: ModelInputs) -> RunInputs:
         flops = model_flops(model)
     except InputError as exc:
         raise UsageError(str(exc)) from exc
-    for rule in (*settings.comm_rules, *settings.compute_rules):
-        problem = check_pattern(split_rule(rule)[0])
+    rules = [(r, rule_problem(r)) for r in settings.comm_rules]
+    rules += [(r, check_pattern(r)) for r in settings.compute_rules]
+    for rule, problem in rules:
         if problem:
-            raise UsageError(f"[rules] {rule!r}: {problem}")
+            raise UsageError(f"{settings.path}: [rules] {rule!r}: {problem}")
     power, power_warnings = _power_logs(inputs)
     return RunInputs(
         model,
@@ -118,6 +119,7 @@ def analyze(
     if request.rank_from is not None:
         options = replace(options, compat=None)
     report = build_report(data, options)
+    _check_chosen_ranks(report, options.timeline_ranks)
     if not report.rank_reports:
         reasons = "; ".join(m.reason for m in report.missing[:3])
         raise NoUsableInput(f"no usable rank: {reasons}")
@@ -125,6 +127,18 @@ def analyze(
         notes = "; ".join(f"{r.path}: {r.breakdown.notes[-1]}" for r in report.rank_reports[:3])
         raise NoUsableInput(f"nothing to analyze: {notes}")
     return report
+
+
+def _check_chosen_ranks(report: Report, chosen: Sequence[int]) -> None:
+    from tracecomm.text import compact_ranges
+
+    analyzed = {r.rank for r in report.rank_reports}
+    unknown = [r for r in chosen if r not in analyzed]
+    if unknown and analyzed:
+        raise UsageError(
+            f"--timeline-ranks: rank {unknown[0]} is not among the analyzed ranks "
+            f"({compact_ranges(analyzed)})"
+        )
 
 
 def _work(request: Request, run: RunInputs) -> RankWork:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from tracecomm.errors import UsageError
-from tracecomm.mfu.inputs import ModelInputs
+from tracecomm.mfu.inputs import InputError, ModelInputs, model_inputs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -59,6 +59,12 @@ def read_settings(runs: Sequence[str]) -> Settings:
     table = doc.get("tool", {}).get("tracecomm", {}) if path.name == "pyproject.toml" else doc
     if not isinstance(table, dict):
         raise UsageError(f"{path}: [tool.tracecomm] must be a table")
+    unknown = sorted(set(table) - {"model", "device", "rules", "check"})
+    if unknown:
+        raise UsageError(
+            f"{path}: unknown table or key {unknown[0]!r} (known: [model], [device], [rules], "
+            "[check])"
+        )
     comm, compute = _rules(table, path)
     check = table.get("check", {})
     if not isinstance(check, dict):
@@ -70,34 +76,46 @@ def _rules(table: dict[str, Any], path: Path) -> tuple[tuple[str, ...], tuple[st
     """(comm rules ``REGEX[=TYPE]``, compute patterns) from the [rules] table."""
     rules = table.get("rules", {})
     if not isinstance(rules, dict):
-        raise UsageError("[rules] must be a table: comm = [...], compute = [...]")
+        raise UsageError(f"{path}: [rules] must be a table: comm = [...], compute = [...]")
+    unknown = sorted(set(rules) - {"comm", "compute"})
+    if unknown:
+        raise UsageError(f"{path}: [rules] unknown key {unknown[0]!r} (comm, compute)")
     out = []
     for key in ("comm", "compute"):
         value = rules.get(key, [])
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise UsageError(f"[rules] {key} must be a list of regex strings")
+            raise UsageError(f"{path}: [rules] {key} must be a list of regex strings")
         out.append(tuple(value))
     return out[0], out[1]
 
 
 def _model(table: dict[str, Any], path: Path) -> ModelInputs:
-    """The [model] and [device] tables; paths in them are relative to the file."""
+    """The [model] and [device] tables, every value checked; paths in them are relative to the
+    file."""
     model, device = table.get("model", {}), table.get("device", {})
     if not isinstance(model, dict) or not isinstance(device, dict):
         raise UsageError(f"{path}: [model] and [device] must be tables")
     known = {f.name for f in fields(ModelInputs)}
     values: dict[str, Any] = {}
-    for key, value in {**model, **device}.items():
-        name = key.replace("-", "_")
-        name = {"config": "model_config", "flops_per_step": "model_flops_per_step"}.get(name, name)
-        if name not in known:
-            raise UsageError(f"{path}: unknown key {key!r}")
-        values[name] = value
-    if "model_config" in values:
-        values["model_config"] = path.parent / str(values["model_config"])
-    return ModelInputs(**values)
+    keys: dict[str, str] = {}
+    for table_name, entries in (("model", model), ("device", device)):
+        for key, value in entries.items():
+            name = key.replace("-", "_")
+            name = {"config": "model_config", "flops_per_step": "model_flops_per_step"}.get(
+                name, name
+            )
+            if name not in known:
+                raise UsageError(f"{path}: [{table_name}] unknown key {key!r}")
+            values[name], keys[name] = value, f"[{table_name}] {key}"
+    try:
+        inputs = model_inputs(values, lambda name: f"{path}: {keys[name]}")
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
+    if inputs.model_config is not None:
+        inputs = replace(inputs, model_config=path.parent / inputs.model_config)
+    return inputs
 
 
 def _toml(path: Path) -> dict[str, Any]:
