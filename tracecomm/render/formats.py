@@ -25,7 +25,7 @@ def render_nccl_json(summary: NcclSummary, warnings: Sequence[str]) -> bytes:
     """``tracecomm nccl --format json``: the NCCL section alone, in its own envelope."""
     doc = {
         "kind": "tracecomm-nccl",
-        "schema_version": 1,
+        "schema_version": 2,
         "nccl": nccl_document(summary),
         "warnings": list(warnings),
     }
