@@ -215,6 +215,7 @@ _RECORD_START = re.compile(
     r"^\s*(?:\[rank\d+\]:|\[[EWIF][\d ]|[EWIF]\d{4} |\(\w[\w.\-]* pid=|\[\d+,\d+\]<|"
     r"\S+:\d+:\d+ \[\d+\]|#\d+ |\[PG |\[Rank |Traceback|File \")"
 )
+_WRAPS = 3  # continuation lines a wrapped watchdog line may take
 _COMPLETE_END = re.compile(r"(?:\d|timing out|\)|seconds|monitoring enqueued collectives)\.?\s*$")
 
 
@@ -225,6 +226,7 @@ class _State:
     open_warns: dict[tuple[str, int, int], int] = field(default_factory=dict)
     pending: str | None = None  # a wrapped watchdog line waiting for its continuation
     pending_launcher: str | None = None
+    pending_joined: int = 0  # continuation lines it already took
 
 
 def read_logs(paths: Iterable[Path | str]) -> NcclLog:
@@ -298,16 +300,26 @@ def _continue_pending(lines: pl.Series, n: int, log: NcclLog, state: _State) -> 
     """The first lines of a block that continue a watchdog line cut by the previous block."""
     assert state.pending is not None
     text, at = state.pending, -1
-    for i in range(min(3, n)):
+    for i in range(min(_WRAPS - state.pending_joined, n)):
+        if not _incomplete(text) or len(text) >= MAX_LINE:
+            break
         nxt = _clean(lines[i])
-        if _RECORD_START.match(nxt):
+        if _starts_record(nxt):
             break
         text, at = text + nxt, i
-        if not _incomplete(text):
-            break
     _watchdog_line(log, text, state.pending_launcher)
     state.pending = None
     return at
+
+
+def _starts_record(line: str) -> bool:
+    """A line that is a record of its own, never the continuation of a wrapped line."""
+    return (
+        not line
+        or _RECORD_START.match(line) is not None
+        or _LINE.search(line) is not None
+        or _WD_MARKER.search(line) is not None
+    )
 
 
 _NOISE_PY = re.compile(_NOISE)
@@ -471,14 +483,15 @@ def _watchdog_start(
     """A watchdog line, joined with the lines a hard wrap cut it into (no separator: a wrap
     cuts mid-word). A wrap at the end of the block waits for the next block."""
     last = at
-    while _incomplete(text) and last - at < 3 and len(text) < MAX_LINE:
+    while _incomplete(text) and last - at < _WRAPS and len(text) < MAX_LINE:
         if last + 1 >= n:
             if last + 1 == n and n == len(lines) - 1:  # the block ends here: wait for the next
                 state.pending, state.pending_launcher = text, launcher
+                state.pending_joined = last - at
                 return last
             break
         nxt = _clean(lines[last + 1])
-        if not nxt or _RECORD_START.match(nxt):
+        if _starts_record(nxt):
             break
         text += nxt
         last += 1
