@@ -56,5 +56,5 @@ def nccl_section(s: NcclSummary) -> Text:
         text.append(f"\n  {_MARK[d.severity]} {d.rule}: ", style=_STYLE[d.severity])
         text.append(quote(d.message, 2000))
         for line in d.evidence:
-            text.append(f"\n      │ {quote(line)}", style="dim")
+            text.append(f"\n      │ {quote(line, 200)}", style="dim")
     return text
