@@ -75,6 +75,25 @@ def test_redacted_and_plain_hosts(host: str) -> None:
     assert (t.host, t.pid, t.net, t.direction) == (host, 919, "Socket", "receive")
 
 
+def test_records_glued_into_one_line_and_an_empty_host() -> None:
+    # https://github.com/deepseek-ai/DeepEP/issues/106 (lines joined by spaces in the paste)
+    # https://github.com/autoscriptlabs/nccl-mesh-plugin/issues/56 (host name removed)
+    log = parse_text(
+        "NCCL INFO Channel 12/0 : 13[5] -> 5[5] [receive] via NET/IBext/5/GDRDMA          "
+        "VM-17-82-centos:11980:12549 [2] NCCL INFO Channel 03/0 : 2[2] -> 10[2] [send] via "
+        "NET/IBext/2/GDRDMA                    VM-17-82-centos:11978:12548 [0] NCCL INFO "
+        "Channel 12/0 : 8[0] -> 0[0] [receive] via NET/IBext/0/GDRDMA\n"
+        ":22901:22901 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/4\n"
+    )
+    assert [(t.host, t.pid, t.src, t.dst, t.net) for t in log.transports] == [
+        ("?", -1, 13, 5, "IBext"),
+        ("VM-17-82-centos", 11980, 2, 10, "IBext"),
+        ("VM-17-82-centos", 11978, 8, 0, "IBext"),
+        ("?", 22901, 0, 1, "IB"),
+    ]
+    assert log.nccl_lines == 4 and log.unknown == 0
+
+
 def test_prefixless_nccl_lines_still_count() -> None:
     log = parse_text("NCCL INFO Using network Socket\nNCCL INFO NET/IB : No device found.\n")
     assert log.nccl_lines == 2 and log.unknown == 0
@@ -132,6 +151,37 @@ def test_no_ib_device_on_many_hosts() -> None:
     d = found(s, "transport_fallback")
     assert d.severity == "error" and d.hosts == ("ip-172-31-0-11", "ip-172-31-10-182")
     assert "NET/IB found no device" in d.message
+
+
+def test_two_hosts_on_sockets() -> None:
+    # https://github.com/NVIDIA/nccl/issues/447 (NCCL 2.7.8, slurm on GCP)
+    s = summary(
+        "slurm-train-compute-0-0:2139:2139 [0] NCCL INFO NET/IB : No device found.\n"
+        "slurm-train-compute-0-0:2139:2139 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.34<0>\n"
+        "slurm-train-compute-0-0:2139:2139 [0] NCCL INFO Using network Socket\n"
+        "NCCL version 2.7.8+cuda10.2\n"
+        "slurm-train-compute-0-1:2119:2119 [1] NCCL INFO NET/IB : No device found.\n"
+        "slurm-train-compute-0-1:2119:2119 [1] NCCL INFO Using network Socket\n"
+        "slurm-train-compute-0-0:2139:2250 [0] NCCL INFO Channel 00/02 :    0   1\n"
+    )
+    d = found(s, "transport_fallback")
+    assert d.severity == "error"
+    assert d.hosts == ("slurm-train-compute-0-0", "slurm-train-compute-0-1")
+
+
+def test_old_channel_lines_via_socket_with_mpirun_prefixes() -> None:
+    # https://github.com/horovod/horovod/issues/3658 (NCCL 2.4-era lines, two hosts)
+    s = summary(
+        "[1,1]<stdout>:ip-172-31-0-63:2121:2136 [1] NCCL INFO NET/Socket: Using 2 threads and 8 "
+        "sockets per thread\n"
+        "[1,1]<stdout>:ip-172-31-0-63:2121:2136 [1] NCCL INFO Channel 01 : 1[1c0] -> 2[1d0] "
+        "[send] via NET/Socket/0\n"
+        "[1,4]<stdout>:ip-172-31-12-129:1759:1773 [0] NCCL INFO Channel 00 : 0[1b0] -> 4[1b0] "
+        "[receive] via NET/Socket/0\n"
+    )
+    d = found(s, "transport_fallback")
+    assert d.severity == "error" and d.hosts == ("ip-172-31-0-63", "ip-172-31-12-129")
+    assert s.transports == {"NET/Socket": 2} and s.unknown_lines == 0
 
 
 def test_forced_sockets_and_nnodes() -> None:
@@ -246,6 +296,58 @@ def test_current_format_pairs_untagged_timeouts_with_their_group() -> None:
     assert "last enqueued 1582, last completed 1579" in d.message
     (t,) = s.watchdog_timeouts
     assert t.ranks[0].timeout_ms == 600000 and t.ranks[0].last_enqueued_seq == 1582
+
+
+def test_issue_example_with_line_number_prefixes() -> None:
+    # https://github.com/hiyouga/LlamaFactory/issues/7396 (the "[80746] " prefixes as pasted)
+    s = summary(
+        "[80746] [rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog "
+        "caught collective operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, "
+        "NumelIn=466119168, NumelOut=466119168, Timeout(ms)=600000) ran for 600060 milliseconds "
+        "before timing out.\n"
+        "[80747] [rank4]:[E321 02:07:08.414640780 ProcessGroupNCCL.cpp:607] [Rank 4] Watchdog "
+        "caught collective operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, "
+        "NumelIn=466119168, NumelOut=466119168, Timeout(ms)=600000) ran for 600067 milliseconds "
+        "before timing out.\n"
+        "[80748] [rank0]:[E321 02:07:08.465150152 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 0] "
+        "Exception (either an error or timeout) detected by watchdog at work: 1580, last enqueued "
+        "NCCL work: 1582, last completed NCCL work: 1579.\n"
+        "[80749] [rank3]:[E321 02:07:08.465224069 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 3] "
+        "Exception (either an error or timeout) detected by watchdog at work: 1580, last enqueued "
+        "NCCL work: 1582, last completed NCCL work: 1579.\n"
+    )
+    d = found(s, "hang")
+    assert (d.pg, d.seq, d.op, d.ranks) == ("PG 1", 1580, "ALLREDUCE", (0, 3, 4))
+    assert s.processes == 3
+
+
+def test_the_pg_named_in_the_exception_text() -> None:
+    # https://github.com/sgl-project/sglang/issues/1693 ("process group ?" on main)
+    s = summary(
+        "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+        "  what():  [PG 3 Rank 5] Process group watchdog thread terminated with exception: [Rank "
+        "5] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9141, "
+        "OpType=_ALLGATHER_BASE, NumelIn=19008, NumelOut=152064, Timeout(ms)=600000) ran for "
+        "600020 milliseconds before timing out.\n"
+    )
+    d = found(s, "hang")
+    assert (d.pg, d.seq, d.op, d.ranks) == ("PG 3", 9141, "_ALLGATHER_BASE", (5,))
+
+
+def test_wrapped_mid_word_in_the_op_type() -> None:
+    # https://github.com/huggingface/open-r1/issues/620 (hard wraps inside OpType / NumelOut)
+    s = summary(
+        "` ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=4, OpType=BROADCAST, NumelIn=112, Numel\n"
+        "Out=112, Timeout(ms)=1800000) ran for 1800010 milliseconds before timing out.\n"
+        "[rank2]:[E424 01:11:21.160832730 ProcessGroupNCCL.cpp:629] [Rank 2] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=4, OpTy\n"
+        "pe=BROADCAST, NumelIn=112, NumelOut=112, Timeout(ms)=1800000) ran for 1800010 "
+        "milliseconds before timing out.\n"
+    )
+    d = found(s, "hang")
+    assert (d.seq, d.op, d.ranks) == (4, "BROADCAST", (1, 2)) and "numel 112" in d.message
+    assert s.watchdog_events == 2
 
 
 def test_old_format_counts_every_rank() -> None:

@@ -7,6 +7,7 @@ hosts and process group concerned, and the log lines that prove it.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from tracecomm.text import compact_ranges
 
 Severity = Literal["error", "warning", "info"]
 EVIDENCE_LINES = 4  # log lines quoted per finding
+MAX_TIMEOUT_FINDINGS = 32  # hang / desync findings listed (every group stays in the JSON)
 
 
 @dataclass(frozen=True)
@@ -122,14 +124,15 @@ def global_ranks(log: NcclLog) -> dict[Proc, int]:
 def summarize(log: NcclLog, dumps: Sequence[FrDump] = ()) -> NcclSummary:
     ranks = global_ranks(log)
     hang = divergences(dumps) if dumps else []
-    timeouts = watchdog_timeouts(log, ranks)
+    groups = _watchdog_groups(log, ranks)
+    timeouts = [t for t, _ in groups]
     diagnostics = [
         *transport_fallback(log, ranks),
         *version_mismatch(log, ranks, dumps),
         *fewer_channels(log, ranks),
         *nvls_and_collnet(log),
         *warn_summary(log, ranks),
-        *(_timeout_finding(t, log) for t in timeouts),
+        *_timeout_findings(groups),
         *watchdog_stuck(log),
         *(_fr_hang(d) for d in hang),
     ]
@@ -513,10 +516,14 @@ class _Report:
         return None
 
 
+def _window(seq: int) -> int:
+    return max(64, abs(seq) // 100)
+
+
 def _near(a: int, b: int) -> bool:
     """Two seqs of one process group: PyTorch counts collectives per group, so ranks of one
     group stuck together are a few works apart; far-apart seqs belong to different groups."""
-    return abs(a - b) <= max(64, max(abs(a), abs(b)) // 100)
+    return abs(a - b) <= _window(max(abs(a), abs(b)))
 
 
 def _rank_of(w: WatchdogRecord, log: NcclLog) -> tuple[int | None, bool]:
@@ -537,6 +544,12 @@ def watchdog_timeouts(log: NcclLog, ranks: dict[Proc, int] | None = None) -> lis
     """Per process group, where its ranks are stuck: the lines of each rank merged per seq,
     lines that name no group joined to the group of their own rank (same seq) or to the one
     group whose seqs are near theirs, the rest grouped by seq."""
+    return [t for t, _ in _watchdog_groups(log, ranks)]
+
+
+def _watchdog_groups(
+    log: NcclLog, ranks: dict[Proc, int] | None
+) -> list[tuple[PgTimeout, tuple[str, ...]]]:
     reports: dict[tuple[int, bool, int, str | None], _Report] = {}
     for w in log.watchdog:
         if w.seq is None or w.kind in ("dump_signal", "stuck"):
@@ -560,19 +573,29 @@ def watchdog_timeouts(log: NcclLog, ranks: dict[Proc, int] | None = None) -> lis
             tagged[(rank, is_global, seq)].records.extend(rep.records)
         else:
             merged.append(rep)
-    # untagged lines join the one known group whose seqs are near theirs
+    # untagged lines join the one known group whose seqs are near theirs (bisect over the
+    # tagged seqs, runs of one group jumped: no quadratic work on a log of many timeouts)
     by_pg: dict[str, list[_Report]] = defaultdict(list)
     for rep in merged:
         if rep.pg is not None:
             by_pg[rep.pg.key].append(rep)
+    points = sorted((rep.seq, rep.pg.key) for rep in merged if rep.pg is not None)
+    seqs = [p[0] for p in points]
+    keys = [p[1] for p in points]
+    run_end = list(range(1, len(keys) + 1))
+    for i in range(len(keys) - 2, -1, -1):
+        if keys[i] == keys[i + 1]:
+            run_end[i] = run_end[i + 1]
     loose: list[_Report] = []
     for rep in merged:
         if rep.pg is not None:
             continue
-        near = [k for k, reps in by_pg.items() if any(_near(rep.seq, o.seq) for o in reps)]
-        if len(near) == 1:
-            rep.pg, rep.pg_inferred = by_pg[near[0]][0].pg, True
-            by_pg[near[0]].append(rep)
+        window = _window(rep.seq)
+        lo = bisect.bisect_left(seqs, rep.seq - window)
+        hi = bisect.bisect_right(seqs, rep.seq + window)
+        if lo < hi and run_end[lo] >= hi:  # exactly one group near
+            rep.pg, rep.pg_inferred = by_pg[keys[lo]][0].pg, True
+            by_pg[keys[lo]].append(rep)
         else:
             loose.append(rep)
     groups: list[tuple[PgRef | None, list[_Report]]] = [
@@ -593,8 +616,24 @@ def watchdog_timeouts(log: NcclLog, ranks: dict[Proc, int] | None = None) -> lis
     for pg, reps in groups:
         if pg is None:
             n += 1
-        out.append(_pg_timeout(pg, reps, known, n if unnamed > 1 else 0))
+        out.append((_pg_timeout(pg, reps, known, n if unnamed > 1 else 0), _timeout_evidence(reps)))
     return out
+
+
+def _timeout_evidence(reps: list[_Report]) -> tuple[str, ...]:
+    """Each rank's line about its earliest stuck seq (the one naming the op when there is)."""
+    lines: list[str] = []
+    seen: set[int] = set()
+    for rep in sorted(reps, key=lambda r: (r.rank, r.seq)):
+        if rep.rank in seen:
+            continue
+        seen.add(rep.rank)
+        line = next((w.line for w in rep.records if w.op_type), rep.records[0].line)
+        if line not in lines:
+            lines.append(line)
+        if len(lines) == EVIDENCE_LINES:
+            break
+    return tuple(lines)
 
 
 def _pg_timeout(pg: PgRef | None, reps: list[_Report], known: set[int], n: int) -> PgTimeout:
@@ -688,7 +727,21 @@ def _sizes(t: RankTimeout | PgTimeout) -> str:
     return f"numel in {t.numel_in} out {t.numel_out}"
 
 
-def _timeout_finding(t: PgTimeout, log: NcclLog) -> Diagnostic:
+def _timeout_findings(groups: list[tuple[PgTimeout, tuple[str, ...]]]) -> list[Diagnostic]:
+    out = [_timeout_finding(t, evidence) for t, evidence in groups[:MAX_TIMEOUT_FINDINGS]]
+    if len(groups) > MAX_TIMEOUT_FINDINGS:
+        out.append(
+            Diagnostic(
+                "hang",
+                "info",
+                f"{len(groups) - MAX_TIMEOUT_FINDINGS:,} more process groups with watchdog "
+                "timeouts (all of them under watchdog_timeouts)",
+            )
+        )
+    return out
+
+
+def _timeout_finding(t: PgTimeout, evidence: tuple[str, ...]) -> Diagnostic:
     who = "rank" if len(t.timed_out_ranks) == 1 else "ranks"
     scope = "" if t.ranks_are_global else " (ranks within the group)"
     first_per_rank: dict[int, RankTimeout] = {}
@@ -756,21 +809,13 @@ def _timeout_finding(t: PgTimeout, log: NcclLog) -> Diagnostic:
         rule = "hang"
     if tail:
         message += "; " + "; ".join(tail)
-    evidence: list[str] = []
-    for r in [*first_per_rank.values()][:EVIDENCE_LINES]:
-        line = next(
-            (w.line for w in log.watchdog if w.seq == r.seq and w.op_type and _matches(w, r, log)),
-            None,
-        )
-        if line and line not in evidence:
-            evidence.append(line)
     return Diagnostic(
         rule,
         "error",
         message,
         t.never_joined or t.timed_out_ranks,  # the suspects first
         (),
-        tuple(evidence),
+        evidence,
         pg=t.pg,
         seq=t.seq,
         op=t.op_type,
@@ -784,10 +829,6 @@ def _by_value(
     for rank, value in sorted(status.items()):
         out[value].append(rank)
     return out
-
-
-def _matches(w: WatchdogRecord, r: RankTimeout, log: NcclLog) -> bool:
-    return _rank_of(w, log)[0] == r.rank
 
 
 def _numel_mismatch(t: PgTimeout, first: dict[int, RankTimeout]) -> str | None:

@@ -23,6 +23,7 @@ Every pattern is bounded (no nested quantifiers over a line), and only the first
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -75,11 +76,14 @@ _HEAD = (  # the part of a COLL line before " NCCL INFO "
 # --- Python regexes ------------------------------------------------------------------------
 _HOST = r"\[[^\s\[\]]{1,128}\]|<[^\s<>]{1,128}>|[\w.%/\-]{1,253}"
 # A host starts a token (the look-behind keeps the scan linear: one try per token).
+# The prefix of an NCCL record, found anywhere in a line (a paste may glue several records
+# into one line: each runs to the next prefix). The host may be redacted to nothing.
 _LINE = re.compile(
-    rf"(?<![\w.%/\-\[<])({_HOST}):(\d{{1,10}}):(\d{{1,10}}) (?:\[\d{{1,5}}\] )?"
+    rf"(?<![\w.%/\-\[<])({_HOST})?:(\d{{1,10}}):(\d{{1,10}}) (?:\[\d{{1,5}}\] )?"
     r"(?:[\d.]{1,32} )?(?:(\S{1,512}:\d{1,7})(?: \([^()]{0,256}\))? )?"
-    r"NCCL (INFO|WARN|CALL|TRACE|ABORT)(?: (.*))?$"
+    r"NCCL (INFO|WARN|CALL|TRACE|ABORT)(?= |$) ?"
 )
+_RECORDS_PER_LINE = 64
 _PREFIXLESS = re.compile(r"(?:^|\s)NCCL (INFO|WARN) (.*)$")  # prefixes stripped by the user
 _LAUNCHER = re.compile(
     r"^[ \t]*(?:"
@@ -405,13 +409,19 @@ def split_launcher(line: str) -> tuple[str | None, str, int | None]:
 
 def _line(log: NcclLog, state: _State, line: str, lines: pl.Series, at: int, n: int) -> int:
     """Read one candidate line; returns the index of the last block line it consumed."""
-    m = _LINE.search(line)
-    if m is not None:
-        host, pid, tid, src, level, msg = m.groups()
-        proc = (quote(host, 128), int(pid))
-        log.nccl_lines += 1
-        log.procs[proc] += 1
-        _dispatch(log, state, proc, int(tid), src, level, msg or "", line)
+    heads = list(itertools.islice(_LINE.finditer(line), _RECORDS_PER_LINE))
+    if heads:
+        if heads[0].start() > 0 and (p := _PREFIXLESS.search(line, 0, heads[0].start())):
+            log.nccl_lines += 1  # a record whose prefix was cut off, glued before the others
+            _dispatch(log, state, NO_PROC, 0, None, p.group(1), p.group(2), p.group(0))
+        for i, m in enumerate(heads):
+            end = heads[i + 1].start() if i + 1 < len(heads) else len(line)
+            host, pid, tid, src, level = m.groups()
+            proc = (quote(host, 128) if host else "?", int(pid))
+            log.nccl_lines += 1
+            log.procs[proc] += 1
+            record = line if len(heads) == 1 else line[m.start() : end].rstrip()
+            _dispatch(log, state, proc, int(tid), src, level, line[m.end() : end], record)
         return at
     if "NCCL INFO" in line or "NCCL WARN" in line:
         p = _PREFIXLESS.search(line)
