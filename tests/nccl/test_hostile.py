@@ -183,3 +183,14 @@ def test_bad_dumps_are_warnings_for_nccl_and_analyze(tmp_path: Path) -> None:
     assert result.exit_code not in (EXIT_INTERNAL, 1), result.output
     assert json.loads(result.stdout)["nccl"]["flight_recorder_dumps"] == 1
     assert result.stderr.count("Flight Recorder dump skipped") == len(bad)
+
+
+def test_dump_text_reaches_the_terminal_escaped(tmp_path: Path) -> None:
+    evil = "\x1b]0;pwned\x07\x1b[2J"
+    for rank, state in ((0, "completed"), (1, "started")):
+        doc = dump([entry(1, state=state, profiling_name=evil, process_group=(evil, evil))])
+        write(tmp_path, pickle.dumps(doc), f"nccl_trace_rank_{rank}")
+    result = CliRunner().invoke(app, ["nccl", str(tmp_path)])
+    assert result.exit_code == EXIT_OK, result.output
+    assert "Flight Recorder" in result.stdout and "\x1b" not in result.stdout
+    assert "\\x1b]0;pwned\\x07" in result.stdout

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tracecomm.nccl.quote import quote
+
 _RANK = re.compile(r"(\d{1,9})$")
 SUPPORTED_MAJOR = 2  # schema major versions read: 2.x (1.x dumps had a single seq_id)
 
@@ -287,11 +289,12 @@ def _int_field(path: Path, where: str, name: str, value: Any, default: int | Non
 
 
 def _text(value: Any, cap: int = 200) -> str:
+    """A field as text for a message, control characters escaped (it may reach a terminal)."""
     if isinstance(value, str):
-        return value[:cap]
+        return quote(value, cap)
     if value is None:
         return ""
-    return json.dumps(value)[:cap]
+    return quote(json.dumps(value), cap)
 
 
 def _dump(path: Path, doc: Mapping[str, Any]) -> FrDump:
