@@ -199,6 +199,26 @@ def test_forced_sockets_and_nnodes() -> None:
     assert any("nNodes 2" in line for line in d.evidence)
 
 
+def test_single_node_by_its_connections_is_info() -> None:
+    # every rank of a 2-rank job printed its connections, none over the network
+    s = summary(
+        "a:1:1 [0] NCCL INFO NET/IB : No device found.\n"
+        "a:1:1 [0] NCCL INFO Using network Socket\n"
+        "a:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1b000 - Init COMPLETE\n"
+        "a:2:2 [1] NCCL INFO comm 0x2 rank 1 nranks 2 cudaDev 1 busId 1c000 - Init COMPLETE\n"
+        "a:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"
+        "a:2:2 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/IPC\n"
+    )
+    assert found(s, "transport_fallback").severity == "info"
+    # one rank's connections alone prove nothing: the boundary ranks hold the NET links
+    s = summary(
+        "a:1:1 [0] NCCL INFO Using network Socket\n"
+        "a:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 16 cudaDev 0 busId 1b000 - Init COMPLETE\n"
+        "a:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"
+    )
+    assert found(s, "transport_fallback").severity == "warning"
+
+
 def test_single_node_by_nnodes_is_info() -> None:
     s = summary(
         "a:1:1 [0] NCCL INFO NET/IB : No device found.\n"

@@ -367,6 +367,12 @@ def _node_count(log: NcclLog, signals: dict[Proc, dict[str, str]]) -> tuple[str,
         return "multi", None
     if test_hosts and (not hosts or hosts == test_hosts):
         return "single", None
+    # every rank of the job printed its connections and none goes over the network: a ring
+    # over several nodes has NET links at each node boundary
+    world = max((i.nranks for i in log.inits), default=0)
+    connected = {(t.host, t.pid) for t in log.transports if t.kind in ("P2P", "SHM")}
+    if world >= 2 and len(connected) >= world:
+        return "single", None
     return "unknown", None
 
 
