@@ -15,6 +15,7 @@ from tracecomm.cli import EXIT_NO_INPUT, EXIT_OK, EXIT_USAGE, app
 from tracecomm.synth.nccl_log import LogSpec, nccl_log
 
 SCHEMA = Path(__file__).parents[2] / "tracecomm" / "schema" / "report.schema.json"
+NCCL_SCHEMA = SCHEMA.with_name("nccl.schema.json")
 SPEC = LogSpec(
     hosts=("gpu-a01", "gpu-a02"),
     versions=("2.24.3", "2.24.3"),
@@ -35,6 +36,7 @@ def test_nccl_command_json(tmp_path: Path) -> None:
     assert result.exit_code == EXIT_OK, result.stderr
     doc = json.loads(result.stdout)
     jsonschema.validate(doc, schema("nccl_document"))
+    jsonschema.validate(doc, json.loads(NCCL_SCHEMA.read_text()))
     assert doc["nccl"]["files"] == [str(tmp_path / "train.err")]
     assert {d["rule"] for d in doc["nccl"]["diagnostics"]} == {"transport_fallback", "warn"}
 
@@ -88,3 +90,13 @@ def test_analyze_reads_the_logs_of_the_run_folder(tmp_path: Path) -> None:
     # no logs: no section
     plain = json.loads(CliRunner().invoke(app, ["analyze", str(SAMPLE_RUN), "-f", "json"]).stdout)
     assert plain["nccl"] is None
+
+
+def test_the_published_nccl_schema_is_the_reports_nccl_part() -> None:
+    """``tracecomm/schema/nccl.schema.json`` and the ``nccl`` definitions of the report schema
+    are one shape: the report embeds what ``tracecomm nccl --format json`` publishes."""
+    published = json.loads(NCCL_SCHEMA.read_text())
+    report = schema()
+    jsonschema.Draft202012Validator.check_schema(published)
+    for name, definition in published["$defs"].items():
+        assert report["$defs"][name] == definition, name

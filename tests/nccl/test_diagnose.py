@@ -42,8 +42,12 @@ def test_the_generated_job_yields_exactly_its_faults() -> None:
         "socket fallback" in text["transport_fallback"] and "gpu-b07" in text["transport_fallback"]
     )
     assert "2.23.4 on gpu-a02 (ranks 4–7)" in text["version_mismatch"]
-    assert "collective seq 17 (ALLREDUCE, numel in 4194304 out 4194304)" in text["hang"]
-    assert "timed out on 11 rank(s); never joined: ranks 6" in text["hang"]
+    assert (
+        "PG ID 0 PG GUID 0 (default_pg): collective seq 17 (ALLREDUCE, numel 4194304)"
+        in (text["hang"])
+    )
+    assert "timed out on ranks 0–5, 7–11; last enqueued 17, last completed 16" in text["hang"]
+    assert text["hang"].endswith("never joined: ranks 6")
     assert s.colls == 12 * spec.colls and s.unknown_lines == 0
     assert s.ranks["gpu-b07:41051"] == 11
     assert s.transports["NET/Socket"] == 2 and s.transports["NET/IB"] == 4
@@ -52,13 +56,22 @@ def test_the_generated_job_yields_exactly_its_faults() -> None:
 def test_a_healthy_job_has_no_findings() -> None:
     s = diagnose(LogSpec(versions=("2.18.5", "2.18.5"), noise=False, seed=1))
     assert rules(s) == {}
-    assert s.versions == {}  # ≤2.21: one bare version line, from rank 0 only
+    # ≤2.21: one bare version line, from the process of rank 0 only
+    (v,) = s.versions
+    assert (v.version, v.sources, v.ranks, v.hosts) == (
+        "2.18.5+cuda12.2",
+        ("bare",),
+        (0,),
+        ("gpu-a01",),
+    )
 
 
 def test_no_infiniband_at_all() -> None:
     s = diagnose(LogSpec(socket_hosts=frozenset({"gpu-a01", "gpu-a02"})))
     (d,) = [d for d in s.diagnostics if d.rule == "transport_fallback"]
-    assert d.message.startswith("no InfiniBand") and d.ranks == tuple(range(8))
+    assert d.message.startswith("inter-node traffic over TCP sockets") and d.severity == "error"
+    assert d.ranks == tuple(range(8)) and "(NET/IB found no device)" in d.message
+    assert any("nNodes 2" in line for line in d.evidence)
 
 
 def test_a_single_node_on_sockets_is_fine() -> None:

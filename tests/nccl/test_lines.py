@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tracecomm.nccl.model import NcclLog
+from tracecomm.nccl.model import NcclLog, PgRef
 from tracecomm.nccl.parse import parse_text
 
 P = "nodeA-03:40211:40211 [1] NCCL INFO "
@@ -24,14 +24,51 @@ def one(line: str) -> NcclLog:
     ],
 )
 def test_prefixed_version(line: str, version: str) -> None:
-    assert one(line).versions == {("nodeA-03", 40211): version}
+    (v,) = one(line).versions
+    assert (v.version, v.source, v.host, v.pid) == (version, "info", "nodeA-03", 40211)
 
 
-def test_bare_version_of_old_releases() -> None:
-    log = one("NCCL version 2.18.5+cuda12.2")  # ≤2.21: bare, rank 0 only
-    assert log.bare_versions == ["2.18.5+cuda12.2"] and log.versions == {}
-    log = one("[1,0]<stdout>:NCCL version 2.12.12+cuda11.7")
-    assert log.bare_versions == ["2.12.12+cuda11.7"]
+@pytest.mark.parametrize(
+    ("line", "version", "library", "source", "rank"),
+    [
+        ("NCCL version 2.18.5+cuda12.2", "2.18.5+cuda12.2", "NCCL", "bare", None),  # ≤2.21
+        ("[1,0]<stdout>:NCCL version 2.12.12+cuda11.7", "2.12.12+cuda11.7", "NCCL", "bare", 0),
+        ("3: NCCL version 2.19.3+cuda12.3", "2.19.3+cuda12.3", "NCCL", "bare", 3),  # srun -l
+        ("[default0]:NCCL version 2.19.3+cuda12.3", "2.19.3+cuda12.3", "NCCL", "bare", None),
+        ("gpu-a01: NCCL version 2.10.3+cuda11.3", "2.10.3+cuda11.3", "NCCL", "bare", None),
+        (
+            "\x1b[36m(RayWorker pid=12) \x1b[0mNCCL version 2.21.5+cuda12.4",
+            "2.21.5+cuda12.4",
+            "NCCL",
+            "bare",
+            None,
+        ),
+        ("RCCL version : 2.21.5-HEAD:9a0e6a1", "2.21.5-HEAD:9a0e6a1", "RCCL", "banner", None),
+        ("NCCL version 2.3.7+cuda9.0", "2.3.7+cuda9.0", "NCCL", "bare", None),
+        (  # PyTorch's environment dump (glog prefix, PG 0 is the world: its rank is global)
+            "I0527 15:16:51.665462 58626 ProcessGroupNCCL.cpp:878] [PG 0 Rank 2] ProcessGroupNCCL "
+            "environments: NCCL version: 2.18.3, TORCH_NCCL_ASYNC_ERROR_HANDLING: 1",
+            "2.18.3",
+            "NCCL",
+            "torch",
+            2,
+        ),
+        (
+            "[rank5]:[I1209 23:39:42.495654 ProcessGroupNCCL.cpp:914] [PG ID 0 PG GUID 0 Rank 5] "
+            "ProcessGroupNCCL environments: NCCL version: 2.20.5, TORCH_NCCL_DUMP_ON_TIMEOUT: 0",
+            "2.20.5",
+            "NCCL",
+            "torch",
+            5,
+        ),
+    ],
+)
+def test_versions_without_an_nccl_prefix(
+    line: str, version: str, library: str, source: str, rank: int | None
+) -> None:
+    (v,) = one(line).versions
+    assert (v.version, v.library, v.source, v.rank) == (version, library, source, rank)
+    assert v.base == version.split("+")[0].split("-")[0]
 
 
 INITS = [
@@ -254,8 +291,12 @@ def test_network_selection() -> None:
             ]
         )
     )
-    assert set(log.ib_devices) == {("nodeA-03", 40211), ("nodeB-07", 9)}
-    assert log.no_ib_device == {("nodeC-01", 7)}
+    signals = {(proc, name) for proc, name in log.signals}
+    assert (("nodeA-03", 40211), "ib_device") in signals
+    assert (("nodeB-07", 9), "ib_device") in signals
+    assert (("nodeC-01", 7), "no_ib_device") in signals
+    assert (("nodeC-01", 7), "socket_selected") in signals
+    assert (("nodeD-01", 5), "fast_selected") in signals
     assert log.networks == {
         ("nodeA-03", 40211): "IB",
         ("nodeC-01", 7): "Socket",
@@ -424,21 +465,34 @@ WATCHDOG = [
         "caught collective operation timeout: WorkNCCL(SeqNum=17, OpType=_ALLGATHER_BASE, "
         "NumelIn=512, NumelOut=4096, Timeout(ms)=600000) ran for 600042 milliseconds before "
         "timing out.",
-        dict(global_rank=5, pg="3", pg_rank=1, seq=17, numel_in=512, numel_out=4096),
+        dict(global_rank=5, pg=PgRef(name="3"), pg_rank=1, seq=17, numel_in=512, numel_out=4096),
     ),
     # ≈2.4: name (desc), and the Exception line
     (
         "[rank0]:[E1129 09:00:01.1 ProcessGroupNCCL.cpp:1537] [PG 0 (default_pg) Rank 0] "
         "Exception (either an error or timeout) detected by watchdog at work: 17, last enqueued "
         "NCCL work: 17, last completed NCCL work: 16.",
-        dict(kind="exception", pg="0", seq=17, last_enqueued=17, last_completed=16),
+        dict(
+            kind="exception",
+            pg=PgRef(name="0", desc="default_pg"),
+            seq=17,
+            last_enqueued=17,
+            last_completed=16,
+        ),
     ),
     # ≈2.6+: PG ID / GUID
     (
         "[rank2]:[E1129 09:00:01.1 ProcessGroupNCCL.cpp:1483] [PG ID 1 PG GUID 3(dp_group) Rank 2]"
         " failure detected by watchdog at work sequence id: 42 PG status: last enqueued work: 42, "
         "last started work: 42, last completed work: 41",
-        dict(kind="failure", pg="3", pg_rank=2, seq=42, last_started=42, last_completed=41),
+        dict(
+            kind="failure",
+            pg=PgRef(id="1", guid="3", desc="dp_group"),
+            pg_rank=2,
+            seq=42,
+            last_started=42,
+            last_completed=41,
+        ),
     ),
     (
         "[rank1]:[E1129 09:00:01.1 ProcessGroupNCCL.cpp:1200] [PG ID 0 PG GUID 0 Rank 1] Timeout "

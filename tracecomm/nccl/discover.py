@@ -10,6 +10,7 @@ from tracecomm.nccl.diagnose import NcclSummary, summarize
 from tracecomm.nccl.flight import FlightRecorderError, FrDump, find_dumps, load_dump
 from tracecomm.nccl.model import NcclLog
 from tracecomm.nccl.parse import parse_stream
+from tracecomm.nccl.quote import quote
 
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 _SNIFF_BYTES = 1 << 16
@@ -66,6 +67,7 @@ def analyze_nccl(found: NcclInputs) -> tuple[NcclSummary | None, list[str]]:
             log.paths.append(str(path))
         except OSError as exc:
             warnings.append(f"NCCL log skipped: {path}: {exc.strerror or exc}")
+    warnings = [quote(w, 1000) for w in warnings]  # file names and messages reach a terminal
     if not log.paths and not dumps:
         return None, warnings
     return summarize(log, dumps), warnings

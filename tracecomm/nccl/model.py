@@ -1,7 +1,13 @@
-"""Records the NCCL log parser hands over (nccl-logs.md): plain, small, picklable values."""
+"""Records the NCCL log parser hands over (nccl-logs.md): plain, small, picklable values.
+
+Every text field that comes from a log (messages, quoted lines, host names) has already been
+through :func:`tracecomm.nccl.quote.quote`: control characters are escaped, so a record can be
+printed as it is.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -19,6 +25,11 @@ COLL_SCHEMA: dict[str, pl.DataType] = {
     "nranks": pl.Int64(),
 }
 Proc = tuple[str, int]  # (host, pid): a process; comm pointers mean something only inside one
+NO_PROC: Proc = ("?", -1)  # an NCCL line whose host:pid:tid prefix the user stripped
+
+# How many records of one family are kept (their counts go on): a hostile 1 GB log of WARN or
+# watchdog lines must not hold millions of objects.
+KEEP = 20_000
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,8 @@ class ChannelSummary:
 
 @dataclass(frozen=True)
 class Transport:
-    """``Channel <cc>{/<conn>} : <src>[<id>] -> <dst>[<id>] {[send|receive] }via <transport>``."""
+    """``Channel <cc>{/<conn>} : <src>[<id>] -> <dst>[<id>] {[send|receive] }via <transport>``
+    (and ``Ring <cc> : <src> -> <dst> … via …`` of NCCL ≤2.4)."""
 
     host: str
     pid: int
@@ -81,18 +93,68 @@ class WarnRecord:
     tid: int
     source: str | None  # file:line
     message: str
-    kind: str  # ib_completion, ib_verbs, size_mismatch, socket, cuda, bootstrap, …
+    kind: str  # ib_completion, ib_verbs, size_mismatch, socket, cuda, bootstrap, … (WARN_KINDS)
     stamp: str | None = None
     unwinding: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """An NCCL / RCCL version, with who printed it (§3; PyTorch's environment dump)."""
+
+    version: str  # as printed: 2.19.3+cuda12.3, 2.21.5-HEAD:9a0e6a1, 2.20.5
+    library: str  # NCCL or RCCL
+    source: str  # bare (≤2.21, rank 0 only), info (2.22+ per process), torch (env dump), banner
+    host: str | None = None
+    pid: int | None = None
+    rank: int | None = None  # global rank, when the line says
+    line: str = ""
+
+    @property
+    def base(self) -> str:
+        """``2.19.3`` of ``2.19.3+cuda12.3``: what two processes must agree on."""
+        head = self.version
+        for cut in ("+", "-"):
+            head = head.split(cut, 1)[0]
+        return head
+
+
+@dataclass(frozen=True)
+class PgRef:
+    """A process-group tag of a PyTorch line (§11): ``[PG 3 Rank 1]``, ``[PG 0 (default_pg)
+    Rank 0]``, ``[PG ID 2 PG GUID 9(dp) Rank 4]``. The GUID (or the name of the older tags) is
+    the same on every rank of the group; the ID is per process."""
+
+    id: str | None = None
+    guid: str | None = None
+    name: str | None = None
+    desc: str | None = None
+
+    @property
+    def key(self) -> str:
+        """What identifies the group across ranks."""
+        return self.guid or self.name or self.id or "?"
+
+    @property
+    def label(self) -> str:
+        if self.guid is not None:
+            text = f"PG ID {self.id} PG GUID {self.guid}" if self.id else f"PG GUID {self.guid}"
+        else:
+            text = f"PG {self.name or self.id}"
+        return f"{text} ({self.desc})" if self.desc else text
+
+    @property
+    def is_default(self) -> bool:
+        return self.desc == "default_pg" or self.key == "0"
 
 
 @dataclass(frozen=True)
 class WatchdogRecord:
     """A PyTorch ProcessGroupNCCL watchdog line (§11)."""
 
-    kind: str  # timeout, failure, exception, timeout_at, desync
+    kind: str  # timeout, exception, failure, timeout_at, desync, dump_signal, stuck
     global_rank: int | None  # the [rank<G>]: prefix (torch ≈2.3+)
-    pg: str | None  # PG name / uid / id from the tag
+    pg: PgRef | None  # from the [PG …] tag; None on the plain [Rank r] tag
     pg_rank: int | None  # rank within the PG
     seq: int | None
     op_type: str | None
@@ -104,6 +166,53 @@ class WatchdogRecord:
     last_started: int | None
     last_completed: int | None
     line: str
+    launcher: str | None = None  # the launcher prefix of the line (mpirun rank, Ray pid, …)
+    joined_ranks: tuple[int, ...] = ()  # desync report: joined but did not finish
+    missing_ranks: tuple[int, ...] = ()  # desync report: did not join
+
+
+@dataclass(frozen=True)
+class TestRank:
+    """An nccl-tests / rccl-tests header line: ``#  Rank 3 Group 0 Pid 58192 on z292 device 3``.
+    Rank 0 prints one for every rank of the job."""
+
+    rank: int
+    pid: int
+    host: str
+    device: int
+
+
+@dataclass
+class Signal:
+    """A network-selection fact of one process, with the first line that shows it."""
+
+    count: int
+    line: str
+
+
+# The network facts a process's lines can show (nccl-logs.md §6–7):
+#   socket_selected   "Using network Socket" / "Using internal Network Socket" (≤2.4)
+#   socket_channel    a Channel / Ring line via NET/Socket: inter-node traffic over TCP
+#   no_ib_device      "NET/IB : No device found." (a socket fallback follows)
+#   no_ibverbs        "Failed to open libibverbs.so" (no IB library: sockets)
+#   ib_disabled       "NCCL_IB_DISABLE set by environment to 1" (sockets by choice)
+#   fast_selected     "Using network IB" / a plugin net
+#   fast_channel      a Channel line via NET/IB or a plugin net
+#   ib_device         "NET/IB : Using [0]mlx5_0:1/IB …" (an HCA was found)
+#   multi_node        "nNodes N" with N > 1
+#   single_node       "nNodes 1"
+SIGNALS = (
+    "socket_selected",
+    "socket_channel",
+    "no_ib_device",
+    "no_ibverbs",
+    "ib_disabled",
+    "fast_selected",
+    "fast_channel",
+    "ib_device",
+    "multi_node",
+    "single_node",
+)
 
 
 @dataclass
@@ -112,25 +221,38 @@ class NcclLog:
 
     paths: list[str] = field(default_factory=list)
     lines: int = 0
-    nccl_lines: int = 0
+    nccl_lines: int = 0  # lines of NCCL / PyTorch-NCCL families (known + unknown)
     unknown: int = 0  # NCCL lines of no family we read: counted, never fatal
-    versions: dict[Proc, str] = field(default_factory=dict)
-    bare_versions: list[str] = field(default_factory=list)  # ≤2.21 prefix-less version lines
+    procs: Counter[Proc] = field(default_factory=Counter)  # NCCL lines per process
+    versions: list[VersionRecord] = field(default_factory=list)
     inits: list[CommInit] = field(default_factory=list)
     nodes: dict[Proc, tuple[int, int]] = field(default_factory=dict)  # nNodes, localRanks
     channels: list[ChannelSummary] = field(default_factory=list)
     transports: list[Transport] = field(default_factory=list)
+    transport_counts: Counter[str] = field(default_factory=Counter)  # NET/IB, P2P, … -> lines
     networks: dict[Proc, str] = field(default_factory=dict)  # "Using network X"
-    ib_devices: dict[Proc, str] = field(default_factory=dict)  # NET/IB : Using …
-    no_ib_device: set[Proc] = field(default_factory=set)  # NET/IB : No device found.
+    signals: dict[tuple[Proc, str], Signal] = field(default_factory=dict)
+    socket_interfaces: dict[Proc, tuple[str, ...]] = field(default_factory=dict)
     nvls_support: dict[str, bool] = field(default_factory=dict)  # host -> multicast available
     rings: int = 0  # Channel / Ring / Tree / Trees / NVLS / CollNet graph lines
     tunings: list[tuple[str, str, int, str, str]] = field(default_factory=list)
-    warns: list[WarnRecord] = field(default_factory=list)
-    watchdog: list[WatchdogRecord] = field(default_factory=list)
+    warns: list[WarnRecord] = field(default_factory=list)  # the first KEEP
+    warn_counts: Counter[str] = field(default_factory=Counter)  # kind -> WARN lines
+    watchdog: list[WatchdogRecord] = field(default_factory=list)  # the first KEEP
+    watchdog_lines: int = 0
+    global_ranks_seen: set[int] = field(default_factory=set)  # [rank<G>]: prefixes
+    pg_global: dict[tuple[str, int], int] = field(default_factory=dict)  # (pg key, pg rank) -> G
+    test_ranks: list[TestRank] = field(default_factory=list)
     coll_frames: list[pl.DataFrame] = field(default_factory=list)  # COLL lines, per block
 
     @property
     def colls(self) -> pl.DataFrame:
         """Every COLL line (nccl-logs.md §8) as columns: COLL_SCHEMA."""
         return pl.concat(self.coll_frames) if self.coll_frames else pl.DataFrame(schema=COLL_SCHEMA)
+
+    def signal(self, proc: Proc, name: str, line: str) -> None:
+        seen = self.signals.get((proc, name))
+        if seen is None:
+            self.signals[(proc, name)] = Signal(1, line)
+        else:
+            seen.count += 1

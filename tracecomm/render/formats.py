@@ -27,7 +27,7 @@ def render_nccl_json(found: tuple[NcclSummary, Sequence[str]], view: View) -> by
     summary, warnings = found
     doc = {
         "kind": "tracecomm-nccl",
-        "schema_version": 1,
+        "schema_version": 2,
         "nccl": nccl_document(summary),
         "warnings": list(warnings),
     }

@@ -1,35 +1,60 @@
-"""The NCCL section of the terminal report: what the logs say, then the diagnostics."""
+"""The NCCL section of the terminal report: what the logs say, then the diagnostics, each with
+the log lines that prove it (already escaped by the parser: no control character from a log
+reaches the terminal)."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
-from tracecomm.nccl.diagnose import NcclSummary
+from tracecomm.nccl.diagnose import NcclSummary, VersionSeen
+from tracecomm.nccl.quote import quote
+from tracecomm.text import compact_ranges
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 _MARK = {"error": "✗", "warning": "!", "info": "·"}
 
 
+def _plural(n: int, word: str, many: str | None = None) -> str:
+    """``3 file(s)``: the report's own way of counting."""
+    return f"{n:,} {many or word + '(s)'}"
+
+
+def _version(v: VersionSeen) -> str:
+    where = []
+    if v.hosts:
+        where.append(", ".join(v.hosts[:4]) + (", …" if len(v.hosts) > 4 else ""))
+    if v.ranks:
+        where.append(f"rank{'s' if len(v.ranks) > 1 else ''} {compact_ranges(v.ranks)}")
+    elif v.processes:
+        where.append(_plural(len(v.processes), "process", "process(es)"))
+    return f"{v.library} {v.version}" + (f" ({'; '.join(where)})" if where else "")
+
+
 def nccl_section(s: NcclSummary) -> Text:
     text = Text()
     text.append("NCCL logs", style="bold")
+    hosts = f" on {_plural(len(s.hosts), 'host')}" if s.hosts else ""
     text.append(
-        f" · {len(s.files)} file(s), {s.nccl_lines:,} NCCL lines ({s.unknown_lines} unknown), "
-        f"{s.processes} process(es), {s.colls:,} COLL lines"
+        f" · {_plural(len(s.files), 'file')}, {_plural(s.nccl_lines, 'NCCL line')} "
+        f"({s.unknown_lines:,} unknown), {_plural(s.processes, 'process', 'process(es)')}{hosts}, "
+        f"{_plural(s.colls, 'COLL line')}"
     )
     if s.flight_recorder_dumps:
-        text.append(f", {s.flight_recorder_dumps} Flight Recorder dump(s)")
+        text.append(f", {_plural(s.flight_recorder_dumps, 'Flight Recorder dump')}")
     if s.versions:
-        text.append("\n  NCCL " + "; ".join(f"{v} ×{len(p)}" for v, p in s.versions.items()))
+        text.append("\n  versions " + "; ".join(_version(v) for v in s.versions))
     if s.networks:
         text.append(
-            "\n  network " + "; ".join(f"{n} on {len(h)} host(s)" for n, h in s.networks.items())
+            "\n  network "
+            + "; ".join(f"{n} on {_plural(len(h), 'host')}" for n, h in s.networks.items())
         )
     if s.transports:
-        text.append("\n  connections " + ", ".join(f"{k} {n}" for k, n in s.transports.items()))
+        text.append("\n  connections " + ", ".join(f"{k} {n:,}" for k, n in s.transports.items()))
     if not s.diagnostics:
         text.append("\n  no findings", style="green")
     for d in s.diagnostics:
         text.append(f"\n  {_MARK[d.severity]} {d.rule}: ", style=_STYLE[d.severity])
-        text.append(d.message)
+        text.append(quote(d.message, 2000))
+        for line in d.evidence:
+            text.append(f"\n      │ {quote(line, 200)}", style="dim")
     return text
