@@ -32,6 +32,7 @@ EXIT_OK = 0
 EXIT_USAGE = 2  # bad option or path (also click's own usage errors)
 EXIT_NO_INPUT = 3  # nothing usable: no traces found, or every file failed
 EXIT_PARTIAL = 4  # a report was produced, but some rank is missing or was only partly readable
+EXIT_HTA_FAILED = 5  # tracecomm crosscheck: HTA itself raised on the run (its exception, one line)
 EXIT_INTERNAL = 70  # a bug in tracecomm (EX_SOFTWARE)
 
 _MFU: dict[str, Any] = {"rich_help_panel": "MFU (model FLOPs and device peak)"}
@@ -54,7 +55,9 @@ class Detail(str, Enum):
 
 
 class Compat(str, Enum):
-    hta = "hta"
+    hta = "hta"  # HTA's current release (0.6.1); tracecomm/compat/hta.py MODES
+    hta_06 = "hta-0.6"
+    hta_05 = "hta-0.5"
 
 
 class RankFrom(str, Enum):
@@ -292,7 +295,7 @@ class _Analysis:
     peak_tflops: float | None = None
     nccl_logs: tuple[Path, ...] = ()
     link_gbps: float | None = None
-    compat_hta: bool = False
+    compat_hta: str | None = None  # a --compat value
 
     @classmethod
     def of(cls, params: dict[str, Any], **extra: Any) -> _Analysis:
@@ -451,7 +454,8 @@ def analyze(
     compat: Annotated[
         Compat | None,
         typer.Option(
-            help="Also print another tool's figures, reproduced exactly: 'hta' (HTA 0.5.0)."
+            help="Also print another tool's figures, reproduced exactly: 'hta' (HTA's current "
+            "release, 0.6.1; 'hta-0.6' the same), 'hta-0.5' (HTA 0.5.0)."
         ),
     ] = None,
     link_gbps: LinkGbpsOpt = None,
@@ -471,7 +475,7 @@ def analyze(
     analysis = _Analysis.of(
         locals(),
         nccl_logs=tuple(nccl_log or ()),
-        compat_hta=compat is Compat.hta,
+        compat_hta=compat.value if compat else None,
         rank_from=rank_from.value if rank_from else None,
     )
     report = analysis.run(
@@ -1019,30 +1023,46 @@ def crosscheck(
     run: Annotated[Path, typer.Argument(help="A run folder of traces.")],
     quiet: QuietOpt = False,
 ) -> None:
-    """Run HolisticTraceAnalysis 0.5.0 itself on the run and print its overlap and temporal
-    breakdown next to tracecomm's --compat hta figures, per rank, with the difference.
+    """Run the installed HolisticTraceAnalysis itself on the run and print its overlap and
+    temporal breakdown next to tracecomm's figures for that HTA release (--compat hta for 0.6,
+    hta-0.5 for 0.5), per rank, with the difference.
 
-    Needs the optional extra: pip install 'tracecomm[hta]'.
+    Needs the optional extra: pip install 'tracecomm[hta]' (HTA 0.6.1, PyPI traceinsight).
     Exit codes: 0 every figure agrees to the printed precision; 1 some figure differs;
-    2 usage error (HTA not installed, no such folder); 3 no usable input.
+    2 usage error (HTA not installed, no such folder); 3 no usable input; 5 HTA itself failed
+    on the run (its exception is printed in one line).
     """
-    from tracecomm.compat.crosscheck import HtaMissing, compare, run_hta
+    from tracecomm.compat.crosscheck import (
+        HtaFailed,
+        HtaMissing,
+        compare,
+        discovery_notes,
+        installed,
+        run_hta,
+    )
 
     if not run.is_dir():
         _fail(f"{run}: not a folder of traces", EXIT_USAGE)
-    report = _Analysis(compat_hta=True).run([str(run)])
-    if not quiet:
-        _warn(report)
     try:
-        theirs = run_hta(run)
+        hta = installed()
     except HtaMissing as exc:
         _fail(str(exc), EXIT_USAGE)
+    report = _Analysis(compat_hta=hta.mode).run([str(run)])
+    files = {r.rank: r.path for r in report.ranks}  # HTA reads the files tracecomm read
+    if not quiet:
+        _warn(report)
+        notes = [*hta.notes, *discovery_notes(run, files)]
+        _print_lines([f"warning: {note}" for note in notes])
+    try:
+        theirs = run_hta(run, hta.version, files)
+    except HtaFailed as exc:
+        _fail(str(exc), EXIT_HTA_FAILED)
     rows = compare(list(report.hta_compat or ()), theirs)
     from rich.console import Console
     from rich.table import Table
 
     table = Table(
-        title=f"tracecomm --compat hta against HTA run live on {run}",
+        title=f"tracecomm --compat {hta.mode} against HTA {hta.version} run live on {run}",
         caption="µs; overlap in %; agreement to the printed precision",
         title_justify="left",
     )

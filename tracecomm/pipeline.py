@@ -75,7 +75,8 @@ class AnalyzeOptions:
     model: ModelInputs = field(default_factory=ModelInputs)  # FLOPs and peak inputs for MFU
     nccl_logs: tuple[Path, ...] = ()  # --nccl-log: logs outside the run folder
     link_gbps: float | None = None  # --link-gbps: bandwidth share below this link speed
-    compat_hta: bool = False  # --compat hta: HTA 0.5.0's own figures too (metrics.md §9)
+    # --compat: HTA's own figures too, by the rules of "hta" (0.6.1), "hta-0.6" or "hta-0.5"
+    compat_hta: str | None = None
     rank_from: str | None = None  # --rank-from pid|process_name: merged multi-rank traces
     cache: Path | None = None  # --cache DIR: parsed columns as Parquet for repeat runs
     timeline: bool = False  # one step of the fastest / median / slowest rank (HTML report)
@@ -203,7 +204,7 @@ def analyze(
     )
     if opts.compat_hta and opts.rank_from is None:
         paths = {r.rank: r.path for r in report.ranks}
-        report = replace(report, hta_compat=executor.call(_hta_figures, paths))
+        report = replace(report, hta_compat=executor.call(_hta_figures, paths, opts.compat_hta))
     nccl, nccl_warnings = executor.call(_nccl, sources, opts.nccl_logs)
     report = replace(report, nccl=nccl, warnings=report.warnings + tuple(nccl_warnings))
     if opts.timeline:
@@ -219,11 +220,10 @@ def analyze(
     return report
 
 
-def _hta_figures(paths: dict[int, str]) -> tuple[Any, ...]:
-    from tracecomm.compat.hta import hta_figures, rank_events
+def _hta_figures(paths: dict[int, str], mode: str) -> tuple[Any, ...]:
+    from tracecomm.compat.hta import figures_of_files
 
-    frames = {rank: rank_events(Path(path)) for rank, path in paths.items()}
-    return tuple(hta_figures(frames))
+    return figures_of_files(paths, mode)
 
 
 def _nccl(inputs: Sequence[str], logs: tuple[Path, ...]) -> tuple[NcclSummary | None, list[str]]:

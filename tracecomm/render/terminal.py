@@ -427,8 +427,10 @@ def _bandwidth_table(report: Report) -> Table:
 
 
 def _hta_table(report: Report) -> Table:
+    versions = sorted({f.hta_version for f in report.hta_compat or ()}) or ["(no rank)"]
     table = Table(
-        title="HTA-compatible figures (--compat hta: HolisticTraceAnalysis 0.5.0's definitions)",
+        title=f"HTA-compatible figures (--compat: HolisticTraceAnalysis {', '.join(versions)}'s "
+        "definitions)",
         caption="µs; overlap % = comm time overlapped by compute, HTA's kernel-name rules",
         title_justify="left",
     )
