@@ -13,7 +13,7 @@ from tests.conftest import SAMPLE_RUN
 from tracecomm.cli import EXIT_HTA_FAILED, EXIT_OK, EXIT_USAGE, app
 from tracecomm.compat import crosscheck
 from tracecomm.compat.hta import HtaFigures, mode_for_release
-from tracecomm.synth import fsdp_run, write_run
+from tracecomm.synth import fsdp_run, fsdp_run_of_size, write_run
 
 
 @pytest.mark.hta
@@ -110,3 +110,21 @@ def test_hta_reads_the_files_tracecomm_read(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["crosscheck", str(tmp_path)])
     assert result.exit_code == EXIT_OK, result.stdout + result.stderr
     assert "rank 5: config.json instead of no file" in " ".join(result.stderr.split())
+
+
+@pytest.mark.hta
+def test_a_mid_size_rank_runs_or_fails_as_htas(tmp_path: Path) -> None:
+    """A rank of 32,768+ events whose correlation ids stay below 32,768: under pandas 3 HTA (0.5.0
+    and 0.6.1 alike) raises TypeError in transform_correlation_to_index, hence the extra's
+    pandas < 3. Either way crosscheck ends as HTA's run ends, never as an internal error."""
+    version = need_hta()
+    import pandas
+
+    run = fsdp_run_of_size(10, world_size=2, seed=0, gzip=False)
+    write_run(run, tmp_path)
+    result = CliRunner().invoke(app, ["crosscheck", str(tmp_path), "-q"])
+    if int(pandas.__version__.split(".")[0]) >= 3:
+        assert result.exit_code == EXIT_HTA_FAILED, result.stdout
+        assert f"HTA {version} failed on {tmp_path}: TypeError: Invalid value" in result.stderr
+    else:
+        assert result.exit_code == EXIT_OK, result.stdout + result.stderr
