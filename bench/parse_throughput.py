@@ -1,8 +1,15 @@
-"""Parse throughput of tracecomm against HTA 0.5.0 and ``gzip -dc``, on a generated run.
+"""Parse throughput of tracecomm against HTA (each installed release) and ``gzip -dc``, on a
+generated run.
 
     python bench/parse_throughput.py [--mb-per-rank 200] [--ranks 8] [--out bench/out]
                                      [--repeat 1] [--skip-hta] [--markdown]
-                                     [--hta-ranks N] [--hta-mem-limit-gb 16] [--hta-python PY]
+                                     [--hta-ranks N] [--hta-mem-limit-gb 16]
+                                     [--hta-python PY [--hta-python PY ...]]
+
+Each ``--hta-python`` names an interpreter with one HTA installed: HTA 0.6.1 (PyPI
+``traceinsight``) and 0.5.0 (PyPI ``holistictraceanalysis``) both install the ``hta`` module, so
+they live in separate virtual environments, and every HTA row runs with its own interpreter.
+Without the option, this interpreter's HTA (if any) is measured.
 
 Generates (once) an FSDP-style run with the ground-truth generator, plus gzipped copies of the
 same files, then measures every tool in a fresh subprocess, so peak RSS belongs to that tool:
@@ -10,13 +17,14 @@ same files, then measures every tool in a fresh subprocess, so peak RSS belongs 
 - ``gzip -dc`` of every .gz file to /dev/null: the floor for reading compressed input.
 - tracecomm, one process: ``load_rank`` + ``breakdown`` over every rank file in turn (.json and
   .json.gz).
-- HTA, one process: ``hta.common.trace.parse_trace_file`` over every rank file in turn. That is
-  the per-rank function HTA's own process pool maps (``Trace.parse_multiple_ranks``).
-- End to end, with each tool's own process pool: ``tracecomm analyze RUN --format json`` and
-  HTA's ``TraceAnalysis(trace_dir=RUN).get_comm_comp_overlap()``.
+- HTA, one process, per HTA release: ``hta.common.trace.parse_trace_file`` over every rank file
+  in turn. That is the per-rank function HTA's own process pool maps
+  (``Trace.parse_multiple_ranks``).
+- End to end, with each tool's own process pool: ``tracecomm analyze RUN --format json`` and,
+  per HTA release, ``TraceAnalysis(trace_dir=RUN).get_comm_comp_overlap()``.
 
 MB are 10^6 bytes of uncompressed JSON. Speed is reported as ratios against the baselines of the
-same run (HTA, gzip -dc), never as absolute pass/fail thresholds.
+same run (each HTA, gzip -dc), never as absolute pass/fail thresholds.
 """
 
 from __future__ import annotations
@@ -164,6 +172,51 @@ def _finish(job: tuple[subprocess.Popen[bytes], Any]) -> None:
     sink.close()
     if rc:
         raise RuntimeError(f"gzip failed with exit code {rc}")
+
+
+@dataclass(frozen=True)
+class Hta:
+    """One HTA release to measure, in the interpreter (virtual environment) that has it."""
+
+    python: str
+    version: str  # hta.__version__
+    dist: str  # the PyPI distribution that installed it
+
+    @property
+    def label(self) -> str:
+        return f"HTA {self.version}"
+
+
+_HTA_PROBE = """
+import importlib.metadata as m, json
+import hta, hta.common.trace, hta.trace_analysis
+dists = []
+for name in ("traceinsight", "holistictraceanalysis"):
+    try:
+        m.version(name)
+        dists.append(name)
+    except m.PackageNotFoundError:
+        pass
+try:
+    pandas = m.version("pandas")
+except m.PackageNotFoundError:
+    pandas = "absent"
+print(json.dumps({"version": hta.__version__, "dists": dists, "pandas": pandas}))
+"""
+
+
+def probe_hta(python: str) -> tuple[Hta, str] | str:
+    """The HTA that ``python`` imports and its pandas version, or why there is none."""
+    try:
+        done = subprocess.run([python, "-c", _HTA_PROBE], capture_output=True, text=True)
+    except OSError as exc:
+        return f"{python}: {exc.strerror or exc}"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"HTA does not import with {python} ({last})"
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    dist = " + ".join(info["dists"]) or "unknown distribution"
+    return Hta(python, str(info["version"]), dist), str(info["pandas"])
 
 
 # ---- measuring one subprocess -------------------------------------------------------------
@@ -409,7 +462,6 @@ class Bench:
         self.log_file = logs / "parse_throughput.stderr.log"
         self.log_file.write_text("")
         self.py = sys.executable
-        self.hta_py = str(args.hta_python) if args.hta_python else sys.executable
 
     def _runs(self, cmd: Sequence[str], what: str, **kw: Any) -> list[Measured]:
         results = []
@@ -458,10 +510,15 @@ class Bench:
         row.detail["breakdown_s"] = sum(f["breakdown_s"] for f in row.detail["per_file"])
         return row
 
-    def hta_parse(self, ranks: int) -> Row:
+    def hta_parse(self, hta: Hta, ranks: int) -> Row:
         paths = self.data.plain[:ranks]
         return self._worker_row(
-            "hta", "HTA parse_trace_file", ".json", self.hta_py, "hta-parse", paths
+            f"hta:{hta.version}",
+            f"{hta.label} parse_trace_file",
+            ".json",
+            hta.python,
+            "hta-parse",
+            paths,
         )
 
     def tracecomm_e2e(self, gz: bool) -> Row:
@@ -478,7 +535,7 @@ class Bench:
             runs,
         )
 
-    def hta_e2e(self, ranks: int, mem_limit_gb: float) -> Row | None:
+    def hta_e2e(self, hta: Hta, ranks: int, mem_limit_gb: float) -> Row | None:
         """HTA's load + overlap; on half the ranks while it goes over the memory cap."""
         note = ""
         while ranks >= 1:
@@ -486,16 +543,22 @@ class Bench:
                 args = ["--dir", str(self.data.run_dir)]  # HTA's own discovery, as users run it
             else:
                 args = [str(p) for p in self.data.plain[:ranks]]
-            cmd = [self.hta_py, str(SCRIPT), _WORKER, "hta-e2e", *args]
+            cmd = [hta.python, str(SCRIPT), _WORKER, "hta-e2e", *args]
             limit = int(mem_limit_gb * 2**20)
-            runs = self._runs(cmd, f"HTA TraceAnalysis, {ranks} ranks", mem_limit_kb=limit)
+            runs = self._runs(cmd, f"{hta.label} TraceAnalysis, {ranks} ranks", mem_limit_kb=limit)
             if runs[0].killed_for_memory:
-                self.log(f"  HTA went over {mem_limit_gb:g} GB on {ranks} ranks: stopped it")
+                self.log(
+                    f"  {hta.label} went over {mem_limit_gb:g} GB on {ranks} ranks: stopped it"
+                )
                 note = f"first {ranks // 2} ranks only: over {mem_limit_gb:g} GB on {ranks}"
                 ranks //= 2
                 continue
             row = self._command_row(
-                "hta-e2e", "HTA TraceAnalysis + get_comm_comp_overlap", ".json", ranks, runs
+                f"hta-e2e:{hta.version}",
+                f"{hta.label} TraceAnalysis + get_comm_comp_overlap",
+                ".json",
+                ranks,
+                runs,
             )
             row.detail = json.loads(row.run.stdout.strip().splitlines()[-1])
             row.note = note
@@ -506,18 +569,14 @@ class Bench:
 # ---- report --------------------------------------------------------------------------------
 
 
-def _version(dist: str, python: str | None = None) -> str:
-    if python and python != sys.executable:
-        code = f"import importlib.metadata as m; print(m.version({dist!r}))"
-        done = subprocess.run([python, "-c", code], capture_output=True, text=True)
-        return done.stdout.strip() or "absent"
+def _version(dist: str) -> str:
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return "absent"
 
 
-def machine(hta_python: str | None, with_hta: bool) -> dict[str, str]:
+def machine(htas: Sequence[tuple[Hta, str]]) -> dict[str, str]:
     cpu = "unknown"
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -546,11 +605,10 @@ def machine(hta_python: str | None, with_hta: bool) -> dict[str, str]:
         "gzip": gzip_version.splitlines()[0] if gzip_version else "unknown",
         "git commit": commit or "unknown",
     }
-    if with_hta:
-        info["HTA (holistictraceanalysis)"] = _version("holistictraceanalysis", hta_python)
-        info["pandas (HTA)"] = _version("pandas", hta_python)
-    else:
-        info["HTA (holistictraceanalysis)"] = "not measured"
+    for hta, pandas in htas:
+        info[f"{hta.label}"] = f"{hta.dist}, pandas {pandas}, {hta.python}"
+    if not htas:
+        info["HTA"] = "not measured"
     return info
 
 
@@ -559,22 +617,26 @@ def _git(*args: str) -> str:
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
-_HEADERS = (
-    "measurement",
-    "input",
-    "ranks",
-    "MB",
-    "timed",
-    "seconds",
-    "MB/s",
-    "× HTA MB/s",
-    "time ÷ gzip -dc",
-    "busy processes",
-    "CPU s",
-    "MB per CPU s",
-    "peak RSS, largest process",
-    "peak PSS, all processes",
-)
+def headers(htas: Sequence[Hta]) -> list[str]:
+    """The table's columns: one "× HTA <version> MB/s" column per HTA release measured."""
+    return [
+        "measurement",
+        "input",
+        "ranks",
+        "MB",
+        "timed",
+        "seconds",
+        "MB/s",
+        *(f"× {h.label} MB/s" for h in htas),
+        "time ÷ gzip -dc",
+        "busy processes",
+        "CPU s",
+        "MB per CPU s",
+        "peak RSS, largest process",
+        "peak PSS, all processes",
+    ]
+
+
 _LEFT = {0, 1, 4}
 
 
@@ -582,13 +644,22 @@ def _mib(kb: int) -> str:
     return f"{kb / 2**10:,.0f} MiB"
 
 
-def table_rows(rows: list[Row]) -> list[list[str]]:
+def _baseline(by_key: dict[str, Row], row: Row, hta: Hta) -> Row | None:
+    """The HTA row a tracecomm row is compared with: end to end with end to end, one process
+    with one process."""
+    kind = "hta-e2e" if "e2e" in row.key else "hta"
+    return by_key.get(f"{kind}:{hta.version}")
+
+
+def table_rows(rows: list[Row], htas: Sequence[Hta]) -> list[list[str]]:
     by_key = {r.key: r for r in rows}
     gzip_row = by_key.get("gzip")
     out = []
     for r in rows:
-        base = by_key.get("hta-e2e" if "e2e" in r.key else "hta")
-        vs_hta = f"{r.mbps / base.mbps:.1f}×" if base and r.key.startswith("tc") else ""
+        vs_hta = []
+        for hta in htas:
+            base = _baseline(by_key, r, hta)
+            vs_hta.append(f"{r.mbps / base.mbps:.1f}×" if base and r.key.startswith("tc") else "")
         # time for the same bytes, relative to gunzipping them
         vs_gzip = f"{gzip_row.mbps / r.mbps:.2f}" if gzip_row else ""
         cpu = r.run.cpu_s
@@ -601,7 +672,7 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
                 r.timer,
                 f"{r.seconds:.2f}",
                 f"{r.mbps:.1f}",
-                vs_hta,
+                *vs_hta,
                 vs_gzip,
                 str(r.run.busy_processes),
                 f"{cpu:.1f}",
@@ -613,8 +684,8 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
     return out
 
 
-def plain_table(rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(_HEADERS)]
+def plain_table(head: Sequence[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
 
     def fmt(cells: Sequence[str]) -> str:
         return "  ".join(
@@ -622,19 +693,19 @@ def plain_table(rows: list[list[str]]) -> str:
             for i, (c, w) in enumerate(zip(cells, widths, strict=True))
         ).rstrip()
 
-    lines = [fmt(_HEADERS), fmt(["-" * w for w in widths])]
+    lines = [fmt(head), fmt(["-" * w for w in widths])]
     lines += [fmt(r) for r in rows]
     return "\n".join(lines)
 
 
-def markdown_table(rows: list[list[str]]) -> str:
-    align = ["---" if i in _LEFT else "---:" for i in range(len(_HEADERS))]
-    lines = ["| " + " | ".join(_HEADERS) + " |", "|" + "|".join(align) + "|"]
+def markdown_table(head: Sequence[str], rows: list[list[str]]) -> str:
+    align = ["---" if i in _LEFT else "---:" for i in range(len(head))]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
 
 
-def summary(rows: list[Row]) -> list[str]:
+def summary(rows: list[Row], htas: Sequence[Hta]) -> list[str]:
     by_key = {r.key: r for r in rows}
     lines = []
     for key in ("tc", "tc-gz"):
@@ -644,12 +715,32 @@ def summary(rows: list[Row]) -> list[str]:
                 f"{r.tool} ({r.input}): load_rank {r.detail['load_s']:.2f} s, "
                 f"breakdown {r.detail['breakdown_s']:.2f} s of {r.seconds:.2f} s"
             )
-    hta = by_key.get("hta-e2e")
-    if hta and hta.detail:
+    for hta in htas:
+        e2e = by_key.get(f"hta-e2e:{hta.version}")
+        if e2e and e2e.detail:
+            lines.append(
+                f"{hta.label} end to end: TraceAnalysis load {e2e.detail['load_s']:.2f} s, "
+                f"get_comm_comp_overlap {e2e.detail['overlap_s']:.2f} s (in-process timers)"
+            )
+    tc = by_key.get("tc-e2e")
+    ratios = []
+    for hta in htas:
+        e2e = by_key.get(f"hta-e2e:{hta.version}")
+        if tc and e2e:
+            ratios.append(f"{tc.mbps / e2e.mbps:.1f}× {hta.label} ({e2e.seconds:.2f} s)")
+    if tc and ratios:
         lines.append(
-            f"HTA end to end: TraceAnalysis load {hta.detail['load_s']:.2f} s, "
-            f"get_comm_comp_overlap {hta.detail['overlap_s']:.2f} s (in-process timers)"
+            f"tracecomm analyze (.json, {tc.seconds:.2f} s) end to end: " + ", ".join(ratios)
         )
+    if len(htas) > 1:
+        first, *rest = htas
+        for other in rest:
+            a, b = by_key.get(f"hta-e2e:{first.version}"), by_key.get(f"hta-e2e:{other.version}")
+            if a and b and a.ranks == b.ranks:
+                lines.append(
+                    f"{first.label} takes {a.seconds / b.seconds:.2f}× the time of {other.label} "
+                    "end to end on the same files"
+                )
     return lines
 
 
@@ -659,7 +750,7 @@ def summary(rows: list[Row]) -> list[str]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python bench/parse_throughput.py",
-        description="Parse throughput of tracecomm vs HTA 0.5.0 and gzip -dc.",
+        description="Parse throughput of tracecomm vs each HTA release given and gzip -dc.",
     )
     p.add_argument("--mb-per-rank", type=float, default=200.0)
     p.add_argument("--ranks", type=int, default=8)
@@ -681,16 +772,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--hta-python",
         type=Path,
+        action="append",
         default=None,
-        help="interpreter that has HTA installed (default: this one)",
+        metavar="PY",
+        help="an interpreter with one HTA installed; repeat it for each release (0.6.1 and 0.5.0 "
+        "need separate venvs: both install the hta module); default: this interpreter",
     )
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     return p
-
-
-def _hta_importable(python: str) -> bool:
-    code = "import hta.common.trace, hta.trace_analysis"
-    return subprocess.run([python, "-c", code], capture_output=True).returncode == 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -707,14 +796,18 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    hta_py = str(args.hta_python) if args.hta_python else sys.executable
-    with_hta = not args.skip_hta
-    if with_hta and not _hta_importable(hta_py):
-        log(
-            f"HTA is not importable with {hta_py} (pip install -e '.[hta]'): "
-            "running as with --skip-hta"
-        )
-        with_hta = False
+    htas: list[tuple[Hta, str]] = []
+    if not args.skip_hta:
+        for python in [str(p) for p in args.hta_python or []] or [sys.executable]:
+            found = probe_hta(python)
+            if isinstance(found, str):
+                log(f"{found}: not measured (pip install -e '.[hta]' in that venv)")
+            elif any(h.version == found[0].version for h, _ in htas):
+                log(f"{python}: HTA {found[0].version} is measured already, with another python")
+            else:
+                htas.append(found)
+                log(f"measuring HTA {found[0].version} ({found[0].dist}) with {python}")
+    measured = [h for h, _ in htas]
 
     data = prepare_data(args.out, args.mb_per_rank, args.ranks, log)
     code_before, commit_before = _tracecomm_digest(), _git("rev-parse", "--short", "HEAD")
@@ -722,22 +815,22 @@ def main(argv: list[str] | None = None) -> int:
     hta_ranks = min(args.hta_ranks or len(data.plain), len(data.plain))
     log(f"measuring {len(data.plain)} ranks, {data.plain_mb():.0f} MB uncompressed ...")
     rows = [bench.gzip_floor(), bench.tracecomm_parse(gz=False), bench.tracecomm_parse(gz=True)]
-    if with_hta:
-        rows.append(bench.hta_parse(hta_ranks))
+    rows += [bench.hta_parse(hta, hta_ranks) for hta in measured]
     rows += [bench.tracecomm_e2e(gz=False), bench.tracecomm_e2e(gz=True)]
-    if with_hta:
-        e2e = bench.hta_e2e(hta_ranks, args.hta_mem_limit_gb)
+    for hta in measured:
+        e2e = bench.hta_e2e(hta, hta_ranks, args.hta_mem_limit_gb)
         if e2e is None:
-            log(f"HTA end to end went over {args.hta_mem_limit_gb:g} GB even on one rank")
+            log(f"{hta.label} end to end went over {args.hta_mem_limit_gb:g} GB even on one rank")
         else:
             rows.append(e2e)
 
-    info = machine(hta_py, with_hta)
+    info = machine(htas)
     if _tracecomm_digest() != code_before:
         info["git commit"] = (
             f"{commit_before} → {info['git commit']}: tracecomm/ CHANGED DURING THE RUN"
         )
-    cells = table_rows(rows)
+    head = headers(measured)
+    cells = table_rows(rows, measured)
     sizes = ", ".join(f"{p.stat().st_size / MB:.1f}" for p in data.plain)
     notes = [
         f"run: {data.run_dir} ({len(data.plain)} ranks; MB per rank: {sizes}); "
@@ -746,19 +839,20 @@ def main(argv: list[str] | None = None) -> int:
         "timed: 'in-process' = one process parses the files in turn, timer around the parse "
         "calls only (imports excluded); 'wall time of the command' = the whole command, "
         "interpreter start and the tool's own process pool included.",
-        "× HTA MB/s: against HTA's one-process row (one-process rows) or HTA's end-to-end row; "
+        "× HTA <version> MB/s: against that HTA's one-process row (one-process rows) or its "
+        "end-to-end row, each HTA in its own interpreter (--hta-python); "
         "time ÷ gzip -dc: time for the same bytes relative to gunzipping them.",
         "busy processes: processes of the command that used ≥ 20% of the busiest one's CPU time "
         "(a pool's workers, its parent when it works too); CPU s: user + system of "
         "all of them, whole command; peak PSS: largest sum over the command's processes "
         "(sampled every 50 ms; pages shared after fork counted once).",
         f"best of {args.repeat} run(s) per row.",
-        *summary(rows),
+        *summary(rows, measured),
     ]
-    if not with_hta:
+    if not measured:
         notes.append("HTA not measured (--skip-hta, or not importable).")
     notes += [f"{r.tool}: {r.note}" for r in rows if r.note]
-    if with_hta and hta_ranks < len(data.plain):
+    if measured and hta_ranks < len(data.plain):
         notes.append(f"HTA measured on the first {hta_ranks} rank files (--hta-ranks).")
 
     if args.markdown:
@@ -766,7 +860,7 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in info.items():
             print(f"| {k} | {v} |")
         print()
-        print(markdown_table(cells))
+        print(markdown_table(head, cells))
         print()
         for n in notes:
             print(f"- {n}")
@@ -774,11 +868,15 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in info.items():
             print(f"{k:>28}: {v}")
         print()
-        print(plain_table(cells))
+        print(plain_table(head, cells))
         print()
         for n in notes:
             print(n)
-    record = {"machine": info, "rows": [asdict(r) | {"mbps": r.mbps} for r in rows]}
+    record = {
+        "machine": info,
+        "hta": [asdict(h) | {"pandas": pandas} for h, pandas in htas],
+        "rows": [asdict(r) | {"mbps": r.mbps} for r in rows],
+    }
     (args.out / "parse_throughput.json").write_text(json.dumps(record, indent=2) + "\n")
     return 0
 

@@ -97,7 +97,7 @@ class Report:
     throughput: Throughput | None = None  # step time, tokens/s, MFU (metrics.md §8)
     nccl: NcclSummary | None = None  # NCCL logs and Flight Recorder dumps in the run folder
     bandwidth: Bandwidth | None = None  # metrics.md §7, from matched instances with sizes
-    hta_compat: tuple[HtaFigures, ...] | None = None  # --compat hta (metrics.md §9)
+    hta_compat: tuple[HtaFigures, ...] | None = None  # --compat hta[-0.6|-0.5]
     timeline: RunTimeline | None = None  # one step of chosen ranks, for the HTML report
     # metrics.md §11 with --project: the projection, or why there is none
     projection: Projection | str | None = None

@@ -12,6 +12,7 @@ import sys
 from tracecomm.cli.app import app
 from tracecomm.cli.commands import register
 from tracecomm.cli.exits import (
+    EXIT_HTA_FAILED,
     EXIT_INTERNAL,
     EXIT_NO_INPUT,
     EXIT_OK,
@@ -22,6 +23,7 @@ from tracecomm.cli.exits import (
 )
 
 __all__ = [
+    "EXIT_HTA_FAILED",
     "EXIT_INTERNAL",
     "EXIT_NO_INPUT",
     "EXIT_OK",

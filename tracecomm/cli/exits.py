@@ -12,6 +12,7 @@ EXIT_REGRESSION = 1  # tracecomm check: a figure passed its budget; crosscheck: 
 EXIT_USAGE = 2  # bad option or path (also click's own usage errors)
 EXIT_NO_INPUT = 3  # nothing usable: no traces found, or every file failed
 EXIT_PARTIAL = 4  # a report was produced, but some rank is missing or was only partly readable
+EXIT_HTA_FAILED = 5  # tracecomm crosscheck: HTA itself raised on the run (its exception, one line)
 EXIT_INTERNAL = 70  # a bug in tracecomm (EX_SOFTWARE)
 
 

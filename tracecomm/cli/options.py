@@ -287,9 +287,10 @@ TOP = option(
 )
 COMPAT = option(
     "compat",
-    choice("hta") | None,
+    choice("hta", "hta-0.6", "hta-0.5") | None,
     None,
-    help="Also print another tool's figures, reproduced exactly: 'hta' (HTA 0.5.0).",
+    help="Also print another tool's figures, reproduced exactly: 'hta' (HTA's current release, "
+    "0.6.1; 'hta-0.6' the same), 'hta-0.5' (HTA 0.5.0).",
 )
 
 # The options of every command that analyzes a run, in help order.

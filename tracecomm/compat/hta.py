@@ -1,20 +1,59 @@
-"""HolisticTraceAnalysis 0.5.0's figures, reproduced (metrics.md §9, ``--compat hta``).
+"""HolisticTraceAnalysis's figures, reproduced (``--compat hta``, ``hta-0.6``, ``hta-0.5``).
 
 HTA's definitions differ from tracecomm's own (metrics.md §1–3) on purpose, so users can check
-one tool against the other. Replicated here, literally:
+one tool against the other. Two releases are reproduced, each literally from its source:
+0.6.1 (PyPI ``traceinsight``; 0.6.0 has the same code) and 0.5.0 (PyPI ``holistictraceanalysis``,
+metrics.md §9). What both do:
 
 - every event with a ``dur`` and a ``cat`` (not ``Trace``) is read; ``ts`` is rounded up and
   ``ts + dur`` down to whole µs (HTA's fix for overlapping ns-resolution events);
-- ``stream`` and ``correlation`` come from ``args`` (default −1); GPU work is ``stream ≥ 0`` with
-  ``correlation ≥ 0``, plus ``Event Sync`` / ``Context Sync``;
-- when the run holds more than one distinct ``ProfilerStep`` name, each rank keeps its CPU
+- ``stream`` and ``correlation`` come from ``args`` (default −1); "GPU" events are those with
+  ``stream ≥ 0`` and ``correlation ≥ 0``, plus ``Event Sync`` / ``Context Sync``; the rest are
+  "CPU" events;
+- when the run's events carry more than one distinct ProfilerStep name, each rank keeps its CPU
   events that start before its last ProfilerStep and the GPU events whose correlation one of
   them carries (the last step is dropped);
 - the figures then use every kept event with ``stream ≠ −1``: kernel time = last end − first
   start, idle = kernel time − |union|, compute = |union of compute kernels|, non-compute = the
-  rest; overlap % = |U(comm) ∩ U(compute)| / |U(comm)|, rounded to 2 decimals; names are typed
-  by HTA's own rules (comm ``^nccl.*Kernel``; memory ``^Memcpy|^Memset|^dma``; compute: none of
-  ``^nccl.*Kernel``, ``.*Memcpy``, ``^Memset``, ``.*Sync``).
+  rest; overlap % = |U(comm) ∩ U(compute)| / |U(comm)|, rounded to 2 decimals.
+
+Where they differ (``HtaRules``):
+
+=====================  ========================================  =============================
+                       0.5.0                                     0.6.1
+=====================  ========================================  =============================
+communication          ``^nccl.*Kernel``                         ``^nccl.*``, ``^hip``,
+                                                                 ``^hccl``, ``.*ncclKernel.*``
+memory                 ``^Memcpy``, ``^Memset``, ``^dma``        the same, also ``^hipMemcpy``,
+                                                                 ``^hipMemset`` (which ``^hip``
+                                                                 makes communication first)
+not compute            ``^nccl.*Kernel``, ``.*Memcpy``,          ``^nccl``, ``.*Memcpy``,
+                       ``^Memset``, ``.*Sync``                   ``.*Memset``, ``.*dma``,
+                                                                 ``.*Sync``, ``^Stream Wait
+                                                                 Event``, ``cuda.*LaunchKernel``,
+                                                                 ``^runFunction``, ``^hip``,
+                                                                 ``^hccl``, MTIA's ``^job_exe``,
+                                                                 ``^packet``, ``^pe_exe``,
+                                                                 ``^cpum_exe_subgraph``,
+                                                                 ``^collective_subgraph_execution``
+ProfilerStep names     any name containing ``ProfilerStep``      ``^ProfilerStep#<digits>``
+``stream`` value       ``int(v)``, else −1                       numeric (truncated), else −1
+a rank with no CPU     keeps nothing (HTA then raises)           keeps every event
+event (multi-step)
+MTIA device,           as any other device                       keeps the CPU events inside the
+multi-step                                                       steps (last one included), the
+                                                                 kernels they launched and the
+                                                                 memory kernels inside a step
+                                                                 (stream −1 → the event's tid)
+a rank with no         an empty rank (HTA then raises)           left out of the figures
+usable event
+=====================  ========================================  =============================
+
+(All patterns are matched at the start of the name, as Python's ``re.match`` does.) The 0.6
+"not compute" list is why HTA 0.6.1 moves AlexNet's ``Stream Wait Event`` syncs (cuda_sync
+events with a stream) from compute to non-compute: 7 µs on hta-critical_path_alexnet_cuda_sync.
+HTA raises instead of printing figures on a rank with no event on a stream (IndexError in
+``get_temporal_breakdown``); this module prints zeros there.
 """
 
 from __future__ import annotations
@@ -32,10 +71,82 @@ import polars as pl
 
 from tracecomm.ingest.salvage import read_trace_bytes
 
-_COMM = re.compile(r"^nccl.*Kernel")
-_MEMORY = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
-_NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 _SYNCS = ("Event Sync", "Context Sync")
+
+
+@dataclass(frozen=True)
+class HtaRules:
+    """One HTA release's definitions, as its source has them."""
+
+    release: str  # the release reproduced, e.g. "0.6.1"
+    same_in: tuple[str, ...]  # every release with these definitions
+    comm: re.Pattern[str]  # hta/common/types.py (0.6) or hta/utils/utils.py (0.5)
+    memory: re.Pattern[str]
+    not_compute: re.Pattern[str]
+    profiler_step: re.Pattern[str]  # .search on every event name (and category)
+    numeric_stream: bool  # 0.6: pd.to_numeric(stream, errors="coerce"); 0.5: int(stream)
+    keep_all_without_cpu_events: bool  # 0.6: _filter_irrelevant_gpu_kernels returns the trace
+    mtia_window: bool  # 0.6: filter_mtia_kernels_for_one_rank on MTIA devices
+
+
+HTA_0_6 = HtaRules(
+    release="0.6.1",
+    same_in=("0.6.0", "0.6.1"),
+    comm=re.compile(r"(^nccl.*)|(^hip)|(^hccl)|(.*ncclKernel.*)"),
+    memory=re.compile(r"(^(hip)?Memcpy)|(^(hip)?Memset)|(^dma)"),
+    not_compute=re.compile(
+        r"(^nccl)|(.*Memcpy)|(.*Memset)|(.*dma)|(^.*Sync)|(^Stream Wait Event)"
+        r"|(cuda.*LaunchKernel)|(^runFunction)|(^hip)|(^job_exe)|(^packet)|(^pe_exe)"
+        r"|(^cpum_exe_subgraph)|(^hccl)|(^collective_subgraph_execution)"
+    ),
+    profiler_step=re.compile(r"^ProfilerStep#(\d+)"),
+    numeric_stream=True,
+    keep_all_without_cpu_events=True,
+    mtia_window=True,
+)
+
+HTA_0_5 = HtaRules(
+    release="0.5.0",
+    same_in=("0.5.0",),
+    comm=re.compile(r"^nccl.*Kernel"),
+    memory=re.compile(r"(^Memcpy)|(^Memset)|(^dma)"),
+    not_compute=re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)"),
+    profiler_step=re.compile("ProfilerStep"),
+    numeric_stream=False,
+    keep_all_without_cpu_events=False,
+    mtia_window=False,
+)
+
+# --compat values: "hta" is HTA's current release
+MODES: dict[str, HtaRules] = {"hta": HTA_0_6, "hta-0.6": HTA_0_6, "hta-0.5": HTA_0_5}
+
+# 0.6's MTIA path (hta/common/types.py): categories of CPU events and of device kernels
+_CPU_EVENT_CATS = re.compile(r"(cpu_op)|(user_annotation)|(^(.+)_runtime)")
+_KERNEL_CATS = re.compile("(kernel)|(gpu_mem.+)|(mtia_ccp_events)")
+_MTIA_LAUNCH = "runFunction - job_prep_and_submit_for_execution"
+
+
+def rules(mode: str) -> HtaRules:
+    """The rules of a --compat value ("hta", "hta-0.6", "hta-0.5")."""
+    try:
+        return MODES[mode]
+    except KeyError:
+        raise ValueError(f"unknown HTA compat mode {mode!r}: one of {', '.join(MODES)}") from None
+
+
+def mode_for_release(version: str) -> tuple[str, str | None]:
+    """The --compat value whose rules a given HTA release has, and a note when none has them
+    exactly (a release this module does not know)."""
+    for mode, r in MODES.items():
+        if version in r.same_in:
+            return mode, None
+    parts = tuple(int(p) for p in re.findall(r"\d+", version)[:2]) or (0,)
+    mode = "hta-0.5" if parts < (0, 6) else "hta"
+    return mode, (
+        f"HTA {version} is not a release tracecomm reproduces "
+        f"({', '.join(sorted({v for r in MODES.values() for v in r.same_in}))}); "
+        f"compared with --compat {mode} ({MODES[mode].release}'s definitions)"
+    )
 
 
 @dataclass(frozen=True)
@@ -48,6 +159,17 @@ class HtaFigures:
     compute_us: int
     non_compute_us: int
     kernel_time_us: int
+    hta_version: str  # the HTA release whose definitions (or run) these are
+
+
+@dataclass(frozen=True)
+class HtaTrace:
+    """One rank file as HTA reads it: its events, rounded, and what HTA reads of its header."""
+
+    # name, cat, ts, end (rounded µs), stream05 / stream06 (the stream as each release reads
+    # it), correlation, tid
+    events: pl.DataFrame
+    backend: str | None  # distributedInfo.backend
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -55,73 +177,178 @@ class _Event(msgspec.Struct, gc=False):
     name: Any = None
     ts: Any = None
     dur: Any = None
+    tid: Any = None
     args: Any = None
 
 
 class _Trace(msgspec.Struct, gc=False):
     traceEvents: list[_Event] | None = None
+    distributedInfo: Any = None
 
 
-def rank_events(path: Path) -> pl.DataFrame:
+_EMPTY = {
+    "name": pl.String,
+    "cat": pl.String,
+    "ts": pl.Int64,
+    "end": pl.Int64,
+    "stream05": pl.Int64,
+    "stream06": pl.Int64,
+    "correlation": pl.Int64,
+    "tid": pl.Int64,
+}
+
+
+def read_hta_trace(path: Path) -> HtaTrace:
     """The events HTA reads from one trace file, rounded as HTA rounds them."""
     raw = read_trace_bytes(path)
     try:
-        events = msgspec.json.decode(raw, type=_Trace).traceEvents or []
+        doc = msgspec.json.decode(raw, type=_Trace)
     except (msgspec.DecodeError, msgspec.ValidationError):
         doc = msgspec.json.decode(raw.decode("utf-8", "replace").encode(), type=_Trace)
-        events = doc.traceEvents or []
     rows = []
-    for e in events:
+    for e in doc.traceEvents or []:
         if e.dur is None or e.cat is None or e.cat == "Trace" or e.ts is None:
             continue
         args = e.args if isinstance(e.args, dict) else {}
-        start = math.ceil(e.ts)
-        end = math.floor(e.ts + e.dur)
+        stream = args.get("stream", -1)
         rows.append(
-            (str(e.name), start, end, _int(args.get("stream")), _int(args.get("correlation")))
+            (
+                str(e.name),
+                str(e.cat),
+                math.ceil(e.ts),
+                math.floor(e.ts + e.dur),
+                _int_or_minus_one(stream),
+                _numeric_or_minus_one(stream),
+                _int_or_minus_one(args.get("correlation", -1)),
+                _int_or_minus_one(e.tid),
+            )
         )
-    return pl.DataFrame(
-        rows,
-        schema={
-            "name": pl.String,
-            "ts": pl.Int64,
-            "end": pl.Int64,
-            "stream": pl.Int64,
-            "correlation": pl.Int64,
-        },
-        orient="row",
+    info = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
+    backend = info.get("backend")
+    return HtaTrace(
+        pl.DataFrame(rows, schema=_EMPTY, orient="row"),
+        backend if isinstance(backend, str) else None,
     )
 
 
-def _int(value: object) -> int:
+def _int_or_minus_one(value: object) -> int:
+    """HTA 0.5's _normalize_stream_number: ``int(v)``, −1 when that fails."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return -1
     try:
         return int(value)  # type: ignore[call-overload]
     except (TypeError, ValueError):
         return -1
 
 
-def hta_figures(ranks: Mapping[int, pl.DataFrame]) -> list[HtaFigures]:
+def _numeric_or_minus_one(value: object) -> int:
+    """HTA 0.6's ``pd.to_numeric(stream, errors="coerce").fillna(-1).astype(int)``: numbers and
+    numeric text, truncated; anything else −1."""
+    if isinstance(value, bool | int):
+        return int(value)
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return -1
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) else -1
+    return -1
+
+
+def hta_figures(traces: Mapping[int, HtaTrace], mode: str = "hta") -> list[HtaFigures]:
     """HTA's overlap and temporal breakdown for every rank analyzed together."""
-    steps = {n for df in ranks.values() for n in df["name"].unique() if "ProfilerStep" in n}
-    out = []
-    for rank, df in sorted(ranks.items()):
-        kept = _drop_last_step(df) if len(steps) > 1 else df
-        out.append(_figures(rank, kept.filter(pl.col("stream") != -1)))
-    return out
+    r = rules(mode)
+    stream = pl.col("stream06" if r.numeric_stream else "stream05")
+    frames = {
+        rank: t.events.with_columns(stream=stream).drop("stream05", "stream06")
+        for rank, t in sorted(traces.items())
+    }
+    if r.keep_all_without_cpu_events:  # 0.6 drops a rank that has no usable event
+        frames = {rank: df for rank, df in frames.items() if df.height}
+    symbols = {s for df in frames.values() for col in ("name", "cat") for s in df[col].unique()}
+    steps = {s for s in symbols if r.profiler_step.search(s)}
+    if len(steps) > 1:
+        first = next(iter(frames), None)
+        mtia = r.mtia_window and first is not None and _is_mtia(traces[first], frames[first])
+        frames = {
+            rank: _mtia_window(df, r) if mtia else _drop_last_step(df, r)
+            for rank, df in frames.items()
+        }
+    return [_figures(rank, df.filter(pl.col("stream") != -1), r) for rank, df in frames.items()]
 
 
-def _drop_last_step(df: pl.DataFrame) -> pl.DataFrame:
-    gpu = ((pl.col("stream") >= 0) & (pl.col("correlation") >= 0)) | pl.col("name").is_in(_SYNCS)
-    cpu = df.filter(~gpu)
-    last = cpu.filter(pl.col("name").str.contains("ProfilerStep", literal=True))["ts"].max()
+def figures_of_files(paths: Mapping[int, str], mode: str = "hta") -> tuple[HtaFigures, ...]:
+    """``--compat``: HTA's figures for a run's rank files (rank → path)."""
+    rules(mode)  # an unknown mode fails before any file is read
+    traces = {rank: read_hta_trace(Path(path)) for rank, path in paths.items()}
+    return tuple(hta_figures(traces, mode))
+
+
+def _is_mtia(trace: HtaTrace, df: pl.DataFrame) -> bool:
+    """HTA 0.6's infer_gpu_type: the backend names mtia:hccl, or MTIA's launch call is there and
+    neither CUDA's nor HIP's."""
+    if trace.backend is not None and "mtia:hccl" in trace.backend:
+        return True
+    symbols = set(df["name"].unique()) | set(df["cat"].unique())
+    if "cudaLaunchKernel" in symbols or "hipLaunchKernel" in symbols:
+        return False
+    return _MTIA_LAUNCH in symbols
+
+
+def _gpu() -> pl.Expr:
+    return ((pl.col("stream") >= 0) & (pl.col("correlation") >= 0)) | pl.col("name").is_in(_SYNCS)
+
+
+def _is_step(r: HtaRules) -> pl.Expr:
+    return pl.col("name").str.contains(r.profiler_step.pattern)
+
+
+def _drop_last_step(df: pl.DataFrame, r: HtaRules) -> pl.DataFrame:
+    cpu = df.filter(~_gpu())
+    if cpu.is_empty() and r.keep_all_without_cpu_events:
+        return df
+    steps = cpu.filter(_is_step(r))
+    # 0.6 falls back to the first CPU event (keeping nothing); 0.5 compares with NaN (the same)
+    last = steps["ts"].max() if steps.height else None
     cpu = cpu.filter(pl.col("ts") < last) if last is not None else cpu.clear()
-    launched = df.filter(gpu).join(cpu.select("correlation").unique(), on="correlation")
+    launched = df.filter(_gpu()).join(cpu.select("correlation").unique(), on="correlation")
     return pl.concat([launched, cpu])
 
 
-def _figures(rank: int, gpu: pl.DataFrame) -> HtaFigures:
+def _mtia_window(df: pl.DataFrame, r: HtaRules) -> pl.DataFrame:
+    """HTA 0.6's filter_mtia_kernels_for_one_rank (with _fix_mtia_memory_kernels)."""
+    df = df.with_row_index("_row")
+    cats = df["cat"].to_list()
+    cpu_events = df.filter(pl.Series([_CPU_EVENT_CATS.match(c) is not None for c in cats]))
+    steps = cpu_events.filter(_is_step(r))
+    if steps.height:
+        start, end = steps["ts"].min(), steps["end"].max()
+        cpu = cpu_events.filter((pl.col("ts") >= start) & (pl.col("end") <= end))
+    else:
+        cpu = cpu_events.clear()
+    launched_by = set(cpu["correlation"].to_list()) - {-1}
+    kernels = df.filter(
+        pl.Series([_KERNEL_CATS.match(c) is not None for c in cats])
+        & pl.col("correlation").is_in(sorted(launched_by))
+    )
+    all_steps = df.filter(_is_step(r))
+    names = df["name"].to_list()
+    memory = df.filter(pl.Series([r.memory.match(n) is not None for n in names]))
+    inside = pl.lit(False)
+    for ts, step_end in all_steps.select("ts", "end").iter_rows():
+        inside = inside | pl.col("ts").is_between(ts, step_end)
+    memory = memory.filter(inside).with_columns(
+        stream=pl.when(pl.col("stream") == -1).then(pl.col("tid")).otherwise(pl.col("stream"))
+    )
+    kept = pl.concat([memory, cpu, kernels]).unique("_row", keep="first", maintain_order=True)
+    return kept.drop("_row")
+
+
+def _figures(rank: int, gpu: pl.DataFrame, r: HtaRules) -> HtaFigures:
     names = gpu["name"].to_list()
-    kind = np.array([_kind(n) for n in names], dtype=object) if names else np.array([])
+    kinds = {n: _kind(n, r) for n in set(names)}
+    kind = np.array([kinds[n] for n in names], dtype=object) if names else np.array([])
     ts, end = gpu["ts"].to_numpy(), gpu["end"].to_numpy()
     merged = _merge(ts, end)
     kernel_time = int(merged[-1][1] - merged[0][0]) if merged else 0
@@ -139,15 +366,17 @@ def _figures(rank: int, gpu: pl.DataFrame) -> HtaFigures:
         compute_us=int(compute_us),
         non_compute_us=int(kernel_time - compute_us - idle),
         kernel_time_us=kernel_time,
+        hta_version=r.release,
     )
 
 
-def _kind(name: str) -> str:
-    if _COMM.match(name):
+def _kind(name: str, r: HtaRules) -> str:
+    """HTA's get_kernel_type: the first of communication, memory, compute that matches."""
+    if r.comm.match(name):
         return "comm"
-    if _MEMORY.match(name):
+    if r.memory.match(name):
         return "memory"
-    if not _NOT_COMPUTE.match(name):
+    if not r.not_compute.match(name):
         return "compute"
     return "other"
 
@@ -161,10 +390,8 @@ def _merge(ts: np.ndarray, end: np.ndarray) -> list[tuple[int, int]]:
     ts, end = ts[order], end[order]
     reach = np.maximum.accumulate(end)
     new = np.r_[True, ts[1:] > reach[:-1]]
-    groups = np.cumsum(new) - 1
     starts = ts[new]
     ends = np.maximum.reduceat(end, np.flatnonzero(new))
-    assert len(starts) == groups[-1] + 1
     return [(int(s), int(e)) for s, e in zip(starts, ends, strict=True)]
 
 

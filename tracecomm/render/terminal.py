@@ -457,8 +457,10 @@ def _bandwidth_table(report: Report) -> Table:
 
 
 def _hta_table(report: Report) -> Table:
+    versions = sorted({f.hta_version for f in report.hta_compat or ()}) or ["(no rank)"]
     table = Table(
-        title="HTA-compatible figures (--compat hta: HolisticTraceAnalysis 0.5.0's definitions)",
+        title=f"HTA-compatible figures (--compat: HolisticTraceAnalysis {', '.join(versions)}'s "
+        "definitions)",
         caption="µs; overlap % = comm time overlapped by compute, HTA's kernel-name rules",
         title_justify="left",
     )
@@ -479,7 +481,8 @@ def _hta_table(report: Report) -> Table:
 def render_crosscheck(check: Crosscheck, view: View) -> bytes:
     """``tracecomm crosscheck``: tracecomm's --compat figures beside HTA's own, per rank."""
     table = Table(
-        title=f"tracecomm --compat hta against HTA run live on {check.run}",
+        title=f"tracecomm --compat {check.mode} against HTA {check.version} run live on "
+        f"{check.run}",
         caption="µs; overlap in %; agreement to the printed precision",
         title_justify="left",
     )

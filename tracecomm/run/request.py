@@ -23,7 +23,7 @@ from tracecomm.mfu.opflops import SHAPED_OPS
 from tracecomm.run.executors import ExecutorSpec, parse_executor
 
 DETAILS = ("instances", "timeline")
-COMPAT = ("hta",)
+COMPAT = ("hta", "hta-0.6", "hta-0.5")  # compat.hta.MODES
 RANK_FROM = ("pid", "process_name")
 
 _STEPS = re.compile(r"^\s*(-?\d+)?\s*(:)?\s*(-?\d+)?\s*$")

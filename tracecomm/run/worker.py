@@ -92,12 +92,11 @@ def step_work(path: str, rank: int, step: int, work: RankWork) -> pl.DataFrame |
 
 
 def hta_figures(paths: Mapping[int, str], compat: str) -> tuple[Any, ...]:
-    """HTA's own figures of each rank's file (``--compat``, metrics.md §9)."""
-    from tracecomm.compat.hta import hta_figures as figures
-    from tracecomm.compat.hta import rank_events
+    """HTA's own figures of each rank's file by the rules of one release (``--compat``,
+    metrics.md §9)."""
+    from tracecomm.compat.hta import figures_of_files
 
-    frames = {rank: rank_events(Path(path)) for rank, path in paths.items()}
-    return tuple(figures(frames))
+    return figures_of_files(paths, compat)
 
 
 def _analyze_local(path: str, work: RankWork, remote: bool) -> list[RankResult | FileFailure]:
