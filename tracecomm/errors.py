@@ -30,5 +30,9 @@ class NotATrace(TraceError):
     """A JSON file that is not a Kineto trace (no ``traceEvents``): skipped in folder scans."""
 
 
+class OutputError(TracecommError):
+    """What was asked for could not be written (full disk, unwritable folder)."""
+
+
 class NoUsableInput(TracecommError):
     """Nothing left to analyze after discovery and parsing."""

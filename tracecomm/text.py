@@ -6,7 +6,12 @@ renderers format figures with it, and nothing in it knows a Report.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+import re
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 DASH = "–"  # a figure that does not exist (never 0, which is a measurement)
 
@@ -43,3 +48,68 @@ def duration(ns: float | None) -> str:
     if ns is None:
         return DASH
     return f"{ns / 1e9:.4f} s" if ns >= 10**8 else f"{ns / 1e6:.3f} ms"
+
+
+# --- text from an input, made safe for each output -------------------------------------------
+# Host, file, kernel and group names, log lines: anything read from a trace, a log or a dump may
+# carry control characters (ESC starts a terminal escape, CR rewrites a line, a newline splits
+# a one-line message) or Unicode format characters that reorder or hide text. Each output gets
+# them escaped by its own rules, always visibly (``\x1b``, ``\u202e``).
+
+# C0 controls (tab included: it shifts columns), DEL, C1 controls, and the Unicode format
+# characters that reorder or hide text (bidi embeddings / overrides / isolates, zero-width
+# characters, the BOM, line / paragraph separators).
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>|#])")
+_CSV_FORMULA = ("=", "+", "-", "@")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: str) -> str:
+    """``text`` with every control and format character escaped visibly: safe in a terminal,
+    on one line."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def markdown_safe(text: str) -> str:
+    """Visible, with Markdown's own characters escaped (a name cannot open a link, code span,
+    HTML tag or table cell)."""
+    return _MARKDOWN.sub(r"\\\1", visible(text))
+
+
+def xml_safe(text: str) -> str:
+    """Visible: XML 1.0 allows no C0 control but tab and line ends (ElementTree escapes the
+    markup characters itself)."""
+    return visible(text)
+
+
+def csv_safe(text: str) -> str:
+    """Visible, and never read as a formula by a spreadsheet (a leading = + - @ is quoted)."""
+    safe = visible(text)
+    return "'" + safe if safe.startswith(_CSV_FORMULA) else safe
+
+
+def map_strings(value: T, fn: Callable[[str], str]) -> T:
+    """``value`` with ``fn`` applied to every string inside it: dataclass fields, tuples, lists
+    and dict keys and values, all the way down (other values, frames included, as they are)."""
+    if isinstance(value, str):
+        return fn(value)  # type: ignore[return-value]
+    if isinstance(value, tuple):
+        return tuple(map_strings(v, fn) for v in value)  # type: ignore[return-value]
+    if isinstance(value, list):
+        return [map_strings(v, fn) for v in value]  # type: ignore[return-value]
+    if isinstance(value, dict):
+        return {map_strings(k, fn): map_strings(v, fn) for k, v in value.items()}  # type: ignore[return-value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {
+            f.name: mapped
+            for f in dataclasses.fields(value)
+            if f.init
+            and (mapped := map_strings(getattr(value, f.name), fn)) is not getattr(value, f.name)
+        }
+        return dataclasses.replace(value, **changes) if changes else value
+    return value

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from tests.conftest import REPO, SAMPLE_RUN
 from tracecomm import analyze
-from tracecomm.cli import EXIT_OK, EXIT_USAGE, app
+from tracecomm.cli import EXIT_IO, EXIT_OK, EXIT_USAGE, app
 from tracecomm.errors import UsageError
 from tracecomm.render.document import report_document
 from tracecomm.render.html import embed_json, render_html
@@ -123,10 +123,10 @@ def test_analyze_detail_timeline_is_schema_valid() -> None:
     assert json.loads(plain.stdout)["timeline"] is None
 
 
-def test_unwritable_output_is_a_one_line_usage_error(tmp_path: Path) -> None:
+def test_unwritable_output_is_a_one_line_io_error(tmp_path: Path) -> None:
     out = tmp_path / "no-such-folder" / "r.html"
     result = runner.invoke(app, ["report", str(SAMPLE_RUN), "-o", str(out), "-q"])
-    assert result.exit_code == EXIT_USAGE
+    assert result.exit_code == EXIT_IO == 74
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and str(out) in lines[0] and "Traceback" not in result.stderr
 

@@ -167,7 +167,7 @@ class RunData:
     options: dict[str, Any]  # the options as the report records them
     model: ModelInputs | None = None  # the model inputs in effect (flags over settings file)
     flops: ModelFlops | None = None  # model FLOPs per step, from them
-    power_warnings: tuple[str, ...] = ()
+    run_warnings: tuple[str, ...] = ()  # the run's own: power logs skipped, cache entries
     nccl: NcclSummary | None = None  # NCCL logs and Flight Recorder dumps, diagnosed
     nccl_warnings: tuple[str, ...] = ()
     files: RankFiles | None = None  # None: the trace files cannot be read again

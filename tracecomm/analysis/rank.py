@@ -25,6 +25,7 @@ class RankResult:
     repaired_events: int
     first_event_abs_ns: int | None  # absolute time of the first event, when the file tells
     power_source: str | None = None  # the power log its GPU's samples came from
+    cache_problem: str | None = None  # why its --cache entry could not be used (parsed again)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ _SAME_JOB_SPAN_NS = 3600 * 10**9
 def base_report(data: RunData) -> Report:
     """Ranks, missing and absent ranks, skipped files, the run summary and its warnings."""
     results, failures = data.results, data.failures
-    warnings: list[str] = list(data.power_warnings)
+    warnings: list[str] = list(data.run_warnings)
     by_path = {r.path: r for r in results}
     assignment = assign_ranks([RankClaim(r.path, r.meta.rank) for r in results])
     warnings.extend(assignment.warnings)

@@ -14,6 +14,7 @@ from tracecomm.cli.commands import register
 from tracecomm.cli.exits import (
     EXIT_HTA_FAILED,
     EXIT_INTERNAL,
+    EXIT_IO,
     EXIT_NO_INPUT,
     EXIT_OK,
     EXIT_PARTIAL,
@@ -25,6 +26,7 @@ from tracecomm.cli.exits import (
 __all__ = [
     "EXIT_HTA_FAILED",
     "EXIT_INTERNAL",
+    "EXIT_IO",
     "EXIT_NO_INPUT",
     "EXIT_OK",
     "EXIT_PARTIAL",
@@ -40,8 +42,10 @@ def main() -> None:
     """Console entry point: no traceback reaches the user unless TRACECOMM_DEBUG is set."""
     try:
         app()
-    except (KeyboardInterrupt, BrokenPipeError):
+    except KeyboardInterrupt:
         sys.exit(130)
+    except BrokenPipeError:  # stderr itself closed: nothing left to say it on
+        sys.exit(EXIT_IO)
     except SystemExit:
         raise
     except Exception as exc:

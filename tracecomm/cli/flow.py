@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
-from tracecomm.cli.exits import EXIT_NO_INPUT, EXIT_USAGE, fail, stderr
+from tracecomm.cli.exits import EXIT_IO, EXIT_NO_INPUT, EXIT_USAGE, fail, stderr
+from tracecomm.text import visible
 
 if TYPE_CHECKING:
     from tracecomm.analysis.model import Report
@@ -102,21 +103,39 @@ def print_lines(lines: Sequence[str]) -> None:
 
 
 def write_stdout(data: bytes) -> None:
-    sys.stdout.buffer.write(data)
-    sys.stdout.flush()
+    """The output; a full disk or a closed pipe is an I/O error (exit 74), never a bug."""
+    try:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _detach_stdout()
+        fail("stdout: the reader closed the pipe before the output was written", EXIT_IO)
+    except OSError as exc:
+        _detach_stdout()
+        fail(f"stdout: cannot write the output: {exc.strerror or exc}", EXIT_IO)
+
+
+def _detach_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's own flush at exit must not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def write_file(path: Path, data: bytes, what: str) -> None:
     try:
         path.write_bytes(data)
     except OSError as exc:
-        fail(f"{path}: cannot write {what}: {exc.strerror or exc}", EXIT_USAGE)
+        fail(f"{path}: cannot write {what}: {exc.strerror or exc}", EXIT_IO)
 
 
 @dataclass(frozen=True)
 class Memo:
     cache: Path
     key: str
+    problem: str | None = None  # why the entry there could not be replayed
 
 
 def memo(cache: Path | None, command: str, params: Mapping[str, Any]) -> Memo | None:
@@ -124,12 +143,15 @@ def memo(cache: Path | None, command: str, params: Mapping[str, Any]) -> Memo | 
     command (``run.memo``) and exit, or return where this command's output is to be kept."""
     if cache is None or sys.stdout.isatty():
         return None
-    from tracecomm.run.memo import load, memo_key
+    from tracecomm.run.memo import MemoError, load, memo_key
 
     key = memo_key(command, params, cache)
     if key is None:
         return None
-    hit = load(cache, key)
+    try:
+        hit = load(cache, key)
+    except MemoError as exc:
+        return Memo(cache, key, str(exc))
     if hit is not None:
         print_lines(list(hit.stderr))
         write_stdout(hit.stdout)
@@ -139,7 +161,10 @@ def memo(cache: Path | None, command: str, params: Mapping[str, Any]) -> Memo | 
 
 def finish(kept: Memo | None, out: bytes, lines: Sequence[str], code: int) -> NoReturn:
     """Print the warnings and the output, keep both for the next identical command, exit."""
-    print_lines(lines)
+    shown = list(lines)
+    if kept is not None and kept.problem and not any(f"--cache {kept.cache}:" in x for x in lines):
+        shown.append(f"warning: --cache {kept.cache}: {kept.problem} was removed")
+    print_lines(shown)
     write_stdout(out)
     if kept is not None:
         from tracecomm.run.memo import Replay, store
@@ -161,7 +186,7 @@ def progress() -> Callable[[int, int, str], None] | None:
     def report(done: int, total: int, path: str) -> None:
         if done == 0:
             bar.start()
-        name = os.path.basename(path) if path else "parsing traces"
+        name = visible(os.path.basename(path)) if path else "parsing traces"
         bar.update(task, completed=done, total=total, description=name)
         if done == total:
             bar.stop()

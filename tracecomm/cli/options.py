@@ -268,6 +268,31 @@ MODEL = (
     ),
 )
 
+LIMITS_PANEL = "Limits (hostile input: a file past one is refused, with the option to raise it)"
+LIMITS = (
+    option(
+        "max_inflate_ratio",
+        float | None,
+        None,
+        help="How many times its size a .gz trace may inflate (default 200; real traces: 8–30).",
+        rich_help_panel=LIMITS_PANEL,
+    ),
+    option(
+        "max_trace_size",
+        str | None,
+        None,
+        help="The largest trace, inflated, e.g. 64GiB (the default).",
+        rich_help_panel=LIMITS_PANEL,
+    ),
+    option(
+        "max_event_size",
+        str | None,
+        None,
+        help="The longest single event (or string) in a trace, e.g. 64MiB (the default).",
+        rich_help_panel=LIMITS_PANEL,
+    ),
+)
+
 QUIET = (option("quiet", bool, False, "-q", help="No warnings on stderr."),)
 
 # analyze's own -------------------------------------------------------------------------------
@@ -294,7 +319,7 @@ COMPAT = option(
 )
 
 # The options of every command that analyzes a run, in help order.
-ANALYZE_RUN = (*SELECTION, *RUNNING, *ANALYSIS, *MODEL, *QUIET)
+ANALYZE_RUN = (*SELECTION, *RUNNING, *ANALYSIS, *MODEL, *LIMITS, *QUIET)
 
 
 def command(

@@ -56,7 +56,8 @@ def breakdown(
     device, comm = classify_with_comm(rank, opts.comm_patterns, opts.compute_patterns)
     work = device.filter(pl.col("cls") != "sync")
     if work.height == 0 and rank.cpu.height:
-        return _cpu_breakdown(rank, opts)
+        cpu = _cpu_breakdown(rank, opts)
+        return replace(cpu, notes=lost_activity_notes(rank, device) + cpu.notes)
     devices = tuple(
         work.filter(pl.col("device").is_not_null())
         .group_by("device")
@@ -70,6 +71,8 @@ def breakdown(
     result = _gpu_breakdown(
         linked.filter(pl.col("cls") != "sync"), steps, device, opts, series, HostActivity.of(rank)
     )
+    # first: the last note says why nothing could be analyzed, when nothing could
+    result = replace(result, notes=lost_activity_notes(rank, device) + result.notes)
     return replace(
         result,
         collectives=collective_instances(
@@ -83,6 +86,43 @@ def breakdown(
         devices=devices,
         observed=observed_flops(rank.shaped_ops, linked, {s.step for s in result.included_steps}),
     )
+
+
+# A share of lost activity above which it is said (a few events are always odd).
+LOST_SHARE_PCT = 5.0
+_KERNEL_LAUNCH = r"(?i)launch(?:kernel|cooperativekernel)|graphlaunch|launchkernelex"
+
+
+def lost_activity_notes(rank: RankEvents, device: pl.DataFrame) -> tuple[str, ...]:
+    """Kernel launches the trace recorded without the GPU events they started: the profiler
+    lost device activity (ProfilerActivity.CUDA off, CUPTI busy or out of buffer space)."""
+    launches = rank.launches.filter(pl.col("name").str.contains(_KERNEL_LAUNCH))
+    if launches.height == 0:
+        return ()
+    if device.height == 0:
+        return (
+            f"{launches.height} kernel launches ({_launch_names(launches)}) but no GPU event: the "
+            "profiler recorded no device activity (ProfilerActivity.CUDA not enabled, or CUPTI "
+            "could not start: another profiler held it), so this rank is analyzed on its CPU "
+            "timeline and its GPU time is unknown",
+        )
+    seen = device["correlation"].drop_nulls().unique()
+    lost = launches.filter(
+        pl.col("correlation").is_not_null() & ~pl.col("correlation").is_in(seen.implode())
+    ).height
+    share = 100 * lost / launches.height
+    if share <= LOST_SHARE_PCT:
+        return ()
+    return (
+        f"{lost} of {launches.height} kernel launches ({share:.0f} %) have no GPU event: the "
+        "profiler dropped device activity (CUPTI's buffer full, or the trace cut); the steps "
+        "that launched them are incomplete and left out",
+    )
+
+
+def _launch_names(launches: pl.DataFrame) -> str:
+    counts = launches.group_by("name").len().sort("len", "name", descending=[True, False])
+    return ", ".join(f"{n} × {c}" for n, c in counts.head(3).iter_rows())
 
 
 def _work_signature(linked: pl.DataFrame, result: RankBreakdown) -> str | None:
@@ -112,9 +152,16 @@ def _gpu_breakdown(
         notes.append("no device events (kernels, memcpy, memset) in this trace")
         return RankBreakdown("gpu", None, (), comm_kernels, device.height, unlinked, tuple(notes))
     if unlinked:
+        share = 100 * unlinked / work.height
         notes.append(
             f"{unlinked} device events have no matching runtime launch (unlinked): they count "
             "toward busy time but define no step"
+            + (
+                f"; that is {share:.0f} % of the device events: the trace's CPU side (runtime "
+                "calls) was cut or filtered, so the steps may hold less work than ran"
+                if share > LOST_SHARE_PCT
+                else ""
+            )
         )
     return _figures_for(
         work, steps, "gpu", opts, comm_kernels, device.height, unlinked, notes, power, host

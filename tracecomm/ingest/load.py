@@ -20,8 +20,15 @@ import msgspec
 from tracecomm.errors import TraceError
 from tracecomm.ingest import fast, stream
 from tracecomm.ingest.discover import json_size
-from tracecomm.ingest.events import ENVELOPE_DECODER, UTF8_BOM, Envelope, MetaEvent, trace_meta
+from tracecomm.ingest.events import (
+    ENVELOPE_DECODER,
+    UTF8_BOM,
+    Envelope,
+    MetaEvent,
+    trace_meta,
+)
 from tracecomm.ingest.frames import rank_events, rank_from_columns
+from tracecomm.ingest.limits import check_plain_size
 from tracecomm.ingest.model import RankEvents, ReadOptions
 from tracecomm.ingest.salvage import read_document, read_trace_bytes
 
@@ -51,7 +58,7 @@ def load_merged(
     enabled = gc.isenabled()
     gc.disable()
     try:
-        doc, warnings, truncated = read_document(Path(path))
+        doc, warnings, truncated = read_document(Path(path), read)
         events = doc.traceEvents or []
         rank_of = _ranks_of_processes(events, rank_from)
         groups: dict[int, list[Any]] = {}
@@ -113,6 +120,7 @@ def _ranks_of_processes(events: list[Any], rank_from: str) -> dict[object, int]:
 
 
 def _load_rank(path: Path, read: ReadOptions) -> RankEvents:
+    _refuse_past_bounds(path, read)
     with contextlib.suppress(OSError):
         if json_size(path) >= stream.STREAM_FROM_BYTES:
             try:
@@ -122,10 +130,19 @@ def _load_rank(path: Path, read: ReadOptions) -> RankEvents:
     scanned = _scanned(path, read)
     if scanned is not None:
         return scanned
-    doc, warnings, truncated = read_document(path)
+    doc, warnings, truncated = read_document(path, read)
     events = doc.traceEvents or []
     doc.traceEvents = None  # the events become columns: keep no second reference
     return rank_events(str(path), trace_meta(doc), events, warnings, truncated, read.shaped_ops)
+
+
+def _refuse_past_bounds(path: Path, read: ReadOptions) -> None:
+    """A file past the size bound is refused before any byte is decoded (a gzip file's
+    inflation is counted as it inflates: its trailer may lie, or be cut off)."""
+    try:
+        check_plain_size(path, read)
+    except OSError as exc:
+        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
 
 
 def _scanned(path: Path, read: ReadOptions) -> RankEvents | None:
@@ -133,7 +150,7 @@ def _scanned(path: Path, read: ReadOptions) -> RankEvents | None:
     general reader, which also salvages, repairs and explains."""
     if not fast.available():
         return None
-    data = read_trace_bytes(path).removeprefix(UTF8_BOM)
+    data = read_trace_bytes(path, read).removeprefix(UTF8_BOM)
     if data.lstrip()[:1] == b"[":
         envelope, events = Envelope(), data
     else:

@@ -8,19 +8,19 @@ every file they cannot read cleanly to it.
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from pathlib import Path
 
 import msgspec
 
 from tracecomm.errors import NotATrace, TraceError
 from tracecomm.ingest.events import EVENT_BOUNDARY, GZIP_MAGIC, UTF8_BOM, Trace, decode_doc
+from tracecomm.ingest.limits import check_plain_size, gunzip_bounded
+from tracecomm.ingest.model import ReadOptions
 
 
-def read_document(path: Path) -> tuple[Trace, list[str], bool]:
+def read_document(path: Path, read: ReadOptions | None = None) -> tuple[Trace, list[str], bool]:
     """The decoded document, its warnings, and whether it was cut short (salvaged)."""
-    data = read_trace_bytes(path)
+    data = read_trace_bytes(path, read)
     warnings: list[str] = []
     doc, salvaged = _decode(data, path, warnings)
     size = len(data)
@@ -36,32 +36,20 @@ def read_document(path: Path) -> tuple[Trace, list[str], bool]:
     return doc, warnings, salvaged is not None
 
 
-def read_trace_bytes(path: Path) -> bytes:
-    """The file's JSON text, gunzipped when it starts with the gzip magic (suffix or not)."""
+def read_trace_bytes(path: Path, read: ReadOptions | None = None) -> bytes:
+    """The file's JSON text, gunzipped when it starts with the gzip magic (suffix or not), within
+    the bounds of ``read`` (``ingest.limits``)."""
+    read = read or ReadOptions()
     try:
+        check_plain_size(path, read)
         with path.open("rb") as handle:
             raw = handle.read()
     except OSError as exc:
         raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
     if not raw.startswith(GZIP_MAGIC):
         return raw
-    try:
-        return gzip.decompress(raw)
-    except EOFError:
-        return _gunzip_prefix(raw, path)
-    except (OSError, zlib.error) as exc:
-        raise TraceError(path, f"corrupt gzip data ({exc})") from None
-
-
-def _gunzip_prefix(raw: bytes, path: Path) -> bytes:
-    # A .gz cut short still holds a usable prefix; the JSON salvage below takes it from there.
-    try:
-        prefix = zlib.decompressobj(wbits=31).decompress(raw)
-    except zlib.error as exc:
-        raise TraceError(path, f"corrupt gzip data ({exc})") from None
-    if not prefix:
-        raise TraceError(path, "truncated gzip file: no complete data")
-    return prefix
+    data, _ = gunzip_bounded(raw, path, read)  # a cut .gz still holds a usable prefix
+    return data
 
 
 def _decode(data: bytes, path: Path, warnings: list[str]) -> tuple[Trace, int | None]:

@@ -35,6 +35,7 @@ from tracecomm.ingest.events import (
     trace_meta,
 )
 from tracecomm.ingest.frames import columns, rank_from_frames, split_frames, with_begin_end
+from tracecomm.ingest.limits import BoundedReader, refuse_event
 from tracecomm.ingest.model import DEVICE_KINDS, RankEvents, ReadOptions
 
 STREAM_FROM_BYTES = 16 << 20  # uncompressed JSON; smaller files are read whole
@@ -56,14 +57,14 @@ def stream_rank(path: Path, read: ReadOptions) -> RankEvents:
     warnings: list[str] = []
     repaired = 0
     begin_end: list[Any] = []
-    with _open(path) as handle:
+    with _open(path, read) as handle:
         header, rest = _header(handle, path)
         # a trace that lists GPUs keeps only the CPU ops it needs from the start (Kineto writes
         # every CPU event before the first kernel: keeping them all would double the memory)
         gpu_listed = bool(header.deviceProperties)
         state = {"device": gpu_listed}
         tail = b""
-        for chunk, last in _chunks(handle, rest):
+        for chunk, last in _chunks(handle, rest, path, read):
             if last:
                 tail = bytes(chunk)
                 break
@@ -152,11 +153,13 @@ def _split(frame: pl.DataFrame, parts: dict[str, list[pl.DataFrame]]) -> None:
         parts.setdefault(name, []).append(part)
 
 
-def _open(path: Path) -> IO[bytes]:
+def _open(path: Path, read: ReadOptions) -> IO[bytes]:
+    """The file's JSON text as a stream; a gzip file's inflation counted against its bound."""
     with path.open("rb") as probe:
         gz = probe.read(2) == GZIP_MAGIC
-    handle: IO[bytes] = gzip.open(path, "rb") if gz else path.open("rb")  # type: ignore[assignment]  # noqa: SIM115
-    return handle
+    if not gz:
+        return path.open("rb")
+    return BoundedReader(gzip.open(path, "rb"), path, read)  # type: ignore[return-value, arg-type]
 
 
 def _read(handle: IO[bytes], size: int) -> bytes:
@@ -170,7 +173,7 @@ def _header(handle: IO[bytes], path: Path) -> tuple[Trace, bytes]:
     buf = b""
     while len(buf) < _HEADER_LIMIT:
         more = _read(handle, 1 << 20)
-        buf += more
+        buf = more if buf.isspace() else buf + more  # leading whitespace is no header
         m = _EVENTS_KEY.search(buf)
         if m is not None:
             head = buf[: m.end()].removeprefix(UTF8_BOM)
@@ -184,10 +187,13 @@ def _header(handle: IO[bytes], path: Path) -> tuple[Trace, bytes]:
     raise Fallback("no traceEvents array near the start")
 
 
-def _chunks(handle: IO[bytes], rest: bytes) -> Iterator[tuple[bytes | memoryview, bool]]:
+def _chunks(
+    handle: IO[bytes], rest: bytes, path: Path, read: ReadOptions
+) -> Iterator[tuple[bytes | memoryview, bool]]:
     """Runs of whole events (without the surrounding brackets); the last item is the array's
-    remainder with the trailer, flagged ``True``."""
-    buf = rest
+    remainder with the trailer, flagged ``True``. A run of more than ``max_event_bytes``
+    without an event boundary is refused (one giant event or string: unbounded memory)."""
+    buf, offset = rest, 0
     while True:
         more = _read(handle, CHUNK_BYTES)
         buf += more
@@ -196,9 +202,13 @@ def _chunks(handle: IO[bytes], rest: bytes) -> Iterator[tuple[bytes | memoryview
             return
         cut = _last_boundary(buf)
         if cut is None:
+            if buf.isspace():  # whitespace between events holds nothing: keep none of it
+                offset, buf = offset + len(buf), b""
+            elif len(buf) > read.max_event_bytes + CHUNK_BYTES:
+                raise refuse_event(path, offset, read)
             continue
         yield memoryview(buf)[: cut[0]], False  # no copy of the chunk
-        buf = buf[cut[1] :]
+        offset, buf = offset + cut[1], buf[cut[1] :]
 
 
 def _last_boundary(buf: bytes) -> tuple[int, int] | None:

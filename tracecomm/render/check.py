@@ -13,6 +13,7 @@ from rich.table import Table
 
 from tracecomm.gate.compare import CheckResult, FigureCheck
 from tracecomm.render import View
+from tracecomm.text import map_strings, markdown_safe, visible, xml_safe
 
 CHECK_SCHEMA_VERSION = 1
 _MARK = {"regressed": "✗ regressed", "pass": "✓ pass", "improved": "✓ improved"}
@@ -52,8 +53,15 @@ def verdict(f: FigureCheck) -> str:
 
 
 def render_terminal(result: CheckResult, view: View) -> bytes:
+    result = map_strings(result, visible)  # a baseline's path or a type name came from a file
     out = io.StringIO()
-    console = Console(file=out, width=view.width or 120, force_terminal=view.color, highlight=False)
+    console = Console(
+        file=out,
+        width=view.width or 120,
+        force_terminal=view.color,
+        highlight=False,
+        markup=False,
+    )
     table = Table(
         title=f"tracecomm check: {'PASS' if result.passed else 'REGRESSION'} "
         f"(baseline {result.baseline})",
@@ -122,25 +130,32 @@ def render_markdown(result: CheckResult, view: View) -> bytes:
         "### ✅ tracecomm check passed"
         if result.passed
         else "### ❌ tracecomm check: "
-        + ", ".join(f"`{f.figure}` regressed" for f in result.regressed)
+        + ", ".join(f"{_code(f.figure)} regressed" for f in result.regressed)
     )
     lines = [
         head,
         "",
-        f"Baseline `{result.baseline}`; medians over steps, then over "
+        f"Baseline {_code(result.baseline)}; medians over steps, then over "
         f"{len(result.shared_ranks)} shared ranks.",
         "",
         "| figure | baseline | current | Δ | budget | verdict |",
         "|---|---:|---:|---:|---:|---|",
     ]
     lines += [
-        f"| `{f.figure}` | {value(f.baseline, f.unit)} | {value(f.current, f.unit)} | "
+        f"| {_code(f.figure)} | {value(f.baseline, f.unit)} | {value(f.current, f.unit)} | "
         f"{delta(f)} | {budget(f)} | {_bold(verdict(f), f.verdict == 'regressed')} |"
         for f in result.figures
     ]
-    lines += [""] + [f"- {f.figure}: {f.reason}" for f in result.regressed]
-    lines += [f"- note: {n}" for n in result.notes]
+    lines += [""] + [
+        f"- {markdown_safe(f.figure)}: {markdown_safe(f.reason)}" for f in result.regressed
+    ]
+    lines += [f"- note: {markdown_safe(n)}" for n in result.notes]
     return ("\n".join(lines).rstrip() + "\n").encode()
+
+
+def _code(text: str) -> str:
+    """A code span that no name can close, nor break the table it stands in."""
+    return "`" + visible(text).replace("`", "'").replace("|", "\\|") + "`"
 
 
 def _bold(text: str, bold: bool) -> str:
@@ -165,8 +180,9 @@ def render_github(result: CheckResult, view: View) -> bytes:
 
 
 def _data(text: str) -> str:
-    """Escape a workflow command's message (GitHub's toolkit: %, CR, LF)."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """Escape a workflow command's message (GitHub's toolkit: %, CR, LF), control characters
+    made visible first."""
+    return visible(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def _prop(text: str) -> str:
@@ -175,6 +191,7 @@ def _prop(text: str) -> str:
 
 
 def render_junit(result: CheckResult, view: View) -> bytes:
+    result = map_strings(result, xml_safe)
     suite = ET.Element(
         "testsuite",
         name="tracecomm check",

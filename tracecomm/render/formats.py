@@ -14,6 +14,7 @@ from tracecomm.engine.model import Figures
 from tracecomm.nccl.diagnose import NcclSummary
 from tracecomm.render import View
 from tracecomm.render.document import nccl_document, report_document
+from tracecomm.text import csv_safe
 
 _FIGURE_COLUMNS = tuple(f.name for f in fields(Figures))
 
@@ -59,7 +60,7 @@ def render_csv(report: Report, view: View) -> bytes:
         writer.writerow(
             [
                 rank.rank,
-                rank.path,
+                csv_safe(rank.path),
                 rank.breakdown.timeline,
                 rank.step_summary.steps if rank.step_summary else 0,
                 *_values(figures),

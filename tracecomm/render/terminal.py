@@ -17,7 +17,7 @@ from tracecomm.render import View
 from tracecomm.render.mfu_panel import mfu_panel
 from tracecomm.render.nccl_section import nccl_section
 from tracecomm.render.projection_section import projection_section
-from tracecomm.text import compact_ranges, ms, pct
+from tracecomm.text import compact_ranges, map_strings, ms, pct, visible
 
 # Beyond this many ranks the table shows the slowest ones; JSON and CSV always hold them all.
 MAX_RANK_ROWS = 32
@@ -32,6 +32,7 @@ def console_of(out: io.StringIO, view: View, width: int) -> Console:
         force_terminal=view.color,
         no_color=view.color is False,
         highlight=False,
+        markup=False,  # a name with [brackets] is text, never style or link markup
     )
 
 
@@ -45,16 +46,18 @@ def rich_bytes(renderables: Sequence[RenderableType], view: View, width: int) ->
 
 def render_projection(report: Report, view: View) -> bytes:
     assert report.projection is not None
-    return rich_bytes([projection_section(report.projection)], view, 160)
+    return rich_bytes([projection_section(map_strings(report.projection, visible))], view, 160)
 
 
 def render_nccl(found: tuple[NcclSummary, Sequence[str]], view: View) -> bytes:
-    return rich_bytes([nccl_section(found[0])], view, 120)
+    return rich_bytes([nccl_section(map_strings(found[0], visible))], view, 120)
 
 
 def render_terminal(report: Report, view: View) -> bytes:
+    """The report for a terminal; every text that came from an input is made visible first
+    (``text.visible``): no control character of a trace reaches the terminal."""
     out = io.StringIO()
-    _report(report, console_of(out, view, 160), view.top)
+    _report(map_strings(report, visible), console_of(out, view, 160), view.top)
     return out.getvalue().encode()
 
 
@@ -480,6 +483,7 @@ def _hta_table(report: Report) -> Table:
 
 def render_crosscheck(check: Crosscheck, view: View) -> bytes:
     """``tracecomm crosscheck``: tracecomm's --compat figures beside HTA's own, per rank."""
+    check = map_strings(check, visible)
     table = Table(
         title=f"tracecomm --compat {check.mode} against HTA {check.version} run live on "
         f"{check.run}",

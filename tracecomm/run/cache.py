@@ -1,24 +1,34 @@
-"""``--cache DIR``: a rank file's parsed columns as Parquet, so a second ``analyze`` or
-``check`` of the same run skips the JSON parse (the engine still runs: options may differ).
+"""``--cache DIR``: a rank file's parsed columns as Parquet, and its finished result per set of
+options in the summary format (``run.summaries``), so a second ``analyze`` or ``check`` of the
+same run skips the parse, and the breakdown when the options are the same.
 
-An entry is keyed by the file's size, mtime and a hash of its first and last MiB plus its path
-(hashing whole 2 GB files would cost a tenth of the parse the cache saves); a file rewritten in
-place with the same size and mtime and identical ends would be served stale, which editors and
-profilers do not produce. Entries from another tracecomm version are ignored.
+Data only: Parquet frames whose schema is checked, JSON decoded into typed structures, never
+pickle. A cache folder is restored from CI caches and shared between people, so its content is
+untrusted: an entry that is corrupt, of another format or version, or crafted is a miss
+(``EntryError``), the caller parses the file again and replaces the entry.
+
+An entry is keyed by the file's size, mtime, a hash of its first and last MiB, its path, and
+what the readers were asked to keep (hashing whole 2 GB files would cost a tenth of the parse
+the cache saves); a file rewritten in place with the same size, mtime and ends would be served
+stale, which editors and profilers do not produce.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
 import os
-import pickle
-from dataclasses import asdict, fields
+import shutil
+import tempfile
+from functools import cache as once
 from pathlib import Path
 
+import msgspec
 import polars as pl
 
 from tracecomm._version import __version__
+from tracecomm.analysis.model import RankResult
+from tracecomm.engine import BreakdownOptions
 from tracecomm.ingest.model import RankEvents, ReadOptions, TraceMeta
 
 _FRAMES = (
@@ -35,7 +45,24 @@ _FRAMES = (
 _SAMPLE = 1 << 20
 # Bumped whenever the stored frames or results change shape (releases share __version__
 # during development): an entry of another format is a miss, never a wrong result.
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
+
+
+class EntryError(Exception):
+    """A cache entry that cannot be used: the file is parsed again and the entry replaced."""
+
+
+class _EntryInfo(msgspec.Struct):
+    format: int
+    version: str
+    meta: TraceMeta
+    warnings: tuple[str, ...]
+    truncated: bool
+    repaired_events: int
+
+
+_INFO = msgspec.json.Decoder(_EntryInfo)
+_ENCODER = msgspec.json.Encoder()
 
 
 def cache_key(path: Path, read: ReadOptions) -> str:
@@ -56,79 +83,122 @@ def cache_key(path: Path, read: ReadOptions) -> str:
     return digest.hexdigest()
 
 
+@once
+def _schemas() -> dict[str, pl.Schema]:
+    """The schema each stored frame must have: the frames the readers build from no events."""
+    from tracecomm.ingest.frames import columns, split_frames
+
+    empty, _, _ = columns([], Path("schema"), frozenset())
+    return {name: frame.schema for name, frame in split_frames(empty).items()}
+
+
 def load(cache: Path, path: Path, read: ReadOptions) -> RankEvents | None:
+    """The stored columns; None when there is no entry. Raises ``EntryError`` for one that
+    cannot be used."""
     entry = cache / cache_key(path, read)
-    try:
-        info = json.loads((entry / "rank.json").read_text())
-        frames = {name: pl.read_parquet(entry / f"{name}.parquet") for name in _FRAMES}
-    except (OSError, ValueError, pl.exceptions.PolarsError):
+    if not entry.exists():
         return None
-    meta = info["meta"]
-    meta["device_names"] = {int(k): v for k, v in meta["device_names"].items()}
-    meta["device_props"] = {int(k): v for k, v in meta["device_props"].items()}
-    meta["pg_config"] = tuple(meta["pg_config"])
+    try:
+        info = _INFO.decode((entry / "rank.json").read_bytes())
+        frames = {name: pl.read_parquet(entry / f"{name}.parquet") for name in _FRAMES}
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise EntryError(f"unreadable ({type(exc).__name__})") from None
+    except pl.exceptions.PolarsError:
+        raise EntryError("unreadable Parquet") from None
+    if info.format != CACHE_FORMAT or info.version != __version__:
+        raise EntryError("written by another tracecomm")
+    wrong = [name for name in _FRAMES if frames[name].schema != _schemas()[name]]
+    if wrong:
+        raise EntryError(f"its {wrong[0]} columns are not the ones this tracecomm writes")
     return RankEvents(
         path=str(path),
-        meta=TraceMeta(**meta),
-        warnings=tuple(info["warnings"]),
-        truncated=info["truncated"],
-        repaired_events=info["repaired_events"],
+        meta=info.meta,
+        warnings=info.warnings,
+        truncated=info.truncated,
+        repaired_events=info.repaired_events,
         **frames,
     )
 
 
 def store(cache: Path, path: Path, read: ReadOptions, events: RankEvents) -> None:
-    """Written to a temporary folder first, then renamed: a half-written entry is never read."""
+    """Written to a fresh temporary folder first, then renamed: a half-written entry is never
+    read. An entry that is there already (another process, or a damaged one) is replaced."""
     entry = cache / cache_key(path, read)
-    if entry.exists():
-        return
-    tmp = cache / f".{entry.name}.{os.getpid()}"
-    tmp.mkdir(parents=True, exist_ok=True)
-    for name in _FRAMES:
-        getattr(events, name).write_parquet(tmp / f"{name}.parquet")
-    info = {
-        "meta": {f.name: getattr(events.meta, f.name) for f in fields(TraceMeta)},
-        "warnings": list(events.warnings),
-        "truncated": events.truncated,
-        "repaired_events": events.repaired_events,
-    }
-    (tmp / "rank.json").write_text(json.dumps(info, default=_plain))
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=cache))
     try:
+        for name in _FRAMES:
+            getattr(events, name).write_parquet(tmp / f"{name}.parquet")
+        info = _EntryInfo(
+            CACHE_FORMAT,
+            __version__,
+            events.meta,
+            events.warnings,
+            events.truncated,
+            events.repaired_events,
+        )
+        (tmp / "rank.json").write_bytes(_ENCODER.encode(info))
+        discard(entry)
         tmp.rename(entry)
-    except OSError:  # another process stored it first
-        for f in tmp.iterdir():
-            f.unlink()
-        tmp.rmdir()
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
-def _plain(value: object) -> object:
-    if hasattr(value, "__dataclass_fields__"):
-        return asdict(value)  # type: ignore[call-overload]
-    return str(value)
+def discard(entry: Path) -> None:
+    """Remove an entry (moved aside first, so nothing reads it half removed); a link is
+    unlinked, never followed."""
+    if entry.is_symlink():
+        entry.unlink()
+        return
+    if not entry.exists():
+        return
+    aside = entry.with_name(f".stale-{entry.name}-{os.getpid()}")
+    with contextlib.suppress(OSError):
+        entry.rename(aside)
+        shutil.rmtree(aside, ignore_errors=True)
 
 
-def load_result(cache: Path, path: Path, read: ReadOptions, options_key: str) -> object | None:
-    """A rank's finished result for these options (pickled by this tool into its own cache:
-    only ever point --cache at a folder you trust, as with any cache)."""
-    entry = cache / cache_key(path, read) / f"result-{options_key}.pickle"
-    try:
-        with entry.open("rb") as handle:
-            return pickle.load(handle)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+def load_result(cache: Path, path: Path, read: ReadOptions, options_key: str) -> RankResult | None:
+    """A rank's finished result for these options, in the summary format; None when there is
+    none. Raises ``EntryError`` for one that cannot be used."""
+    from tracecomm.run.summaries import SummaryError, read_summary
+
+    file = cache / cache_key(path, read) / f"result-{options_key}.tcsum.parquet"
+    if not file.exists():
         return None
+    try:
+        result, _ = read_summary(str(file))
+    except SummaryError as exc:
+        raise EntryError(exc.reason) from None
+    if not isinstance(result, RankResult) or result.path != str(path):
+        raise EntryError("a result of another file")
+    return result
 
 
 def store_result(
-    cache: Path, path: Path, read: ReadOptions, options_key: str, result: object
+    cache: Path,
+    path: Path,
+    read: ReadOptions,
+    options_key: str,
+    result: RankResult,
+    opts: BreakdownOptions,
 ) -> None:
+    from tracecomm.run.summaries import write_summary_file
+
     entry = cache / cache_key(path, read)
-    if not entry.is_dir():
-        return
-    tmp = entry / f".result-{options_key}.{os.getpid()}"
-    with tmp.open("wb") as handle:
-        pickle.dump(result, handle, protocol=pickle.HIGHEST_PROTOCOL)
-    tmp.replace(entry / f"result-{options_key}.pickle")
+    if entry.is_dir() and not entry.is_symlink():
+        write_summary_file(entry / f"result-{options_key}.tcsum.parquet", result, opts)
 
 
 def options_key(*parts: object) -> str:
     return hashlib.blake2b(repr(parts).encode(), digest_size=12).hexdigest()
+
+
+def unusable_warning(cache: Path, problems: list[str]) -> str:
+    """One line for every entry of one run that could not be used."""
+    many = f"{len(problems)} entries" if len(problems) > 1 else "an entry"
+    return (
+        f"--cache {cache}: {many} could not be used ({problems[0]}) and the traces were parsed "
+        "again; the entries are replaced"
+    )

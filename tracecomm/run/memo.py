@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,16 +96,39 @@ def _file_line(path: Path, name: str) -> bytes:
     return f"{name}\0{stat.st_size}\0{stat.st_mtime_ns}\0{digest.hexdigest()}\n".encode()
 
 
+class MemoError(Exception):
+    """A memo entry that cannot be replayed (corrupt, crafted, of another format)."""
+
+
+# What the renderers print to a pipe: text, and SGR colour sequences when colour is forced.
+# Anything else (another escape, a control character) did not come from tracecomm.
+_REPLAYABLE = re.compile(rb"(?:[^\x00-\x08\x0b-\x1f\x7f]|\x1b\[[0-9;]*m)*")
+
+
 def load(cache: Path, key: str) -> Replay | None:
+    """The output of an identical earlier command; None when there is none. Raises
+    ``MemoError`` for an entry that cannot be replayed (it is removed)."""
     entry = cache / "memo" / key
+    if not entry.exists():
+        return None
     try:
         meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
         stdout = (entry / "stdout").read_bytes()
-    except (OSError, ValueError):
-        return None
-    if meta.get("format") != FORMAT or len(stdout) != meta.get("stdout_bytes"):
-        return None
-    return Replay(stdout, tuple(meta["stderr"]), int(meta["exit_code"]))
+        replay = Replay(stdout, tuple(meta["stderr"]), meta["exit_code"])
+        ok = (
+            meta.get("format") == FORMAT
+            and len(stdout) == meta.get("stdout_bytes")
+            and type(replay.exit_code) is int
+            and replay.exit_code in (0, 1, 4)
+            and all(isinstance(line, str) and line.isprintable() for line in replay.stderr)
+            and _REPLAYABLE.fullmatch(stdout) is not None
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        ok = False
+    if not ok:
+        _remove(entry)
+        raise MemoError("a memo entry that is not tracecomm's output")
+    return replay
 
 
 def store(cache: Path, key: str, replay: Replay) -> None:

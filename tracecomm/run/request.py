@@ -59,8 +59,13 @@ OPTIONS = (
     "weak",
     "detail",
     "compat",
+    "max_inflate_ratio",
+    "max_trace_size",
+    "max_event_size",
     *_MODEL_KEYS,
 )
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,7 @@ def request_of(inputs: str | Path | Sequence[str | Path], **options: Any) -> Req
     return Request(
         inputs=tuple(str(p) for p in paths),
         breakdown=BreakdownOptions(first, last, bool(o["all_steps"]), comm, compute),
+        read=read_options(o),
         model=model_inputs(o),
         analysis=AnalysisOptions(
             align_clocks=not o["no_clock_align"],
@@ -118,6 +124,39 @@ def request_of(inputs: str | Path | Sequence[str | Path], **options: Any) -> Req
         rank_from=_choice(o["rank_from"], RANK_FROM, "--rank-from"),
         nccl_logs=tuple(Path(p) for p in _strings(o["nccl_log"], "--nccl-log")),
     )
+
+
+def read_options(options: Mapping[str, Any]) -> ReadOptions:
+    """What the readers keep (the FLOP counter's ops' shapes) and their bounds."""
+    base = ReadOptions(shaped_ops=SHAPED_OPS)
+    ratio = _positive(options.get("max_inflate_ratio"), "--max-inflate-ratio", float)
+    trace = size_in_bytes(options.get("max_trace_size"), "--max-trace-size")
+    event = size_in_bytes(options.get("max_event_size"), "--max-event-size")
+    return ReadOptions(
+        shaped_ops=base.shaped_ops,
+        max_inflate_ratio=ratio or base.max_inflate_ratio,
+        max_trace_bytes=trace or base.max_trace_bytes,
+        max_event_bytes=event or base.max_event_bytes,
+    )
+
+
+def size_in_bytes(value: object, flag: str) -> int | None:
+    """``64MiB``, ``2GB``, ``1.5G`` or a plain number of bytes (binary units with ``i``)."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    match = _SIZE.match(str(value)) if isinstance(value, str) else None
+    if match is None:
+        raise UsageError(f"{flag} {value!r}: expected a size such as 64MiB, 2GB or 1000000")
+    number, unit = float(match.group(1)), (match.group(2) or "").lower()
+    scale = _SIZE_UNITS[unit[:1]] if unit else 1
+    if "i" in unit:
+        scale = 1 << {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[unit[:1]]
+    size = int(number * scale)
+    if size <= 0:
+        raise UsageError(f"{flag} {value!r}: must be positive")
+    return size
 
 
 def cache_folder(value: object) -> Path | None:

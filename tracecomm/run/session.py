@@ -21,7 +21,7 @@ from tracecomm.analysis.model import (
     RunData,
 )
 from tracecomm.engine import BreakdownOptions
-from tracecomm.errors import NoUsableInput, UsageError
+from tracecomm.errors import NoUsableInput, OutputError, UsageError
 from tracecomm.ingest.power import PowerLog, PowerLogError, find_power_logs, load_power_log
 from tracecomm.mfu.inputs import InputError, ModelFlops, ModelInputs, model_flops
 from tracecomm.nccl.diagnose import NcclSummary
@@ -97,6 +97,7 @@ def analyze(
         outcomes = _map_files(list(discovery.traces), request, work, progress, executor)
     results = tuple(o for o in outcomes if isinstance(o, RankResult))
     failures = tuple(o for o in outcomes if isinstance(o, FileFailure))
+    run_warnings = run.power_warnings + _cache_warnings(request.cache, results)
     if not results:
         reasons = "; ".join(f"{f.path}: {f.reason}" for f in failures[:3])
         more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
@@ -109,7 +110,7 @@ def analyze(
         options=_recorded_options(request, work.breakdown, run.model),
         model=run.model,
         flops=run.flops,
-        power_warnings=run.power_warnings,
+        run_warnings=run_warnings,
         nccl=nccl,
         nccl_warnings=tuple(nccl_warnings),
         files=_Files(executor, work),
@@ -127,6 +128,13 @@ def analyze(
         notes = "; ".join(f"{r.path}: {r.breakdown.notes[-1]}" for r in report.rank_reports[:3])
         raise NoUsableInput(f"nothing to analyze: {notes}")
     return report
+
+
+def _cache_warnings(cache: Path | None, results: Sequence[RankResult]) -> tuple[str, ...]:
+    from tracecomm.run.cache import unusable_warning
+
+    problems = [r.cache_problem for r in results if r.cache_problem]
+    return (unusable_warning(cache, problems),) if cache is not None and problems else ()
 
 
 def _check_chosen_ranks(report: Report, chosen: Sequence[int]) -> None:
@@ -329,7 +337,7 @@ def _prepare_out(out: str, inputs: Sequence[str], nccl_logs: tuple[Path, ...]) -
             target.parent.mkdir(exist_ok=True)
             shutil.copy2(path, target)
     except OSError as exc:
-        raise UsageError(f"--output {out}: cannot write: {exc.strerror or exc}") from None
+        raise OutputError(f"--output {out}: cannot write: {exc.strerror or exc}") from None
 
 
 def _lost_ingest(path: str, exc: BaseException) -> FileFailure:

@@ -25,6 +25,7 @@ import polars as pl
 from tracecomm._version import __version__
 from tracecomm.analysis.model import FileFailure, RankResult
 from tracecomm.engine import BreakdownOptions
+from tracecomm.engine.collectives import INSTANCE_SCHEMA
 from tracecomm.engine.model import RankBreakdown
 from tracecomm.errors import TraceError
 from tracecomm.ingest.model import TraceMeta
@@ -35,6 +36,22 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 _META_DECODER = msgspec.json.Decoder(TraceMeta)
 _OPTIONS_DECODER = msgspec.json.Decoder(BreakdownOptions)
 _FAILURE_DECODER = msgspec.json.Decoder(FileFailure)
+_INSTANCE_SCHEMA = pl.Schema(INSTANCE_SCHEMA)
+
+
+class _ResultFields(msgspec.Struct):
+    """The rest of a RankResult, typed: a damaged or crafted field is refused, not passed on."""
+
+    path: str
+    warnings: tuple[str, ...]
+    truncated: bool
+    repaired_events: int
+    first_event_abs_ns: int | None
+    power_source: str | None
+    has_collectives: bool
+
+
+_RESULT_DECODER = msgspec.json.Decoder(_ResultFields)
 
 
 def _enc(value: object) -> Any:
@@ -72,6 +89,13 @@ def summary_name(outcome: RankResult | FileFailure, host: str | None = None) -> 
 
 def write_summary(folder: Path, outcome: RankResult | FileFailure, opts: BreakdownOptions) -> Path:
     """Write atomically (a temporary name, then rename): a reader never sees half a file."""
+    return write_summary_file(folder / summary_name(outcome), outcome, opts)
+
+
+def write_summary_file(
+    target: Path, outcome: RankResult | FileFailure, opts: BreakdownOptions
+) -> Path:
+    """One outcome as a summary file at ``target`` (also the result cache's entry format)."""
     header = {
         "tracecomm.summary.format": FORMAT,
         "tracecomm.version": __version__,
@@ -98,7 +122,6 @@ def write_summary(folder: Path, outcome: RankResult | FileFailure, opts: Breakdo
         }
         rows = outcome.breakdown.collectives
         table = rows if rows is not None else pl.DataFrame()
-    target = folder / summary_name(outcome)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     table.write_parquet(tmp, metadata=header, statistics=False)
     tmp.replace(target)
@@ -121,17 +144,45 @@ def read_summary(path: str) -> tuple[RankResult | FileFailure, BreakdownOptions]
         opts = _OPTIONS_DECODER.decode(header["tracecomm.breakdown_options"])
         if "tracecomm.failure" in header:
             return _FAILURE_DECODER.decode(header["tracecomm.failure"]), opts
-        rest = msgspec.json.decode(header["tracecomm.result"])
+        rest = _RESULT_DECODER.decode(header["tracecomm.result"])
         breakdown = _BREAKDOWN_DECODER.decode(header["tracecomm.breakdown"])
-        if rest.pop("has_collectives"):
-            breakdown = replace(breakdown, collectives=pl.read_parquet(path))
+        if rest.has_collectives:
+            rows = pl.read_parquet(path)
+            if rows.schema != _INSTANCE_SCHEMA:
+                raise SummaryError(path, "damaged summary: its rows are not collective instances")
+            breakdown = replace(breakdown, collectives=rows)
+        problem = breakdown_problem(breakdown)
+        if problem:
+            raise SummaryError(path, f"damaged summary: {problem}")
         result = RankResult(
+            path=rest.path,
             meta=_META_DECODER.decode(header["tracecomm.meta"]),
             breakdown=breakdown,
-            **{**rest, "warnings": tuple(rest["warnings"])},
+            warnings=rest.warnings,
+            truncated=rest.truncated,
+            repaired_events=rest.repaired_events,
+            first_event_abs_ns=rest.first_event_abs_ns,
+            power_source=rest.power_source,
         )
-    except (KeyError, TypeError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (KeyError, TypeError, ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise SummaryError(path, f"damaged summary ({type(exc).__name__}: {exc})") from None
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise SummaryError(path, f"unreadable summary rows ({exc})") from None
     return result, opts
+
+
+def breakdown_problem(bd: RankBreakdown) -> str | None:
+    """What makes a stored breakdown impossible (a damaged or crafted file), or None: every
+    window's parts are whole, not negative, and add up to it (metrics.md §3)."""
+    windows = [bd.window, *(s.window for s in bd.steps)]
+    for window in (w for w in windows if w is not None):
+        f = window.figures
+        parts = (f.compute_ns, f.exposed_comm_ns, f.exposed_memory_ns, f.idle_ns)
+        values = (f.window_ns, f.comm_ns, f.overlapped_comm_ns, *parts)
+        if min(values) < 0 or sum(parts) != f.window_ns or f.overlapped_comm_ns > f.comm_ns:
+            return f"window {window.start_ns}–{window.end_ns}: its figures do not add up"
+        if any(t.comm_ns < 0 or t.exposed_comm_ns < 0 or t.kernels < 0 for t in window.by_type):
+            return f"window {window.start_ns}–{window.end_ns}: a negative figure by type"
+    if min(bd.comm_kernels, bd.device_events, bd.unlinked_events) < 0:
+        return "a negative count"
+    return None

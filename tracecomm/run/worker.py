@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +19,15 @@ from tracecomm.errors import NotATrace, TraceError
 from tracecomm.ingest import load_merged, load_rank
 from tracecomm.ingest.model import RankEvents, ReadOptions
 from tracecomm.ingest.power import PowerLog, series_for_host
+from tracecomm.run.cache import (
+    EntryError,
+    cache_key,
+    discard,
+    load_result,
+    options_key,
+    store_result,
+)
 from tracecomm.run.cache import load as cache_load
-from tracecomm.run.cache import load_result, options_key, store_result
 from tracecomm.run.cache import store as cache_store
 from tracecomm.run.sources import opened_locally, renamed, scheme
 
@@ -123,20 +130,26 @@ def _analyze_local(path: str, work: RankWork, remote: bool) -> list[RankResult |
 def _cached_result(path: str, work: RankWork, cache: Path) -> RankResult:
     """The finished result when these options ran before, else the parsed columns when the
     file did, else a parse; what was missing is stored (a cache that cannot be written only
-    costs the next run its speed-up)."""
+    costs the next run its speed-up). An entry that cannot be used is replaced, and said."""
     logs = [(log.path, Path(log.path).stat().st_mtime_ns) for log in work.power]
     key = options_key(work.breakdown, logs)
-    done = load_result(cache, Path(path), work.read, key)
-    if isinstance(done, RankResult):
-        return done
-    events = cache_load(cache, Path(path), work.read)
+    problem = None
+    try:
+        done = load_result(cache, Path(path), work.read, key)
+        if done is not None:
+            return done
+        events = cache_load(cache, Path(path), work.read)
+    except EntryError as exc:
+        problem, events = str(exc), None
+        with contextlib.suppress(OSError):
+            discard(cache / cache_key(Path(path), work.read))
     if events is None:
         events = load_rank(path, work.read)
         with contextlib.suppress(OSError):
             cache_store(cache, Path(path), work.read, events)
-    result = _one_rank(events, work)
+    result = replace(_one_rank(events, work), cache_problem=problem)
     with contextlib.suppress(OSError):
-        store_result(cache, Path(path), work.read, key, result)
+        store_result(cache, Path(path), work.read, key, result, work.breakdown)
     return result
 
 
@@ -163,5 +176,8 @@ def _events_again(path: str, rank: int, work: RankWork) -> RankEvents:
     if scheme(path) not in (None, "file"):
         with opened_locally(path) as local:
             return renamed(load_rank(local, work.read), local, path)
-    cached = cache_load(work.cache, Path(path), work.read) if work.cache is not None else None
+    cached = None
+    if work.cache is not None:
+        with contextlib.suppress(EntryError):  # the parse below reads the file itself
+            cached = cache_load(work.cache, Path(path), work.read)
     return cached if cached is not None else load_rank(path, work.read)

@@ -11,7 +11,7 @@ import typer
 
 from tracecomm.cli import flow
 from tracecomm.cli.app import app
-from tracecomm.cli.exits import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, fail, stderr
+from tracecomm.cli.exits import EXIT_IO, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, fail, stderr
 from tracecomm.cli.options import (
     ANALYZE_RUN,
     BASELINE,
@@ -73,8 +73,11 @@ def check(ctx: typer.Context, run: RUN_OR_JSON, *, options: dict[str, Any]) -> N
     out = CHECK[fmt](result, flow.view())
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if fmt == "github" and summary:
-        with open(summary, "a", encoding="utf-8") as handle:
-            handle.write(CHECK["markdown"](result, flow.view()).decode())
+        try:
+            with open(summary, "a", encoding="utf-8") as handle:
+                handle.write(CHECK["markdown"](result, flow.view()).decode())
+        except OSError as exc:
+            fail(f"$GITHUB_STEP_SUMMARY {summary}: cannot write: {exc.strerror or exc}", EXIT_IO)
     flow.finish(kept, out, lines, code)
 
 
@@ -93,10 +96,7 @@ def baseline(run: RUN_OR_JSON, *, options: dict[str, Any]) -> None:
     figures = _figures(run, options, lines)
     flow.print_lines(lines)
     document = orjson.dumps(baseline_document(figures), option=orjson.OPT_INDENT_2) + b"\n"
-    try:
-        output.write_bytes(document)
-    except OSError as exc:
-        fail(f"{output}: {exc.strerror or exc}", EXIT_USAGE)
+    flow.write_file(output, document, "the baseline")
     if not options["quiet"]:
         stderr(f"baseline of {len(figures.ranks)} ranks written to {output}")
 

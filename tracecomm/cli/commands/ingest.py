@@ -8,8 +8,25 @@ import typer
 
 from tracecomm.cli import flow
 from tracecomm.cli.app import app
-from tracecomm.cli.exits import EXIT_NO_INPUT, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, fail, stderr
-from tracecomm.cli.options import NCCL_LOG, QUIET, RUNNING, RUNS, SELECTION, command, output_option
+from tracecomm.cli.exits import (
+    EXIT_IO,
+    EXIT_NO_INPUT,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_USAGE,
+    fail,
+    stderr,
+)
+from tracecomm.cli.options import (
+    LIMITS,
+    NCCL_LOG,
+    QUIET,
+    RUNNING,
+    RUNS,
+    SELECTION,
+    command,
+    output_option,
+)
 
 OUTPUT = output_option(
     "Folder for the per-rank summaries (*.tcsum.parquet); never inside the run.",
@@ -18,7 +35,7 @@ OUTPUT = output_option(
 )
 
 
-@command(app, (OUTPUT,), SELECTION, RUNNING, (NCCL_LOG,), QUIET)
+@command(app, (OUTPUT,), SELECTION, RUNNING, (NCCL_LOG,), LIMITS, QUIET)
 def ingest(run: RUNS, *, options: dict[str, Any]) -> None:
     """Parse each rank and write its summary (a few KB of Parquet), for `analyze OUT` later.
 
@@ -27,7 +44,7 @@ def ingest(run: RUNS, *, options: dict[str, Any]) -> None:
     gives. Steps and rules are fixed here. Exit codes: 0 written; 2 usage error; 3 no usable
     input; 4 some file produced no rank (its failure is stored and reported by analyze).
     """
-    from tracecomm.errors import NoUsableInput, UsageError
+    from tracecomm.errors import NoUsableInput, OutputError, UsageError
     from tracecomm.run.executors import open_executor
     from tracecomm.run.session import ingest as run_ingest
 
@@ -41,6 +58,8 @@ def ingest(run: RUNS, *, options: dict[str, Any]) -> None:
         fail(str(exc), EXIT_USAGE)
     except NoUsableInput as exc:
         fail(str(exc), EXIT_NO_INPUT)
+    except OutputError as exc:
+        fail(str(exc), EXIT_IO)
     finally:
         if executor is not None:
             executor.close()
