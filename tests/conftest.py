@@ -104,3 +104,20 @@ def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip("../shared/data/traces is not present")
     return SHARED_TRACES
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--hostile-examples",
+        type=int,
+        default=None,
+        help="examples per hostile-input property (CI runs a few dozen; e.g. 2000 for a long run)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import os
+
+    examples = config.getoption("--hostile-examples")
+    if examples:
+        os.environ["TRACECOMM_HOSTILE_EXAMPLES"] = str(examples)

@@ -75,6 +75,19 @@ def visible(text: str) -> str:
     return _UNSAFE.sub(_escape, text)
 
 
+_JSON_RAW = re.compile(r"[\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+
+
+def json_safe(document: bytes) -> bytes:
+    """A JSON text with the control and format characters a JSON encoder leaves raw (DEL, C1,
+    bidi and zero-width characters) written as ``\\uXXXX`` escapes: the same strings, but
+    nothing that reorders or hides text when the JSON is printed (``jq``, ``cat``)."""
+    text = document.decode()
+    if _JSON_RAW.search(text) is None:
+        return document
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode()
+
+
 def markdown_safe(text: str) -> str:
     """Visible, with Markdown's own characters escaped (a name cannot open a link, code span,
     HTML tag or table cell)."""

@@ -166,7 +166,8 @@ def finish(kept: Memo | None, out: bytes, lines: Sequence[str], code: int) -> No
         shown.append(f"warning: --cache {kept.cache}: {kept.problem} was removed")
     print_lines(shown)
     write_stdout(out)
-    if kept is not None:
+    # a run that repaired the cache says so once; its replay must not say it again
+    if kept is not None and not any(f"--cache {kept.cache}:" in line for line in shown):
         from tracecomm.run.memo import Replay, store
 
         store(kept.cache, kept.key, Replay(out, tuple(lines), code))

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from tracecomm.gate.compare import CheckResult, FigureCheck
 from tracecomm.render import View
-from tracecomm.text import map_strings, markdown_safe, visible, xml_safe
+from tracecomm.text import json_safe, map_strings, markdown_safe, visible, xml_safe
 
 CHECK_SCHEMA_VERSION = 1
 _MARK = {"regressed": "✗ regressed", "pass": "✓ pass", "improved": "✓ improved"}
@@ -122,7 +122,7 @@ def check_document(result: CheckResult) -> dict[str, Any]:
 
 
 def render_json(result: CheckResult, view: View) -> bytes:
-    return orjson.dumps(check_document(result), option=orjson.OPT_INDENT_2) + b"\n"
+    return json_safe(orjson.dumps(check_document(result), option=orjson.OPT_INDENT_2) + b"\n")
 
 
 def render_markdown(result: CheckResult, view: View) -> bytes:

@@ -14,13 +14,14 @@ from tracecomm.engine.model import Figures
 from tracecomm.nccl.diagnose import NcclSummary
 from tracecomm.render import View
 from tracecomm.render.document import nccl_document, report_document
-from tracecomm.text import csv_safe
+from tracecomm.text import csv_safe, json_safe
 
 _FIGURE_COLUMNS = tuple(f.name for f in fields(Figures))
 
 
 def render_json(report: Report, view: View) -> bytes:
-    return orjson.dumps(report_document(report, view.top), option=orjson.OPT_INDENT_2) + b"\n"
+    document = report_document(report, view.top)
+    return json_safe(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
 
 
 def render_nccl_json(found: tuple[NcclSummary, Sequence[str]], view: View) -> bytes:
@@ -32,7 +33,7 @@ def render_nccl_json(found: tuple[NcclSummary, Sequence[str]], view: View) -> by
         "nccl": nccl_document(summary),
         "warnings": list(warnings),
     }
-    return orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
+    return json_safe(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
 
 
 def render_csv(report: Report, view: View) -> bytes:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,9 +170,11 @@ def cache_folder(value: object) -> Path | None:
     path = Path(value)
     if path.exists() and not path.is_dir():
         raise UsageError(f"--cache {path}: not a folder")
-    existing = next((p for p in (path, *path.parents) if p.exists()), None)
-    if existing is None or not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"--cache {path}: not writable")
+    try:  # the only true test of writable (root passes every access() check)
+        path.mkdir(parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=path))
+    except OSError as exc:
+        raise UsageError(f"--cache {path}: not writable ({exc.strerror or exc})") from None
     return path
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tracecomm.errors import UsageError
+from tracecomm.gate.budgets import DEFAULT_BUDGETS, BudgetError
+from tracecomm.gate.budgets import apply as apply_budgets
 from tracecomm.mfu.inputs import InputError, ModelInputs, model_inputs
 
 if sys.version_info >= (3, 11):
@@ -69,6 +71,10 @@ def read_settings(runs: Sequence[str]) -> Settings:
     check = table.get("check", {})
     if not isinstance(check, dict):
         raise UsageError(f"{path}: [check] must be a table")
+    try:  # every command checks the gate's budgets: a bad one is found before a CI run needs it
+        apply_budgets(check, DEFAULT_BUDGETS)
+    except BudgetError as exc:
+        raise UsageError(f"{path}: [check] {exc}") from None
     return Settings(path, _model(table, path), comm, compute, dict(check))
 
 

@@ -90,12 +90,15 @@ def baseline(run: RUN_OR_JSON, *, options: dict[str, Any]) -> None:
     import orjson
 
     from tracecomm.gate.figures import baseline_document
+    from tracecomm.text import json_safe
 
     output = options.pop("output")
     lines: list[str] = []
     figures = _figures(run, options, lines)
     flow.print_lines(lines)
-    document = orjson.dumps(baseline_document(figures), option=orjson.OPT_INDENT_2) + b"\n"
+    document = json_safe(
+        orjson.dumps(baseline_document(figures), option=orjson.OPT_INDENT_2) + b"\n"
+    )
     flow.write_file(output, document, "the baseline")
     if not options["quiet"]:
         stderr(f"baseline of {len(figures.ranks)} ranks written to {output}")
