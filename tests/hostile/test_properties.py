@@ -44,7 +44,7 @@ NASTY_TEXT = st.sampled_from(
         "%0A::error::",
     ]
 )
-NASTY_VALUE = st.one_of(
+NASTY_VALUE: st.SearchStrategy[Any] = st.one_of(
     NASTY_TEXT,
     st.sampled_from([None, True, -1, 0, 2**63, -(2**70), 1e308, -1e308, 0.5, [], {}, [1, 2]]),
     st.integers(min_value=-(10**12), max_value=10**12),
