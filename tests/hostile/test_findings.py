@@ -149,19 +149,33 @@ def _gzip_of_spaces(path: Path, size: int, head: bytes = b"", tail: bytes = b"")
     return path
 
 
+# The child reports its own peak (VmHWM counts from exec: ru_maxrss would include the pages of
+# the large test process it was forked from).
+_PEAK = (
+    "import atexit, re, sys\n"
+    "def peak():\n"
+    "    text = open('/proc/self/status').read()\n"
+    "    sys.stderr.write('PEAK ' + re.search(r'VmHWM:\\s+(\\d+)', text).group(1) + '\\n')\n"
+    "atexit.register(peak)\n"
+    "from tracecomm.cli import main\n"
+    "sys.argv = ['tracecomm', *sys.argv[1:]]\n"
+    "main()\n"
+)
+
+
 def _measured(*args: str | Path) -> tuple[int, str, float, int]:
     """(exit code, stderr, seconds, peak RSS in MiB) of the CLI in a fresh process."""
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tracecomm", *map(str, args)],
+    proc = subprocess.run(
+        [sys.executable, "-c", _PEAK, *map(str, args)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        text=True,
+        check=False,
     )
-    assert proc.stderr is not None
-    err = proc.stderr.read().decode()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, err, time.perf_counter() - started, usage.ru_maxrss // 1024
+    seconds = time.perf_counter() - started
+    err, _, peak = proc.stderr.rpartition("PEAK ")
+    return proc.returncode, err, seconds, int(peak) // 1024
 
 
 @pytest.fixture(scope="module")
