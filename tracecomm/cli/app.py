@@ -1,21 +1,88 @@
-"""The typer application every command registers on."""
+"""The typer application every command registers on, and the conventions of the command line:
+``-h`` beside ``--help``, help that shows metavars (never type names) and its brackets as
+written, and one error style (``tracecomm: error: …``, one line, exit 2) for usage errors too.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import sys
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from tracecomm._version import __version__
+from tracecomm.cli.exits import EXIT_USAGE, stderr
+
+HELP_NAMES = ["-h", "--help"]
+
+
+def _quiet_help_option(option: Any) -> Any:
+    if option is not None:
+        option.metavar = ""  # a flag takes no value: no "<bool>" beside it
+    return option
+
+
+class Command(TyperCommand):
+    def get_help_option(self, ctx: Any) -> Any:
+        return _quiet_help_option(super().get_help_option(ctx))
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params: list[Any] = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "param_type_name", "") == "argument":
+                # its metavar (RUN...) says what to write; "<list[str]>" says nothing more
+                param.display_type_rich = lambda ctx: None
+                param._usage_display_name = _usage_name(param)
+        return params
+
+
+def _usage_name(param: Any) -> Any:
+    """``RUN...`` in the usage line (``[RUN]`` when optional), as the help names it."""
+    name = str(param.metavar or param.name or "ARG").upper()
+    name = name if param.required else f"[{name}]"
+    return lambda: name + ("..." if param.nargs != 1 else "")
+
+
+class Commands(TyperGroup):
+    def get_help_option(self, ctx: Any) -> Any:
+        return _quiet_help_option(super().get_help_option(ctx))
+
+    def main(  # type: ignore[override]
+        self, args: Any = None, prog_name: Any = None, standalone_mode: bool = True, **extra: Any
+    ) -> Any:
+        """Click's usage errors (an unknown option, a missing argument, a bad choice) in the
+        tool's one style: ``tracecomm: error: <what> (see tracecomm <command> -h)``."""
+        from typer._click.exceptions import NoArgsIsHelpError, UsageError
+
+        try:
+            code = super().main(args, prog_name, standalone_mode=False, **extra)
+        except NoArgsIsHelpError:  # the help was printed: that is the answer
+            code = EXIT_USAGE
+        except UsageError as exc:
+            command = exc.ctx.command_path if exc.ctx is not None else "tracecomm"
+            stderr(f"error: {_one_line(exc.format_message())} (see {command} -h)")
+            code = EXIT_USAGE
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
+
 
 app = typer.Typer(
     name="tracecomm",
     help="Why is a distributed training run slower than its GPUs? Reads PyTorch profiler "
     "(Kineto) traces and reports compute / communication overlap, exposed collectives and idle "
-    "time per rank.",
+    "time per rank, and what to try first. Every figure is defined in metrics.md "
+    "(`tracecomm docs metrics`).",
+    cls=Commands,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": HELP_NAMES},
 )
 
 
@@ -29,7 +96,9 @@ def _version(value: bool) -> None:
 def _root(
     version: Annotated[
         bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+        typer.Option(
+            "--version", callback=_version, is_eager=True, metavar="", help="Print the version."
+        ),
     ] = False,
 ) -> None:
     """tracecomm: compute / communication analysis of distributed training traces."""

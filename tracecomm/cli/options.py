@@ -39,53 +39,77 @@ class Option:
         )
 
 
-def option(name: str, kind: Any, default: Any, *short: str, **info: Any) -> Option:
-    """``--name-with-dashes`` (plus ``short`` spellings) of type ``kind``."""
+def text(help: str) -> str:
+    """Help text shown as written: rich would read ``tracecomm[hta]`` as markup and drop it."""
+    from rich.markup import escape
+
+    return escape(help)
+
+
+def option(
+    name: str, kind: Any, default: Any, *short: str, metavar: str = "", **info: Any
+) -> Option:
+    """``--name-with-dashes`` (plus ``short`` spellings) of type ``kind``. The help shows
+    ``metavar`` (what to write, e.g. ``A:B``), never a type name; a flag shows nothing."""
     flag = "--" + name.replace("_", "-")
-    return Option(name, Annotated[kind, typer.Option(flag, *short, **info)], default)
+    info["help"] = text(info.get("help", ""))
+    spec = typer.Option(flag, *short, metavar=metavar, **info)
+    return Option(name, Annotated[kind, spec], default)
 
 
 def choice(*values: str) -> Any:
-    """A type whose values are exactly ``values`` (shown as ``a|b|c``)."""
+    """A type whose values are exactly ``values``."""
     return Literal[values]
 
 
 def format_option(*formats: str, help: str) -> Option:
     """``--format / -f``: each command renders its own set of formats."""
-    return Option(
-        "output_format",
-        Annotated[choice(*formats), typer.Option("--format", "-f", help=help)],
-        formats[0],
-    )
+    spec = typer.Option("--format", "-f", metavar="|".join(formats), help=text(help))
+    return Option("output_format", Annotated[choice(*formats), spec], formats[0])
 
 
-def output_option(help: str, *extra: str, dir_okay: bool = False) -> Option:
+def output_option(
+    help: str,
+    *extra: str,
+    dir_okay: bool = False,
+) -> Option:
     """``--output / -o``: the file (or folder) a command writes; required."""
-    return Option(
-        "output",
-        Annotated[Path, typer.Option("--output", "-o", *extra, dir_okay=dir_okay, help=help)],
-        ...,
+    spec = typer.Option(
+        "--output",
+        "-o",
+        *extra,
+        dir_okay=dir_okay,
+        metavar="DIR" if dir_okay else "FILE",
+        help=text(help),
     )
+    return Option("output", Annotated[Path, spec], ...)
 
 
 RUNS = Annotated[
     list[str],
     typer.Argument(
         metavar="RUN",
-        help="Run folder(s), searched recursively for *.json[.gz], trace files, URLs (file://, "
-        "s3://, gs:// with fsspec), or folders `tracecomm ingest` wrote.",
+        help=text(
+            "Run folder(s), searched recursively for *.json[.gz], trace files, URLs (file://, "
+            "s3://, gs:// with fsspec), or folders `tracecomm ingest` wrote."
+        ),
     ),
 ]
 
 # Which events, which steps -------------------------------------------------------------------
 STEPS = option(
-    "steps", str | None, None, help="ProfilerStep numbers to analyze, inclusive: 3:7, 3:, :7 or 5."
+    "steps",
+    str | None,
+    None,
+    metavar="A:B",
+    help="ProfilerStep numbers to analyze, inclusive: 3:7, 3:, :7 or 5.",
 )
 ALL_STEPS = option("all_steps", bool, False, help="Also analyze incomplete (cut-short) steps.")
 COMM_PATTERN = option(
     "comm_pattern",
     list[str] | None,
     None,
+    metavar="REGEX[=TYPE]",
     help="REGEX[=TYPE] (case-sensitive, Rust syntax): kernels and GPU ranges (NVTX) whose name "
     "matches count as communication, of collective TYPE (e.g. AllReduce). Repeatable.",
 )
@@ -93,6 +117,7 @@ COMPUTE_PATTERN = option(
     "compute_pattern",
     list[str] | None,
     None,
+    metavar="REGEX",
     help="REGEX: kernels and GPU ranges whose name matches count as compute, even when they look "
     "like a collective. Repeatable.",
 )
@@ -100,6 +125,7 @@ RANK_FROM = option(
     "rank_from",
     choice("pid", "process_name") | None,
     None,
+    metavar="pid|process_name",
     help="The trace files are merged traces holding several ranks: take each process's rank "
     "from its pid or its process_name metadata ('rank 3').",
 )
@@ -107,12 +133,18 @@ SELECTION = (STEPS, ALL_STEPS, COMM_PATTERN, COMPUTE_PATTERN, RANK_FROM)
 
 # Where the per-rank work runs -----------------------------------------------------------------
 JOBS = option(
-    "jobs", int | None, None, "-j", min=1, help="Parallel parse processes (default: per core)."
+    "jobs",
+    int | None,
+    None,
+    "-j",
+    metavar="N",
+    help="Parallel parse processes (default: per core).",
 )
 EXECUTOR = option(
     "executor",
     str | None,
     None,
+    metavar="local|dask|dask://HOST:PORT",
     help="Where the per-rank parse runs: local (default, a process pool), dask (a local Dask "
     "cluster of --jobs workers) or dask://HOST:PORT (a running scheduler; its workers read the "
     "inputs, only per-rank summaries come back). Needs tracecomm[dask].",
@@ -121,6 +153,7 @@ CACHE = option(
     "cache",
     Path | None,
     None,
+    metavar="DIR",
     help="Keep each rank's parsed columns in this folder (Parquet) so the next analyze / check "
     "of the same files skips the parse. Off by default.",
 )
@@ -134,13 +167,14 @@ NCCL_LOG = option(
     "nccl_log",
     list[Path] | None,
     None,
+    metavar="FILE",
     help="An NCCL debug log outside the run folder (those inside are found). Repeatable.",
 )
 LINK_GBPS = option(
     "link_gbps",
     float | None,
     None,
-    min=0.001,
+    metavar="GBIT/S",
     help="Link bandwidth in Gbit/s: the bandwidth table adds the share of collectives whose bus "
     "bandwidth stays below it.",
 )
@@ -148,6 +182,7 @@ TIMELINE_RANKS = option(
     "timeline_ranks",
     str | None,
     None,
+    metavar="RANKS",
     help="Ranks for the one-step timeline, e.g. 0,7,12 (default: the fastest, median and slowest "
     "by median step time, and the worst straggler).",
 )
@@ -155,14 +190,14 @@ PP_STAGES = option(
     "pp_stages",
     int | None,
     None,
-    min=1,
+    metavar="P",
     help="Pipeline stages p for the textbook bubble (default: from the send/recv pattern).",
 )
 MICROBATCHES = option(
     "microbatches",
     int | None,
     None,
-    min=1,
+    metavar="M",
     help="Micro-batches per step m for the textbook bubble (default: stage 0's sends).",
 )
 ANALYSIS = (NO_CLOCK_ALIGN, NCCL_LOG, LINK_GBPS, TIMELINE_RANKS, PP_STAGES, MICROBATCHES)
@@ -186,6 +221,7 @@ TO = option(
     "to",
     str | None,
     None,
+    metavar="SIZES",
     help="World sizes to project to, e.g. 256,512,1024 (default: N/2, 2N, 4N, 8N, 16N).",
     rich_help_panel=PROJECTION_PANEL,
 )
@@ -196,6 +232,7 @@ MODEL = (
         "model_flops_per_step",
         str | None,
         None,
+        metavar="FLOPS",
         help="Model FLOPs of one training step (fwd + bwd), e.g. 3.16e15.",
         rich_help_panel=MFU_PANEL,
     ),
@@ -203,6 +240,7 @@ MODEL = (
         "flops_per_token",
         str | None,
         None,
+        metavar="FLOPS",
         help="Training FLOPs per token; needs --tokens-per-step.",
         rich_help_panel=MFU_PANEL,
     ),
@@ -210,7 +248,7 @@ MODEL = (
         "tokens_per_step",
         int | None,
         None,
-        min=1,
+        metavar="N",
         help="Global tokens per step (each counted once).",
         rich_help_panel=MFU_PANEL,
     ),
@@ -218,6 +256,7 @@ MODEL = (
         "model_config",
         Path | None,
         None,
+        metavar="FILE",
         help="Hugging Face config.json (Llama-style, MoE, MLA); needs --seq-len and "
         "--global-batch.",
         rich_help_panel=MFU_PANEL,
@@ -226,7 +265,7 @@ MODEL = (
         "seq_len",
         int | None,
         None,
-        min=1,
+        metavar="T",
         help="Training sequence length T.",
         rich_help_panel=MFU_PANEL,
     ),
@@ -234,7 +273,7 @@ MODEL = (
         "global_batch",
         int | None,
         None,
-        min=1,
+        metavar="N",
         help="Sequences per step, all ranks.",
         rich_help_panel=MFU_PANEL,
     ),
@@ -242,6 +281,7 @@ MODEL = (
         "flops_formula",
         str,
         "exact",
+        metavar="FORMULA",
         help="With --model-config: exact (default), 6n, 6n-hf, palm, torchtitan, megatron.",
         rich_help_panel=MFU_PANEL,
     ),
@@ -249,6 +289,7 @@ MODEL = (
         "attention",
         str,
         "halved",
+        metavar="halved|full",
         help="Causal attention in the exact count: halved (default) or full (the square).",
         rich_help_panel=MFU_PANEL,
     ),
@@ -256,6 +297,7 @@ MODEL = (
         "dtype",
         str,
         "bf16",
+        metavar="DTYPE",
         help="Peak to compare with: bf16 (default), fp16, fp8, tf32, fp32.",
         rich_help_panel=MFU_PANEL,
     ),
@@ -263,6 +305,7 @@ MODEL = (
         "peak_tflops",
         float | None,
         None,
+        metavar="TFLOP/S",
         help="Dense peak TFLOP/s per device, overriding the peak table.",
         rich_help_panel=MFU_PANEL,
     ),
@@ -274,6 +317,7 @@ LIMITS = (
         "max_inflate_ratio",
         float | None,
         None,
+        metavar="RATIO",
         help="How many times its size a .gz trace may inflate (default 200; real traces: 8–30).",
         rich_help_panel=LIMITS_PANEL,
     ),
@@ -281,6 +325,7 @@ LIMITS = (
         "max_trace_size",
         str | None,
         None,
+        metavar="SIZE",
         help="The largest trace, inflated, e.g. 64GiB (the default).",
         rich_help_panel=LIMITS_PANEL,
     ),
@@ -288,6 +333,7 @@ LIMITS = (
         "max_event_size",
         str | None,
         None,
+        metavar="SIZE",
         help="The longest single event (or string) in a trace, e.g. 64MiB (the default).",
         rich_help_panel=LIMITS_PANEL,
     ),
@@ -300,6 +346,7 @@ DETAIL = option(
     "detail",
     list[str] | None,
     None,
+    metavar="instances|timeline",
     help="Add bulky records to the JSON: 'instances' (every matched collective), 'timeline' (one "
     "step of the fastest, median and slowest rank, as the HTML report draws it). Repeatable.",
 )
@@ -307,13 +354,14 @@ TOP = option(
     "top",
     int | None,
     None,
-    min=1,
+    metavar="K",
     help="Straggler ranks to list by root delay (default: 8 in the terminal, all in JSON).",
 )
 COMPAT = option(
     "compat",
     choice("hta", "hta-0.6", "hta-0.5") | None,
     None,
+    metavar="hta|hta-0.6|hta-0.5",
     help="Also print another tool's figures, reproduced exactly: 'hta' (HTA's current release, "
     "0.6.1; 'hta-0.6' the same), 'hta-0.5' (HTA 0.5.0).",
 )
@@ -346,7 +394,11 @@ def command(
         params = own + [o.parameter() for o in shared]
         wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
-        return app.command(**typer_args)(wrapper)
+        from tracecomm.cli.app import Command
+
+        # paragraphs as written, their lines joined: the help reflows them to the terminal
+        doc = "\n\n".join(" ".join(p.split()) for p in (inspect.getdoc(fn) or "").split("\n\n"))
+        return app.command(cls=Command, help=text(doc), **typer_args)(wrapper)
 
     return register
 
@@ -357,7 +409,7 @@ PATH = option("path", bool, False, help="Print where the file is instead of its 
 
 # check's own ---------------------------------------------------------------------------------
 def _budget(name: str, help: str) -> Option:
-    return option(name, str | None, None, help=help, rich_help_panel=GATE_PANEL)
+    return option(name, str | None, None, metavar="VALUE", help=help, rich_help_panel=GATE_PANEL)
 
 
 BUDGETS = (
@@ -378,6 +430,7 @@ NOISE_FLOOR = option(
     "noise_floor",
     list[str] | None,
     None,
+    metavar="FIGURE=VALUE",
     help="FIGURE=VALUE: a change below it never regresses (e.g. exposed_comm=50us). Repeatable.",
     rich_help_panel=GATE_PANEL,
 )
@@ -386,8 +439,10 @@ BASELINE = option(
     Path,
     ...,
     "-b",
+    metavar="FILE|RUN",
     help="A baseline from `tracecomm baseline`, an analyze JSON, or a run folder.",
 )
 RUN_OR_JSON = Annotated[
-    Path, typer.Argument(help="The run: a folder of traces, or its analyze JSON.")
+    Path,
+    typer.Argument(metavar="RUN", help=text("The run: a folder of traces, or its analyze JSON.")),
 ]

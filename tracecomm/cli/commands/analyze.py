@@ -8,7 +8,7 @@ import typer
 
 from tracecomm.cli import flow
 from tracecomm.cli.app import app
-from tracecomm.cli.exits import EXIT_OK, EXIT_PARTIAL
+from tracecomm.cli.exits import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, fail
 from tracecomm.cli.options import (
     ANALYZE_RUN,
     COMPAT,
@@ -41,6 +41,8 @@ def analyze(
     from tracecomm.render.tables import REPORT
 
     fmt, top, quiet = options.pop("output_format"), options.pop("top"), options["quiet"]
+    if top is not None and top < 1:
+        fail(f"--top {top}: list at least 1 rank", EXIT_USAGE)
     kept = flow.memo(options["cache"], "analyze", ctx.params)
     report = flow.analyze(flow.request(run, options), show_progress=fmt == "terminal")
     lines = [] if quiet else flow.warning_lines(report)

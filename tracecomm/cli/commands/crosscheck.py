@@ -12,7 +12,7 @@ from tracecomm.cli.app import app
 from tracecomm.cli.exits import EXIT_HTA_FAILED, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, fail
 from tracecomm.cli.options import QUIET, command
 
-RUN = Annotated[Path, typer.Argument(help="A run folder of traces.")]
+RUN = Annotated[Path, typer.Argument(metavar="RUN", help="A run folder of traces.")]
 
 
 @command(app, QUIET)

@@ -16,8 +16,8 @@ DOCS = {"metrics": "metrics.md", "architecture": "architecture.md"}
 WHICH = Annotated[
     str,
     typer.Argument(
-        metavar="[metrics|architecture]",
-        help="metrics: every figure defined (the §N the tool cites); architecture: the layers.",
+        metavar="TOPIC",
+        help="metrics (every figure defined: the §N the tool cites) or architecture (the layers).",
     ),
 ]
 

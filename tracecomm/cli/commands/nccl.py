@@ -16,7 +16,8 @@ FORMAT = format_option("terminal", "json", help="terminal report or one JSON doc
 LOGS = Annotated[
     list[Path],
     typer.Argument(
-        help="NCCL debug logs, Flight Recorder dumps (nccl_trace_rank_N), or folders of them."
+        metavar="LOG",
+        help="NCCL debug logs, Flight Recorder dumps (nccl_trace_rank_N), or folders of them.",
     ),
 ]
 
