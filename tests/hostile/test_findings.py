@@ -186,11 +186,15 @@ def whitespace_bomb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def test_a_gzip_bomb_is_refused_quickly_in_little_memory(whitespace_bomb: Path) -> None:
+def test_a_gzip_bomb_is_refused_early_in_little_memory(whitespace_bomb: Path) -> None:
+    """Refused once the inflated bytes pass the bound, not after inflating the 2 GiB: the
+    message says where it stopped (no timed assertion: bench/ measures speed)."""
     code, err, seconds, rss = _measured("analyze", whitespace_bomb, "-f", "json")
-    assert code == 3 and seconds < 5 and rss < 300, (code, seconds, rss, err)
+    assert code == 3 and rss < 300, (code, seconds, rss, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "rank0.json.gz" in lines[0] and "--max-inflate-ratio" in lines[0]
+    stopped = re.search(r"\(([\d.]+) MiB\)", lines[0])
+    assert stopped is not None and float(stopped.group(1)) < 512, lines[0]
 
 
 def test_a_raised_bound_lets_an_inflating_file_through(tmp_path: Path) -> None:
@@ -208,7 +212,7 @@ def test_a_huge_kernel_name_is_refused_in_little_memory(tmp_path: Path) -> None:
     text = json.dumps(trace_doc(events)).replace("sm90_gemm", "g" * (80 << 20))
     (tmp_path / "rank0.json").write_text(text)
     code, err, seconds, rss = _measured("analyze", tmp_path, "-f", "json")
-    assert code == 3 and rss < 600 and seconds < 20, (code, seconds, rss, err)
+    assert code == 3 and rss < 600, (code, seconds, rss, err)
     assert "--max-event-size" in err and len(err.strip().splitlines()) == 1
 
 

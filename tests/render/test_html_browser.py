@@ -57,12 +57,24 @@ def test_sample_run_report_renders_every_section(browser: str, tmp_path: Path) -
             SECTIONS
         )
         assert page.evaluate("document.querySelectorAll('section[data-empty]').length") == 0
-        # 1. headline: the step time and the flagged straggler, as in the JSON
+        # 1. headline: the step time, the step's shares and the findings, as in the JSON
         cards = page.evaluate(
             "[...document.querySelectorAll('.card .value')].map(e => e.textContent)"
         )
         assert cards[0] == f"{doc['throughput']['step_time_ns'] / 1e6:.2f} ms"
-        assert cards[-1] == f"rank {doc['stragglers']['flagged'][0]}"
+        assert cards[3] == f"{doc['step_parts']['busy_pct']:.1f} %"
+        assert cards[4] == f"{doc['step_parts']['exposed_comm_pct']:.1f} %"
+        assert cards[-1] == doc["findings"][0]["title"]
+        kinds = page.evaluate(
+            "[...document.querySelectorAll('#headline li.finding')].map(e => e.dataset.kind)"
+        )
+        assert kinds == [f["kind"] for f in doc["findings"]] and "straggler" in kinds
+        # the profiler's artefacts are notes, never findings
+        notes = page.evaluate(
+            "[...document.querySelectorAll('#headline ul.diagnostics li')].map(e => e.textContent)"
+        )
+        assert any("unlinked" in n for n in notes)
+        assert not any("unlinked" in t for f in doc["findings"] for t in f["evidence"])
         # 2. one bar row per rank, under its host
         assert count(page, "#ranks .rank-row") == len(doc["ranks"])
         assert page.evaluate(

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tracecomm.synth import fsdp_run_of_size, render_rank
-from tracecomm.synth.__main__ import main
+from tracecomm.synth.__main__ import _parser, _spec, main
+from tracecomm.synth.schedule import RunSpec
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "sample-run"
 # Must stay the command written in fixtures/README.md.
@@ -53,3 +54,53 @@ def test_size_target(target_mb: float) -> None:
     spec = fsdp_run_of_size(target_mb, world_size=4)
     size = sum(len(chunk.encode()) for chunk in render_rank(spec, spec.ranks[0]))
     assert 0.8 * target_mb * 1e6 <= size <= 1.2 * target_mb * 1e6
+
+
+def _spec_of(*flags: str) -> RunSpec:
+    return _spec(_parser().parse_args(["out", *flags]))
+
+
+def _compute_ns(spec: RunSpec, rank: int) -> int:
+    return sum(op.dur_ns for op in spec.ranks[rank].all_ops() if op.kind == "compute")
+
+
+def _comm_ns(spec: RunSpec, coll: str) -> int:
+    return sum(op.dur_ns for op in spec.ranks[0].all_ops() if op.kind == "comm" and op.coll == coll)
+
+
+def test_scenario_flags_change_what_they_say() -> None:
+    healthy = _spec_of("--healthy")
+    computes = {_compute_ns(healthy, r) for r in range(8)}
+    assert max(computes) < 1.01 * min(computes)  # every rank on par (jitter aside)
+    slow = _spec_of("--healthy", "--straggler", "5:0.2")
+    assert _compute_ns(slow, 5) > 1.15 * _compute_ns(slow, 4)
+    # one collective type slower, the others as they were
+    ag = _spec_of("--healthy", "--slower-collective", "AllGather=3")
+    assert _comm_ns(ag, "AllGather") > 2.5 * _comm_ns(healthy, "AllGather")
+    # (a kernel's duration includes its wait for the other members, so only about the same)
+    rs = _comm_ns(ag, "ReduceScatter") / _comm_ns(healthy, "ReduceScatter")
+    assert 0.85 < rs < 1.15
+    base = _spec_of("--no-straggler")
+    assert _comm_ns(healthy, "AllGather") < 0.3 * _comm_ns(base, "AllGather")
+    offsets = _spec_of("--ranks", "16", "--clock-offsets", "0,2.5")
+    assert offsets.host_offsets_ns == {"node0": 0, "node1": 2_500_000}
+    pp = _spec_of("--layout", "dp-pp", "--dp", "1", "--pp", "4", "--imbalanced-stage", "2:2")
+    assert _compute_ns(pp, 2) > 1.8 * _compute_ns(pp, 1)
+    dptp = _spec_of("--layout", "dp-tp", "--dp", "2", "--tp", "2")
+    assert dptp.world_size == 4
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--layout", "dp-pp", "--host-bound", "90"], "--host-bound: fsdp layout only"),
+        (["--imbalanced-stage", "1:2"], "dp-pp layout only"),
+        (["--slower-collective", "Gather=2"], "TYPE=FACTOR"),
+        (["--slower-network", "0"], "FACTOR must be > 0"),
+    ],
+)
+def test_scenario_flags_refuse_what_cannot_be_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    assert main([str(tmp_path / "out"), *flags]) == 2
+    assert message in capsys.readouterr().err

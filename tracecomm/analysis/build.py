@@ -99,6 +99,14 @@ def projection(report: Report, ctx: Context) -> Report:
     return replace(report, projection=found)
 
 
+def bottom_line(report: Report, ctx: Context) -> Report:
+    """Last: every figure a finding draws on is in the report by now."""
+    from tracecomm.analysis.findings import findings, step_parts
+
+    parts = step_parts(report)
+    return replace(report, step_parts=parts, findings=findings(report, parts))
+
+
 PROCESSORS: tuple[Processor, ...] = (
     cross_rank,
     stragglers,
@@ -109,6 +117,7 @@ PROCESSORS: tuple[Processor, ...] = (
     nccl,
     timeline,
     projection,
+    bottom_line,
 )
 
 

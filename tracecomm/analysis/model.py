@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tracecomm.analysis.finding import Finding, StepParts
 from tracecomm.analysis.rank import (
     FileFailure,
     MedianFigures,
@@ -63,6 +64,7 @@ class RunSummary:
 
 __all__ = [
     "FileFailure",
+    "Finding",
     "MedianFigures",
     "MissingRank",
     "RankFiles",
@@ -74,6 +76,7 @@ __all__ = [
     "RunData",
     "RunSummary",
     "RunTimeline",
+    "StepParts",
     "StepSummary",
     "TypeSummary",
 ]
@@ -102,6 +105,8 @@ class Report:
     # metrics.md §11 with --project: the projection, or why there is none
     projection: Projection | str | None = None
     pipelines: tuple[PipelineView, ...] = ()  # §10's pipeline view, one per send/recv group
+    step_parts: StepParts | None = None  # the bottom line (metrics.md §14): one step's parts
+    findings: tuple[Finding, ...] = ()  # and what costs the most, costliest first
 
     @property
     def partial(self) -> bool:

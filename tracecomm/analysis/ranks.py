@@ -183,7 +183,7 @@ def _summary(ranks: Sequence[RankReport], world: int | None) -> RunSummary:
         steps=tuple(steps),
         median_rank=timed[(len(timed) - 1) // 2][0] if timed else None,
         worst_rank=timed[-1][0] if timed else None,
-        worst_by="median step time" if steps else "analysis window length",
+        worst_by="median step window" if steps else "analysis window length",
         slowest_first=tuple(rank for rank, _ in reversed(timed)),
         total=_sum_figures(windows) if windows else None,
         idle_by_cause=causes,

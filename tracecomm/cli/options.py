@@ -357,6 +357,9 @@ TOP = option(
     metavar="K",
     help="Straggler ranks to list by root delay (default: 8 in the terminal, all in JSON).",
 )
+BRIEF = option(
+    "brief", bool, False, help="Print only the bottom line: step time, MFU, the top findings."
+)
 COMPAT = option(
     "compat",
     choice("hta", "hta-0.6", "hta-0.5") | None,

@@ -17,3 +17,4 @@ class View:
     width: int | None = None  # a terminal's columns; None: not a terminal (each view's width)
     color: bool | None = None  # True: a terminal, colours on; None: as the environment says
     top: int | None = None  # straggler rows to list (terminal default 8; JSON: all)
+    brief: bool = False  # the bottom line alone (terminal)

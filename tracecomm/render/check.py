@@ -66,7 +66,7 @@ def render_terminal(result: CheckResult, view: View) -> bytes:
         title=f"tracecomm check: {'PASS' if result.passed else 'REGRESSION'} "
         f"(baseline {result.baseline})",
         caption=f"medians over steps, then over the {len(result.shared_ranks)} shared ranks "
-        "(straggler delay: the worst rank)",
+        "(straggler delay: the worst rank); step_time: each rank's median step window",
         title_justify="left",
     )
     for name in ("Figure", "Baseline", "Current", "Δ", "Budget", "Verdict"):
@@ -136,7 +136,8 @@ def render_markdown(result: CheckResult, view: View) -> bytes:
         head,
         "",
         f"Baseline {_code(result.baseline)}; medians over steps, then over "
-        f"{len(result.shared_ranks)} shared ranks.",
+        f"{len(result.shared_ranks)} shared ranks; `step_time` is each rank's median step "
+        "window.",
         "",
         "| figure | baseline | current | Δ | budget | verdict |",
         "|---|---:|---:|---:|---:|---|",

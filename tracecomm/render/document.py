@@ -66,6 +66,8 @@ def report_document(report: Report, top: int | None = None) -> dict[str, Any]:
         "timeline": None if report.timeline is None else plain(asdict(report.timeline)),
         "projection": projection_document(report.projection),
         "pipelines": [plain(asdict(p)) for p in report.pipelines],
+        "step_parts": None if report.step_parts is None else plain(asdict(report.step_parts)),
+        "findings": [plain(asdict(f)) for f in report.findings],
         "partial": report.partial,
     }
 

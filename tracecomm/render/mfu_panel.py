@@ -26,7 +26,7 @@ _SEGMENTS = (
 def mfu_panel(th: Throughput, group_label: str) -> Text:
     text = Text()
     text.append("Dashboard vs MFU", style="bold")
-    text.append(f" ({th.dtype} dense peak)\n")
+    text.append(f" ({th.dtype} dense peak; shares of the ranks' analysis windows)\n")
     text.append(_step_line(th))
     if th.flops is not None:
         text.append(f"\nFLOPs per step {th.flops.per_step:.4g}\n  from {th.flops.source}")
@@ -90,7 +90,7 @@ def _share(value: float | None) -> str:
 
 
 def _step_line(th: Throughput) -> str:
-    line = f"step {duration(th.step_time_ns)} median over steps {_steps(th.steps)}"
+    line = f"step time {duration(th.step_time_ns)} median over steps {_steps(th.steps)}"
     line += f", worst {duration(th.worst_step_ns)} (step {th.worst_step})"
     if th.tokens_per_s is not None:
         line += f"\n{th.tokens_per_s:,.0f} tokens/s"

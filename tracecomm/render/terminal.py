@@ -14,6 +14,7 @@ from tracecomm.analysis.pipeline_view import PipelineView
 from tracecomm.compat.crosscheck import Crosscheck
 from tracecomm.nccl.diagnose import NcclSummary
 from tracecomm.render import View
+from tracecomm.render.bottom_line import bottom_line, findings_section
 from tracecomm.render.mfu_panel import mfu_panel
 from tracecomm.render.nccl_section import nccl_section
 from tracecomm.render.projection_section import projection_section
@@ -57,11 +58,20 @@ def render_terminal(report: Report, view: View) -> bytes:
     """The report for a terminal; every text that came from an input is made visible first
     (``text.visible``): no control character of a trace reaches the terminal."""
     out = io.StringIO()
-    _report(map_strings(report, visible), console_of(out, view, 160), view.top)
+    _report(map_strings(report, visible), console_of(out, view, 160), view.top, view.brief)
     return out.getvalue().encode()
 
 
-def _report(report: Report, console: Console, straggler_rows: int | None) -> None:
+def _report(
+    report: Report, console: Console, straggler_rows: int | None, brief: bool = False
+) -> None:
+    console.print(bottom_line(report))
+    if brief:
+        return
+    console.print()
+    found = findings_section(report)
+    if found is not None:
+        console.print(found)
     console.print(_headline(report))
     console.print()
     if report.hta_compat is not None:
@@ -107,20 +117,11 @@ def _report(report: Report, console: Console, straggler_rows: int | None) -> Non
 
 
 def _headline(report: Report) -> Text:
+    """The details' own header: which ranks the figures below are about."""
     s = report.summary
-    world = f" of {s.world_size}" if s.world_size is not None else ""
-    steps = (
-        f"steps {s.steps[0]}–{s.steps[-1]} ({len(s.steps)})"
-        if len(s.steps) > 1
-        else (f"step {s.steps[0]}" if s.steps else "no ProfilerStep: whole trace")
-    )
-    text = Text()
-    text.append(f"tracecomm {report.tool_version}", style="bold")
-    text.append(
-        f" · {s.ranks_analyzed} rank(s){world} · {'/'.join(s.timelines).upper()} timeline · {steps}"
-    )
+    text = Text("Details", style="bold")
     if s.worst_rank is not None:
-        text.append(f"\nmedian rank {s.median_rank} · worst rank {s.worst_rank} (by {s.worst_by})")
+        text.append(f": median rank {s.median_rank} · worst rank {s.worst_rank} (by {s.worst_by})")
     if report.partial:
         text.append("\npartial result: see missing ranks and warnings", style="bold yellow")
     return text
@@ -147,7 +148,7 @@ def _rank_table(report: Report) -> Table:
         caption=f"{note}\n{caption}" if note else caption,
         title_justify="left",
     )
-    for name in ("Rank", "Steps", "Window", "Step med"):
+    for name in ("Rank", "Steps", "Window", "Median step window"):
         table.add_column(name, justify="right")
     for name, style in (
         ("Compute", "green"),

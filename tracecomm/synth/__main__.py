@@ -1,23 +1,49 @@
-"""python -m tracecomm.synth OUT_DIR: write a synthetic FSDP run as Kineto trace files."""
+"""python -m tracecomm.synth OUT_DIR: write a synthetic run as Kineto trace files, with the
+problems a CI gate should catch as flags (a slower network, a straggler, an overloaded pipeline
+stage, host-bound launches, data-loader stalls, clock offsets).
+
+    python -m tracecomm.synth base/ --healthy
+    python -m tracecomm.synth slow/ --healthy --slower-collective AllGather=8
+    tracecomm check slow/ --baseline base/          # exit 1: exposed AllGather regressed
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
+from tracecomm.synth.dptp import dp_tp_run
 from tracecomm.synth.fsdp import fsdp_run, fsdp_run_of_size
-from tracecomm.synth.schedule import RunSpec
+from tracecomm.synth.pp import dp_pp_run
+from tracecomm.synth.schedule import COLL_TYPES, RunSpec
 from tracecomm.synth.writer import write_run
+
+HEALTHY_NETWORK = 0.2  # collectives 5x faster: each hides behind the layer computing beside it
+_FSDP_ONLY = ("slower_network", "slower_collective", "host_bound", "loader_stall")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tracecomm.synth", description=__doc__)
-    p.add_argument("out_dir", type=Path, metavar="OUT_DIR")
-    p.add_argument("--ranks", type=int, default=8, help="world size (one file per rank)")
-    p.add_argument(
-        "--steps", type=int, default=4, help="complete steps (one incomplete step follows)"
+    p = argparse.ArgumentParser(
+        prog="python -m tracecomm.synth",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("out_dir", type=Path, metavar="OUT_DIR")
+    layout = p.add_argument_group("layout")
+    layout.add_argument(
+        "--layout",
+        choices=("fsdp", "dp-tp", "dp-pp"),
+        default="fsdp",
+        help="FSDP (default), data x tensor parallel, or data x pipeline parallel (1F1B)",
+    )
+    layout.add_argument("--ranks", type=int, default=8, help="world size for fsdp (default 8)")
+    layout.add_argument("--dp", type=int, default=2, help="data-parallel size (dp-tp, dp-pp)")
+    layout.add_argument("--tp", type=int, default=4, help="tensor-parallel size (dp-tp)")
+    layout.add_argument("--pp", type=int, default=4, help="pipeline stages (dp-pp)")
+    layout.add_argument("--microbatches", type=int, default=8, help="per step (dp-pp)")
+    p.add_argument("--steps", type=int, default=4, help="complete steps (default 4)")
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--naming", choices=("dev", "legacy"), default="dev")
@@ -26,16 +52,145 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--size-mb",
         type=float,
-        help="aim for this many MB per uncompressed rank file (overrides --steps and --layers)",
+        help="aim for this many MB per uncompressed rank file (fsdp; overrides --steps, --layers)",
     )
     p.add_argument("--force", action="store_true", help="write into a non-empty OUT_DIR")
+    problems = p.add_argument_group("problems to generate")
+    problems.add_argument(
+        "--straggler",
+        metavar="RANK[:SLOWDOWN]",
+        help="this rank computes SLOWDOWN slower (0.06 = 6 %%); fsdp and dp-tp have one by "
+        "default (rank (seed + 3) %% world, 6 %% for fsdp)",
+    )
+    problems.add_argument("--no-straggler", action="store_true", help="every rank on par")
+    problems.add_argument(
+        "--healthy",
+        action="store_true",
+        help="a run with no problem to find, the base for a CI gate: every rank on par and, for "
+        "fsdp, a network fast enough to hide the collectives (--slower-network 0.2) and a data "
+        "loader that keeps ahead of the GPU (no synchronize at step end); the other flags add "
+        "one problem to it",
+    )
+    problems.add_argument(
+        "--slower-network",
+        type=float,
+        metavar="FACTOR",
+        help="every collective takes FACTOR times as long (fsdp; below 1: a faster network)",
+    )
+    problems.add_argument(
+        "--slower-collective",
+        action="append",
+        default=[],
+        metavar="TYPE=FACTOR",
+        help="one collective type takes FACTOR times as long, e.g. AllGather=1.5 (fsdp)",
+    )
+    problems.add_argument(
+        "--imbalanced-stage",
+        metavar="STAGE:FACTOR",
+        help="that pipeline stage holds FACTOR times the layers of the others (dp-pp)",
+    )
+    problems.add_argument(
+        "--host-bound",
+        type=float,
+        metavar="US",
+        help="the CPU takes US µs per optimizer kernel launch: the GPU waits for it (fsdp)",
+    )
+    problems.add_argument(
+        "--loader-stall",
+        type=float,
+        metavar="US",
+        help="the data loader takes US µs at each step start, the GPU waiting for it (fsdp)",
+    )
+    problems.add_argument(
+        "--clock-offsets",
+        metavar="MS,MS,...",
+        help="how far each host's clock runs ahead (ms; host h holds ranks 8h..8h+7)",
+    )
     return p
+
+
+def _straggler(args: argparse.Namespace) -> dict[str, Any]:
+    if args.straggler is None and (args.no_straggler or args.healthy):
+        return {"slowdown": 0.0}
+    if args.straggler is None:
+        return {}
+    rank, _, slowdown = args.straggler.partition(":")
+    return {"slow_rank": int(rank), "slowdown": float(slowdown) if slowdown else 0.06}
+
+
+def _comm_slowdown(args: argparse.Namespace) -> dict[str, float] | None:
+    out: dict[str, float] = {}
+    network = args.slower_network
+    if network is None and args.healthy:
+        network = HEALTHY_NETWORK
+    if network is not None:
+        out = dict.fromkeys(sorted(COLL_TYPES), network - 1.0)
+    for item in args.slower_collective:
+        name, sep, factor = item.partition("=")
+        if not sep or name not in COLL_TYPES:
+            raise ValueError(
+                f"--slower-collective {item!r}: TYPE=FACTOR, TYPE one of "
+                f"{', '.join(sorted(COLL_TYPES))}"
+            )
+        out[name] = float(factor) - 1.0
+    if any(f <= -1.0 for f in out.values()):
+        raise ValueError("a collective cannot take zero time or less: FACTOR must be > 0")
+    return out or None
+
+
+def _offsets(args: argparse.Namespace) -> list[int] | None:
+    if not args.clock_offsets:
+        return None
+    return [round(float(ms) * 1e6) for ms in args.clock_offsets.split(",") if ms.strip()]
 
 
 def _spec(args: argparse.Namespace) -> RunSpec:
     gzip = not args.no_gzip
+    if args.layout != "fsdp":
+        used = [f"--{n.replace('_', '-')}" for n in _FSDP_ONLY if getattr(args, n)]
+        if used:
+            raise ValueError(f"{', '.join(used)}: fsdp layout only")
+    if args.layout == "dp-tp":
+        return dp_tp_run(
+            dp=args.dp,
+            tp=args.tp,
+            steps=args.steps,
+            layers=args.layers,
+            seed=args.seed,
+            naming=args.naming,
+            gzip=gzip,
+            host_offsets_ns=_offsets(args),
+            **_straggler(args),
+        )
+    if args.layout == "dp-pp":
+        layers = [2] * args.pp
+        if args.imbalanced_stage:
+            stage, _, factor = args.imbalanced_stage.partition(":")
+            layers[int(stage)] = max(1, round(2 * float(factor or 2)))
+        kwargs = _straggler(args)
+        return dp_pp_run(
+            dp=args.dp,
+            pp=args.pp,
+            microbatches=args.microbatches,
+            steps=args.steps,
+            layers_per_stage=layers,
+            seed=args.seed,
+            naming=args.naming,
+            gzip=gzip,
+            host_offsets_ns=_offsets(args),
+            **kwargs,
+        )
+    if args.imbalanced_stage:
+        raise ValueError("--imbalanced-stage: dp-pp layout only")
     if args.size_mb is not None:
         return fsdp_run_of_size(args.size_mb, world_size=args.ranks, seed=args.seed, gzip=gzip)
+    extra: dict[str, Any] = {}
+    if args.host_bound is not None:
+        extra["optimizer_launch_us"] = args.host_bound
+    if args.loader_stall is not None or args.healthy:
+        extra |= {"step_end_sync": False, "idle_detail": True}
+    if args.loader_stall is not None:
+        extra["dataloader_us"] = args.loader_stall
     return fsdp_run(
         world_size=args.ranks,
         steps=args.steps,
@@ -44,6 +199,10 @@ def _spec(args: argparse.Namespace) -> RunSpec:
         naming=args.naming,
         time_format=args.time_format,
         gzip=gzip,
+        comm_slowdown=_comm_slowdown(args),
+        host_offsets_ns=_offsets(args),
+        **_straggler(args),
+        **extra,
     )
 
 

@@ -11,6 +11,7 @@ from tracecomm.cli.app import app
 from tracecomm.cli.exits import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, fail
 from tracecomm.cli.options import (
     ANALYZE_RUN,
+    BRIEF,
     COMPAT,
     DETAIL,
     PROJECT,
@@ -26,7 +27,7 @@ FORMAT = format_option(
 )
 
 
-@command(app, (FORMAT, DETAIL, TOP, COMPAT), ANALYZE_RUN, (PROJECT, WEAK))
+@command(app, (FORMAT, BRIEF, DETAIL, TOP, COMPAT), ANALYZE_RUN, (PROJECT, WEAK))
 def analyze(
     ctx: typer.Context,
     run: RUNS,
@@ -41,10 +42,11 @@ def analyze(
     from tracecomm.render.tables import REPORT
 
     fmt, top, quiet = options.pop("output_format"), options.pop("top"), options["quiet"]
+    brief = options.pop("brief")
     if top is not None and top < 1:
         fail(f"--top {top}: list at least 1 rank", EXIT_USAGE)
     kept = flow.memo(options["cache"], "analyze", ctx.params)
     report = flow.analyze(flow.request(run, options), show_progress=fmt == "terminal")
     lines = [] if quiet else flow.warning_lines(report)
     code = EXIT_PARTIAL if report.partial else EXIT_OK
-    flow.finish(kept, REPORT[fmt](report, flow.view(top)), lines, code)
+    flow.finish(kept, REPORT[fmt](report, flow.view(top, brief)), lines, code)

@@ -82,60 +82,88 @@
     node.appendChild(sv("title", null, text));  // also for keyboards and screenshots' DOM
   }
 
-  // ---- 1. headline ---------------------------------------------------------------------
+  // ---- 1. headline: the bottom line (metrics.md §14) ----------------------------------
   function headline() {
     var s = section("headline", "tracecomm report");
-    var sum = doc.summary || {}, tp = doc.throughput || {}, st = doc.stragglers;
-    var gaps = (tp.gaps && tp.gaps[0]) || {};
+    var sum = doc.summary || {}, tp = doc.throughput || {}, parts = doc.step_parts || {};
+    var found = doc.findings || [];
     s.appendChild(el("p", { class: "sub" },
       sum.ranks_analyzed + " ranks analyzed" +
       (sum.world_size ? " of " + sum.world_size : "") +
       ", steps " + (sum.steps || []).join(", ") + " · " + (doc.inputs || []).join(", ")));
-    var worst = null;
-    if (st && st.flagged && st.flagged.length) {
-      var ranks = byId(st.ranks, "rank");
-      worst = ranks[st.flagged[0]];
-    }
+    var hasMfu = tp.mfu !== null && tp.mfu !== undefined;
+    var top = found.length ? found[0] : null;
     var cards = [
-      ["Step time", ms(tp.step_time_ns), tp.worst_step_ns ? "worst " + ms(tp.worst_step_ns) : ""],
+      ["Step time", ms(tp.step_time_ns), tp.step_time_ns ?
+        "the slowest rank's ProfilerStep, median" : "no ProfilerStep in the traces"],
       ["Tokens / s", tp.tokens_per_s ? Math.round(tp.tokens_per_s).toLocaleString("en-US") : "–",
         tp.tokens_per_s ? "" : "needs the model's tokens per step"],
-      ["MFU", tp.mfu !== null && tp.mfu !== undefined ? pct(tp.mfu * 100) : "–",
-        tp.mfu !== null && tp.mfu !== undefined ? "peak " + tp.peak_total_tflops + " TFLOP/s" :
-          "needs the model's FLOPs"],
-      ["GPU busy", pct(gaps.busy_pct !== undefined ? gaps.busy_pct :
-        (sum.total || {}).busy_pct), "what a dashboard shows"],
-      ["Exposed comm", pct(gaps.exposed_comm_pct !== undefined ? gaps.exposed_comm_pct : null),
-        "of the analysis window"],
-      ["Worst straggler", worst ? "rank " + worst.rank : "none flagged",
-        worst ? ms(worst.delay_caused_per_step_ns) + " delay / step; " +
-          pct(st.recoverable_pct) + " recoverable" : (st ? "" : "needs matched collectives")]
+      ["MFU", hasMfu ? pct(tp.mfu * 100) : "–",
+        hasMfu ? "peak " + tp.peak_total_tflops + " TFLOP/s" : "needs the model's FLOPs"],
+      ["GPU busy", pct(parts.busy_pct), "a dashboard's figure, of the step"],
+      ["Exposed comm", pct(parts.exposed_comm_pct), parts.basis ? "of " + parts.basis : ""],
+      ["Costs the most", top ? top.title : "nothing", top ? cost(top) : "no finding of 2 % " +
+        "of the step or more"]
     ];
-    s.appendChild(el("div", { class: "cards" }, cards.map(function (c) {
-      return el("div", { class: "card" }, el("div", { class: "label" }, c[0]),
-        el("div", { class: "value" }, c[1]), el("div", { class: "note" }, c[2]));
+    s.appendChild(el("div", { class: "cards" }, cards.map(function (c, i) {
+      return el("div", { class: i === cards.length - 1 ? "card finding-card" : "card" },
+        el("div", { class: "label" }, c[0]), el("div", { class: "value" }, c[1]),
+        el("div", { class: "note" }, c[2]));
     })));
-    var items = diagnostics();
-    s.appendChild(el("h3", null, "Top diagnostics"));
-    if (!items.length) {
-      s.appendChild(el("p", { class: "empty" }, "No warnings, notes or NCCL diagnostics."));
+    s.appendChild(el("h3", null, "What costs the most, per step"));
+    if (!found.length) {
+      s.appendChild(el("p", { class: "empty" },
+        "Nothing costs 2 % of the step or more: no finding."));
     } else {
-      s.appendChild(el("ul", { class: "diagnostics" }, items.slice(0, 8).map(function (d) {
+      s.appendChild(el("ol", { class: "findings" }, found.map(finding)));
+    }
+    var notes = notices();
+    if (notes.length) {
+      s.appendChild(el("h3", null, "Notes"));
+      s.appendChild(el("ul", { class: "diagnostics" }, notes.slice(0, 8).map(function (d) {
         return el("li", { class: d[0] }, d[1]);
       })));
     }
   }
-  function diagnostics() {
+  function cost(f) {
+    if (f.cost_ns === null) return f.severity === "input" ? "fix the input first" :
+      "cost unknown from the traces";
+    var parts = doc.step_parts || {};
+    var per = parts.per_step === false ? " of " + parts.basis : " per step";
+    return ms(f.cost_ns) + per + " (" + pct(f.cost_pct) + ")";
+  }
+  function where(f) {
+    var out = [];
+    var all = (doc.ranks || []).length;
+    if (all > 1 && f.ranks.length === all) out.push("all ranks");
+    else if (f.ranks.length) out.push((f.ranks.length > 1 ? "ranks " : "rank ") +
+      (f.ranks.length > 8 ? f.ranks.slice(0, 8).join(", ") + ", …" : f.ranks.join(", ")));
+    if (f.stage !== null) out.push("stage " + f.stage);
+    if (f.group) out.push("group " + f.group);
+    if (f.hosts.length) out.push(f.hosts.join(", "));
+    return out.join(" · ");
+  }
+  function finding(f) {
+    var li = el("li", { class: "finding " + f.severity, "data-kind": f.kind },
+      el("div", { class: "head" }, el("strong", null, f.title), " — " + cost(f),
+        el("span", { class: "where" }, where(f) ? " — " + where(f) : "")));
+    var rows = f.evidence.map(function (e) { return ["why", e]; })
+      .concat(f.advice.map(function (a) { return ["try", a]; }));
+    li.appendChild(el("dl", null, rows.map(function (r) {
+      return el("div", { class: r[0] }, el("dt", null, r[0]), el("dd", null, r[1]));
+    })));
+    return li;
+  }
+  function notices() {
+    // what is not a finding: missing ranks, warnings, NCCL warnings, notes, what MFU needs
     var out = [];
     (doc.missing_ranks || []).forEach(function (m) {
       out.push(["error", "rank " + (m.rank === null ? "?" : m.rank) + " missing: " + m.reason]);
     });
     if (doc.nccl && doc.nccl.diagnostics) {
-      doc.nccl.diagnostics.forEach(function (d) { out.push([d.severity, "NCCL: " + d.message]); });
-    }
-    if (doc.stragglers && doc.stragglers.flagged && doc.stragglers.flagged.length) {
-      out.push(["warning", "straggler rank(s) " + doc.stragglers.flagged.join(", ") +
-        ": removing them gives back " + pct(doc.stragglers.recoverable_pct) + " of the step"]);
+      doc.nccl.diagnostics.forEach(function (d) {
+        if (d.severity !== "error") out.push([d.severity, "NCCL: " + d.message]);
+      });
     }
     (doc.warnings || []).forEach(function (w) { out.push(["warning", w]); });
     (doc.notes || []).forEach(function (n) {
@@ -148,7 +176,9 @@
   // ---- 2. per-rank stacked bars --------------------------------------------------------
   function rankBars() {
     var s = section("ranks", "Where each rank's step went",
-      "Per step (analysis window ÷ steps): compute, communication not hidden behind compute " +
+      "Per step, as each rank's analysis window ÷ its steps (GPU time from a step's first " +
+      "kernel to the last included step's last; not the step time above): compute, " +
+      "communication not hidden behind compute " +
       "by collective type, exposed memory copies, idle. Collective types exposed at the same " +
       "time share their part of the bar; the tooltip gives each type's own figure.");
     var ranks = (doc.ranks || []).filter(function (r) { return r.window && r.steps_included; });
@@ -212,7 +242,7 @@
           var rect = sv("rect", { x: x, y: y + 2, width: Math.max(w, 0.5), height: rowH - 4,
             fill: p[2] });
           hover(rect, "rank " + d.rank + " (" + d.host + ")\n" + p[0] + ": " + ms(p[3]) +
-            " per step" + (p[4] || "") + "\nstep window: " + ms(d.total));
+            " per step" + (p[4] || "") + "\nanalysis window ÷ steps: " + ms(d.total));
           g.appendChild(rect);
           x += w;
         });
@@ -494,7 +524,7 @@
       return;
     }
     var compute = total.compute_ns / steps, step = (doc.throughput || {}).step_time_ns || null;
-    var shares = ((doc.throughput || {}).gaps || [{}])[0].exposed_comm_by_type_pct || {};
+    var shares = (doc.step_parts || {}).exposed_comm_by_type_pct || {};  // as the headline
     var left = 110, w = 700, rowH = 26, top = 6;
     var max = compute;
     types.forEach(function (t) { max = Math.max(max, t.comm_ns / steps); });
@@ -510,7 +540,7 @@
         width: exposed / max * w, height: rowH - 8, fill: typeColour(t.coll_type) });
       var text = t.coll_type + " per step and rank\ncomm " + ms(comm) + ", exposed " +
         ms(exposed) + "\ncomm ÷ compute " + (comm / compute).toFixed(2) +
-        (shares[t.coll_type] !== undefined ? "\nexposed share of the window " +
+        (shares[t.coll_type] !== undefined ? "\nexposed share of the step " +
           pct(shares[t.coll_type]) : "");
       hover(hidden, text); hover(shown, text);
       g.appendChild(hidden); g.appendChild(shown);
@@ -525,7 +555,7 @@
     s.appendChild(svg);
     var table = el("table", { class: "figures" }, el("tr", null, el("th", null, "collective"),
       el("th", null, "comm / step"), el("th", null, "exposed / step"),
-      el("th", null, "exposed share of window"), el("th", null, "comm ÷ compute")));
+      el("th", null, "exposed share of the step"), el("th", null, "comm ÷ compute")));
     types.forEach(function (t) {
       table.appendChild(el("tr", null, el("td", null, t.coll_type), el("td", null, ms(t.comm_ns / steps)),
         el("td", null, ms(t.exposed_comm_ns / steps)), el("td", null, pct(shares[t.coll_type])),

@@ -1,0 +1,78 @@
+"""The terminal report opens with the bottom line, on one screen: at most 25 lines at 100
+columns hold the run's identity, the step time, busy beside MFU, and the top findings with
+what to try (issue 22; metrics.md §14). ``--brief`` prints only that."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import SAMPLE_RUN
+
+WIDTH, SCREEN = 100, 25
+
+
+def tracecomm(*args: str) -> str:
+    env = {**os.environ, "COLUMNS": str(WIDTH), "NO_COLOR": "1"}
+    run = subprocess.run(
+        [sys.executable, "-m", "tracecomm", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=300,
+    )
+    return run.stdout
+
+
+@pytest.fixture(scope="module")
+def document() -> dict:
+    return json.loads(tracecomm("analyze", str(SAMPLE_RUN), "-f", "json"))
+
+
+@pytest.fixture(scope="module")
+def screen() -> list[str]:
+    return tracecomm("analyze", str(SAMPLE_RUN)).splitlines()[:SCREEN]
+
+
+def test_the_first_screen_holds_the_bottom_line(screen: list[str], document: dict) -> None:
+    text = "\n".join(screen)
+    step = document["throughput"]["step_time_ns"] / 1e6
+    assert screen[0].startswith("tracecomm ") and "8 ranks of 8" in screen[0]
+    assert f"step time {step:.3f} ms" in text
+    assert "GPU busy " in text and "MFU –" in text and "--model-flops-per-step" in text
+    parts = document["step_parts"]
+    assert f"exposed comm {parts['exposed_comm_pct']:.1f} %" in text
+    # every finding of the bottom line is on the screen with its cost and one line to try
+    top = document["findings"]
+    assert len(top) >= 3
+    for i, finding in enumerate(top[:3], 1):
+        head = next(line for line in screen if line.startswith(f" {i}. "))
+        assert finding["title"] in head
+        assert f"{finding['cost_ns'] / 1e6:.3f} ms per step ({finding['cost_pct']:.1f} %)" in head
+        after = screen[screen.index(head) + 1 : screen.index(head) + 3]
+        assert after[0].lstrip().startswith("why: ") and after[1].lstrip().startswith("try: ")
+    assert top[0]["kind"] == "exposed_comm" and top[0]["coll_type"] == "AllGather"
+    assert any(f["kind"] == "straggler" and f["ranks"] == [3] for f in top)
+    assert all(len(line) <= WIDTH for line in screen)
+
+
+def test_brief_prints_only_the_bottom_line(screen: list[str]) -> None:
+    brief = tracecomm("analyze", str(SAMPLE_RUN), "--brief").splitlines()
+    assert len(brief) <= SCREEN
+    assert brief == screen[: len(brief)]
+    assert not any("Details" in line or line.startswith("Findings") for line in brief)
+
+
+def test_every_step_time_printed_is_the_runs_or_named(document: dict) -> None:
+    """Issue 22: one step time. Any other per-step duration the report prints says what it is
+    (a rank's median step window, a replayed step) instead of calling itself the step time."""
+    text = tracecomm("analyze", str(SAMPLE_RUN))
+    step = f"{document['throughput']['step_time_ns'] / 1e6:.3f} ms"
+    for line in text.splitlines():
+        if "step time" in line.lower():
+            assert step in line or "step time –" in line, line

@@ -1,0 +1,658 @@
+"""The bottom line: what costs the most, and what to try (metrics.md §14).
+
+A finding names a problem (what), where it is (ranks, collective type, stage, group, host), how
+much it costs per step (ns and % of the step time; the recoverable share when known), why (the
+evidence, with the section of metrics.md that defines it) and what to try, specific to the
+cause. Findings are ranked: a problem with the inputs first (it makes other figures wrong),
+then by cost, then findings whose cost the traces cannot give (an NCCL socket fallback).
+Notes and profiler artefacts (unlinked events, an excluded step) are not findings.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from tracecomm.analysis.finding import Finding, StepParts
+from tracecomm.analysis.model import Report
+from tracecomm.analysis.rank import RankReport
+from tracecomm.engine.model import WindowFigures
+from tracecomm.text import compact_ranges
+
+# A costed finding must cost at least this share of the step: below it, it is noise.
+MIN_COST_PCT = 2.0
+SEVERITY_ORDER = {"input": 0, "cost": 1, "uncosted": 2}
+
+
+@dataclass(frozen=True)
+class StepBasis:
+    """What a finding's share is a share of: the run's step time (metrics.md §8), or, without
+    ProfilerStep spans, the median rank's analysis window (named so; costs are then over that
+    window, not per step)."""
+
+    step_ns: int
+    name: str
+    per_step: bool
+
+
+def step_basis(report: Report) -> StepBasis | None:
+    th = report.throughput
+    if th is not None and th.step_time_ns:
+        return StepBasis(th.step_time_ns, "the step time", per_step=True)
+    median = next((r for r in report.rank_reports if r.rank == report.summary.median_rank), None)
+    if median is not None and median.breakdown.window is not None:
+        window = median.breakdown.window.figures.window_ns
+        if window > 0:
+            return StepBasis(window, f"rank {median.rank}'s analysis window", per_step=False)
+    return None
+
+
+def step_parts(report: Report) -> StepParts | None:
+    basis = step_basis(report)
+    if basis is None:
+        return None
+    ranks = report.rank_reports
+    by_type = {
+        t.coll_type: _per_step(ranks, _of_type(t.coll_type, exposed=True), basis)[0]
+        for t in report.type_summaries
+    }
+    exposed, _ = _per_step(ranks, lambda w: w.figures.exposed_comm_ns, basis)
+    memory, _ = _per_step(ranks, lambda w: w.figures.exposed_memory_ns, basis)
+    idle, _ = _per_step(ranks, lambda w: w.figures.idle_ns, basis)
+    return StepParts(
+        basis=basis.name,
+        per_step=basis.per_step,
+        step_ns=basis.step_ns,
+        busy_pct=100.0 - _share(idle, basis),
+        exposed_comm_ns=exposed,
+        exposed_comm_pct=_share(exposed, basis),
+        exposed_comm_by_type_ns={t: ns for t, ns in by_type.items() if ns > 0},
+        exposed_comm_by_type_pct={t: _share(ns, basis) for t, ns in by_type.items() if ns > 0},
+        exposed_memory_ns=memory,
+        exposed_memory_pct=_share(memory, basis),
+        idle_ns=idle,
+        idle_pct=_share(idle, basis),
+    )
+
+
+def findings(report: Report, parts: StepParts | None) -> tuple[Finding, ...]:
+    found: list[Finding] = []
+    found += _impossible_mfu(report)
+    if parts is not None:
+        basis = StepBasis(parts.step_ns, parts.basis, parts.per_step)
+        stages = _stage_imbalance(report, basis)
+        found += stages + _exposed_comm(report, basis, parts)
+        found += _pipeline_bubble(
+            report, basis, parts, max((f.cost_ns or 0 for f in stages), default=0)
+        )
+        for rule in _COSTED:
+            found += rule(report, basis)
+    found += _nccl(report)
+    found = _fold_stage_stragglers(found)
+    costed = [f for f in found if f.severity == "cost"]
+    kept = [f for f in found if f.severity != "cost"]
+    kept += [f for f in costed if (f.cost_pct or 0) >= MIN_COST_PCT]
+    return tuple(
+        sorted(
+            kept,
+            key=lambda f: (SEVERITY_ORDER[f.severity], -(f.cost_ns or 0), f.kind, f.ranks),
+        )
+    )
+
+
+def _fold_stage_stragglers(found: list[Finding]) -> list[Finding]:
+    """Ranks flagged as stragglers because their pipeline stage holds more layers are one
+    problem, not two: the stage finding stays and says so."""
+    stage_ranks = {r for f in found if f.kind == "stage_imbalance" for r in f.ranks}
+    folded = [
+        f for f in found if f.kind == "straggler" and stage_ranks and set(f.ranks) <= stage_ranks
+    ]
+    if not folded:
+        return found
+    note = (
+        f"the straggler analysis flags the same ranks ({compact_ranges(folded[0].ranks)}, "
+        "metrics.md §6): they are late because their stage computes more"
+    )
+    return [
+        replace(f, evidence=(*f.evidence, note)) if f.kind == "stage_imbalance" else f
+        for f in found
+        if f not in folded
+    ]
+
+
+# --- the per-step figures findings are costed from ------------------------------------------
+
+
+def _period_share(r: RankReport, value: Callable[[WindowFigures], int]) -> float | None:
+    """The share of the rank's steps that ``value`` takes, the time between two steps counted
+    with the steps: its analysis window holds n steps and the n − 1 gaps between them (step
+    windows run from a step's first device work to its last, so a data loader stall before the
+    first kernel falls in a gap), and one mean gap is added for the gap before the first step.
+    Step windows that overlap (the GPU still busy with the last step) leave no gap. In [0, 1]."""
+    whole = r.breakdown.window
+    if whole is None or whole.figures.window_ns <= 0:
+        return None
+    inside = [
+        s.window
+        for s in r.breakdown.steps
+        if s.window is not None
+        and whole.start_ns <= s.window.start_ns
+        and s.window.end_ns <= whole.end_ns
+    ]
+    gap_ns = gap = 0.0
+    if len(inside) >= 2:
+        gaps = len(inside) - 1
+        gap_ns = max(
+            0.0, (whole.figures.window_ns - sum(w.figures.window_ns for w in inside)) / gaps
+        )
+        gap = min(gap_ns, max(0.0, (value(whole) - sum(value(w) for w in inside)) / gaps))
+    return min(1.0, max(0.0, (value(whole) + gap) / (whole.figures.window_ns + gap_ns)))
+
+
+def _per_step(
+    ranks: Sequence[RankReport], value: Callable[[WindowFigures], int], basis: StepBasis
+) -> tuple[int, tuple[int, ...]]:
+    """The median over ranks of each rank's share (``_period_share``), as ns of the basis;
+    and the ranks where it is not zero."""
+    shares = {r.rank: share for r in ranks if (share := _period_share(r, value)) is not None}
+    if not shares:
+        return 0, ()
+    median = statistics.median(shares.values())
+    where = tuple(sorted(rank for rank, share in shares.items() if share > 0))
+    return math.floor(median * basis.step_ns + 0.5), where
+
+
+def _share(ns: int, basis: StepBasis) -> float:
+    return min(100.0, 100.0 * ns / basis.step_ns)
+
+
+def _where(ranks: Sequence[int], report: Report) -> str:
+    everyone = {r.rank for r in report.rank_reports}
+    if set(ranks) == everyone and len(everyone) > 1:
+        return "all ranks"
+    return f"rank{'s' if len(ranks) != 1 else ''} {compact_ranges(ranks)}"
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.3f} ms"
+
+
+# --- exposed communication, by collective type -------------------------------------------------
+
+_COMM_ADVICE = {
+    "AllGather": (
+        "FSDP: prefetch the next AllGather while this layer computes (FSDP1 "
+        "forward_prefetch=True, backward_prefetch=BACKWARD_PRE; FSDP2 "
+        "set_modules_to_forward_prefetch / set_modules_to_backward_prefetch)",
+        "let more AllGathers be in flight (FSDP1 limit_all_gathers=False) or keep parameters "
+        "gathered between forward and backward (reshard_after_forward=False: more memory)",
+        "wrap larger units (fewer, larger AllGathers overlap better than many small ones)",
+    ),
+    "ReduceScatter": (
+        "FSDP: start each gradient ReduceScatter while backward continues "
+        "(backward_prefetch=BACKWARD_PRE); wrap larger units so fewer, larger ones run",
+        "reduce gradients in bf16 (MixedPrecision reduce_dtype=torch.bfloat16): half the bytes",
+    ),
+    "AllReduce": (
+        "DDP: tune bucket_cap_mb (larger buckets: fewer AllReduces; smaller: the first one starts "
+        "earlier in backward); gradient_as_bucket_view=True; static_graph=True",
+        "check that the first buckets do not wait for the whole backward (unused parameters, "
+        "find_unused_parameters=True)",
+    ),
+    "AllToAll": (
+        "MoE: overlap the token dispatch / combine with expert or shared-expert compute; keep "
+        "expert parallelism inside a node; lower the capacity factor",
+    ),
+    "SendRecv": (
+        "pipeline: more micro-batches per step, or an interleaved schedule (virtual stages), so "
+        "each transfer hides behind another micro-batch's compute; balance the stages",
+    ),
+}
+_OTHER_COMM_ADVICE = (
+    "find what issues it (tracecomm export shows it on the timeline; NCCL_DEBUG=INFO "
+    "NCCL_DEBUG_SUBSYS=COLL logs every call)",
+)
+
+
+def _exposed_comm(report: Report, basis: StepBasis, parts: StepParts) -> list[Finding]:
+    socket = _socket_fallback(report)
+    out = []
+    for coll, cost in parts.exposed_comm_by_type_ns.items():
+        if coll == "SendRecv" and report.pipelines:
+            continue  # waits of pipeline stages: the pipeline bubble finding
+        total, _ = _per_step(report.rank_reports, _of_type(coll, exposed=False), basis)
+        _, ranks = _per_step(report.rank_reports, _of_type(coll, exposed=True), basis)
+        evidence = [
+            f"{coll} runs {_ms(total)} per step on the median rank; {_ms(cost)} of it with no "
+            "compute kernel running beside it (exposed, metrics.md §3)"
+        ]
+        evidence += _bandwidth_evidence(report, coll)
+        advice = list(_COMM_ADVICE.get(coll, _OTHER_COMM_ADVICE))
+        if socket:
+            advice.insert(0, "NCCL runs inter-node traffic over TCP sockets: fix that first")
+        out.append(
+            Finding(
+                kind="exposed_comm",
+                severity="cost",
+                title=f"{coll} exposed",
+                cost_ns=cost,
+                cost_pct=_share(cost, basis),
+                recoverable_pct=None,
+                ranks=ranks,
+                coll_type=coll,
+                stage=None,
+                group=_group_of(report, coll),
+                hosts=(),
+                evidence=tuple(evidence),
+                advice=tuple(advice),
+                section="metrics.md §3",
+            )
+        )
+    return out
+
+
+def _of_type(coll: str, exposed: bool) -> Callable[[WindowFigures], int]:
+    def value(w: WindowFigures) -> int:
+        return sum(
+            t.exposed_comm_ns if exposed else t.comm_ns for t in w.by_type if t.coll_type == coll
+        )
+
+    return value
+
+
+def _group_of(report: Report, coll: str) -> str | None:
+    cr = report.cross_rank
+    if cr is None or cr.aligned.is_empty():
+        return None
+    groups = sorted(set(cr.aligned.filter(cr.aligned["coll_type"] == coll)["pg"].to_list()))
+    return ", ".join(groups[:3]) + (" …" if len(groups) > 3 else "") if groups else None
+
+
+def _bandwidth_evidence(report: Report, coll: str) -> list[str]:
+    bw = report.bandwidth
+    if bw is None:
+        return []
+    rows = [r for r in bw.rows if r.coll_type == coll]
+    if not rows:
+        return []
+    largest = max(rows, key=lambda r: r.bytes_median)
+    line = (
+        f"bus bandwidth {largest.busbw_gbps:,.1f} GB/s at {largest.size_bucket} messages "
+        "(metrics.md §7)"
+    )
+    if bw.link_gbps is not None and largest.below_link_pct is not None:
+        line += f"; {largest.below_link_pct:.0f} % of them below the {bw.link_gbps:g} Gbit/s link"
+    return [line]
+
+
+def _socket_fallback(report: Report) -> bool:
+    nccl = report.nccl
+    return nccl is not None and any(
+        d.rule == "transport_fallback" and d.severity == "error" for d in nccl.diagnostics
+    )
+
+
+# --- stragglers and stages -----------------------------------------------------------------------
+
+
+def _stragglers(report: Report, basis: StepBasis) -> list[Finding]:
+    st = report.stragglers
+    if st is None or not st.flagged:
+        return []
+    recoverable = st.replay.recoverable_pct if st.replay is not None else st.recoverable_pct
+    if recoverable is None:
+        return []
+    recoverable = min(100.0, max(0.0, recoverable))
+    cost = math.floor(basis.step_ns * recoverable / 100 + 0.5)
+    by_rank = {r.rank: r for r in st.ranks}
+    hosts = {r.rank: r.host for r in report.rank_reports}
+    evidence = []
+    for rank in st.flagged[:3]:
+        r = by_rank.get(rank)
+        if r is None:
+            continue
+        ratio = f" (compute ratio {r.compute_ratio:.3f})" if r.compute_ratio is not None else ""
+        evidence.append(
+            f"rank {rank} computes {_ms(r.compute_excess_ns)} more per step than its peers"
+            f"{ratio} and holds the others {_ms(r.delay_caused_per_step_ns)} per step; it "
+            f"arrived last at {r.times_last} collectives (metrics.md §6)"
+        )
+    where_hosts = tuple(sorted({h for rank in st.flagged if (h := hosts.get(rank)) is not None}))
+    on = f" on {', '.join(where_hosts)}" if where_hosts else ""
+    first = st.flagged[0]
+    return [
+        Finding(
+            kind="straggler",
+            severity="cost",
+            title=f"straggler: {_where(st.flagged, report)}{on}",
+            cost_ns=cost,
+            cost_pct=_share(cost, basis),
+            recoverable_pct=recoverable,
+            ranks=tuple(st.flagged),
+            coll_type=None,
+            stage=None,
+            group=None,
+            hosts=where_hosts,
+            evidence=tuple(evidence),
+            advice=(
+                f"look at rank {first}'s GPU{on}: nvidia-smi -q -d CLOCK,PERFORMANCE,TEMPERATURE "
+                "(clocks throttled for power or heat?), ECC errors, the PCIe / NVLink link width",
+                f"compare rank {first}'s kernels with a peer's step by step (tracecomm report "
+                f"--timeline-ranks {first},<peer>); different kernels mean different work "
+                "(data skew, an uneven shard), the same kernels slower mean the device",
+                "move the rank to another node for a run: a slowness that stays with the node is "
+                "the hardware",
+            ),
+            section="metrics.md §6",
+        )
+    ]
+
+
+def _stage_imbalance(report: Report, basis: StepBasis) -> list[Finding]:
+    """A stage computing more than the other stages of its pipeline: one finding per stage
+    index over the job's pipelines (each data-parallel replica is a pipeline of its own).
+
+    Its cost is what it adds to the step: in 1F1B every micro-batch but the first passes the
+    slowest stage in turn, so a stage computing ``excess`` more per step than the others
+    (``excess / m`` per micro-batch) holds the pipeline about ``(m − 1) / m · excess``."""
+    excess_by_stage: dict[int, list[tuple[float, int, float, float, float]]] = {}
+    for view in report.pipelines:
+        stages = sorted(view.per_stage, key=lambda s: s.stage)
+        if len(stages) < 2:
+            continue
+        heaviest = max(stages, key=lambda s: (s.compute_ns, -s.stage))
+        median = statistics.median(s.compute_ns for s in stages if s.stage != heaviest.stage)
+        if median > 0 and heaviest.compute_ns > median:
+            m = view.microbatches
+            held = (m - 1) / m if m else 1.0
+            mean = statistics.mean(s.compute_ns for s in stages)
+            excess_by_stage.setdefault(heaviest.stage, []).append(
+                (heaviest.compute_ns - median, heaviest.rank, median, held, mean)
+            )
+    out = []
+    for stage, rows in sorted(excess_by_stage.items()):
+        excess = statistics.median(r[0] for r in rows)
+        cost = math.floor(statistics.median(r[0] * r[3] for r in rows) + 0.5)
+        others = statistics.median(r[2] for r in rows)
+        # to balance, the stage keeps the pipelines' mean compute and hands on the rest
+        move = statistics.median(1 - r[4] / (r[2] + r[0]) for r in rows)
+        ranks = tuple(sorted({r[1] for r in rows}))
+        out.append(
+            Finding(
+                kind="stage_imbalance",
+                severity="cost",
+                title=f"pipeline stage {stage} overloaded (+{100 * excess / others:.0f} % compute)",
+                cost_ns=cost,
+                cost_pct=_share(cost, basis),
+                recoverable_pct=None,
+                ranks=ranks,
+                coll_type=None,
+                stage=stage,
+                group=None,
+                hosts=(),
+                evidence=(
+                    f"stage {stage} computes {_ms(others + excess)} per step, the other stages "
+                    f"{_ms(others)} (medians over {len(rows)} pipeline(s), metrics.md §10); each "
+                    "micro-batch after the first waits for it in turn",
+                ),
+                advice=(
+                    f"move about {100 * move:.0f} % of stage {stage}'s layers to its neighbours "
+                    "(an uneven split: Megatron "
+                    "--decoder-first/last-pipeline-num-layers, torchtitan's pipeline split "
+                    "points), counting the embedding and the loss with the first and last stage",
+                ),
+                section="metrics.md §10",
+            )
+        )
+    return out
+
+
+def _pipeline_bubble(
+    report: Report, basis: StepBasis, parts: StepParts, imbalance_ns: int
+) -> list[Finding]:
+    """On pipeline stages a wait for the neighbour stage sits inside the receive kernel (it
+    starts early and spins), so exposed SendRecv is mostly bubble, not transfer: the two are
+    one finding with the stages' idle fill / drain / wait, less what an overloaded stage
+    causes (its own finding)."""
+    if not report.pipelines:
+        return []
+    stage_ranks = {s.rank for v in report.pipelines for s in v.per_stage}
+    ranks = [r for r in report.rank_reports if r.rank in stage_ranks] or report.rank_reports
+    recv, _ = _per_step(ranks, _of_type("SendRecv", exposed=True), basis)
+    idle, _ = _per_step(ranks, _idle_of(_PIPELINE_IDLE), basis)
+    cost = max(0, recv + idle - imbalance_ns)
+    if cost <= 0:
+        return []
+    evidence = [
+        f"the stages wait {_ms(recv)} per step inside receives (exposed SendRecv, metrics.md "
+        f"§3) and idle {_ms(idle)} (pipeline fill, drain and wait, metrics.md §10)"
+        + (f", less {_ms(imbalance_ns)} an overloaded stage causes" if imbalance_ns else "")
+    ]
+    for view in report.pipelines[:2]:
+        if view.textbook_bubble_pct is not None and view.per_stage:
+            measured = statistics.median(s.bubble_pct for s in view.per_stage)
+            evidence.append(
+                f"pipeline {view.group}: {view.stages} stages, {view.microbatches} micro-batches"
+                f": bubble {measured:.1f} % per stage, textbook 1F1B {view.textbook_bubble_pct:.1f}"
+                " % (metrics.md §10)"
+            )
+    return [
+        Finding(
+            kind="pipeline_bubble",
+            severity="cost",
+            title="pipeline bubble: stages wait for each other",
+            cost_ns=cost,
+            cost_pct=_share(cost, basis),
+            recoverable_pct=None,
+            ranks=tuple(sorted(stage_ranks)),
+            coll_type="SendRecv",
+            stage=None,
+            group=", ".join(v.group for v in report.pipelines[:3]),
+            hosts=(),
+            evidence=tuple(evidence),
+            advice=(
+                "more micro-batches per step (the textbook bubble is (p − 1) / (m + p − 1)): a "
+                "smaller micro-batch at the same global batch",
+                "an interleaved schedule (virtual stages: Megatron "
+                "--num-layers-per-virtual-pipeline-stage, torchtitan Interleaved1F1B) or a "
+                "zero-bubble one (ZBV, ZB-H1)",
+            ),
+            section="metrics.md §10",
+        )
+    ]
+
+
+_PIPELINE_IDLE = ("pipeline_fill", "pipeline_drain", "pipeline_wait")
+
+
+# --- idle time by cause, exposed memory ------------------------------------------------------
+
+_IDLE = {
+    "host_bound": (
+        "the GPU waits for the CPU to launch kernels (host-bound)",
+        (
+            "capture the step in CUDA graphs (torch.compile mode='reduce-overhead', or "
+            "torch.cuda.graphs) or fuse small kernels (torch.compile): fewer launches",
+            "a larger micro-batch per launch; no .item(), .cpu() or printing of tensors inside "
+            "the step",
+        ),
+    ),
+    "dataloader": (
+        "the GPU waits for the data loader",
+        (
+            "more DataLoader workers (num_workers), pin_memory=True, persistent_workers=True, "
+            "a larger prefetch_factor",
+            "move decoding and augmentation off the training process (pre-tokenize, a data "
+            "service)",
+        ),
+    ),
+    "sync": (
+        "the GPU idles after synchronizing calls",
+        (
+            "remove the synchronizations from the step: .item(), .cpu(), "
+            "torch.cuda.synchronize(), blocking copies (use non_blocking=True)",
+        ),
+    ),
+}
+
+
+def _idle_causes(report: Report, basis: StepBasis) -> list[Finding]:
+    out = []
+    for cause, (what, advice) in _IDLE.items():
+        names = (cause,)
+        cost, ranks = _per_step(report.rank_reports, _idle_of(names), basis)
+        if cost <= 0:
+            continue
+        out.append(
+            Finding(
+                kind=cause,
+                severity="cost",
+                title=what,
+                cost_ns=cost,
+                cost_pct=_share(cost, basis),
+                recoverable_pct=None,
+                ranks=ranks,
+                coll_type=None,
+                stage=None,
+                group=None,
+                hosts=(),
+                evidence=(
+                    f"{_ms(cost)} of idle GPU time per step on the median rank is "
+                    f"'{', '.join(names)}', in its steps and between them (metrics.md §10)",
+                ),
+                advice=advice,
+                section="metrics.md §10",
+            )
+        )
+    return out
+
+
+def _idle_of(causes: Sequence[str]) -> Callable[[WindowFigures], int]:
+    return lambda w: sum((w.idle_by_cause or {}).get(c, 0) for c in causes)
+
+
+def _exposed_memory(report: Report, basis: StepBasis) -> list[Finding]:
+    cost, ranks = _per_step(report.rank_reports, lambda w: w.figures.exposed_memory_ns, basis)
+    if cost <= 0:
+        return []
+    return [
+        Finding(
+            kind="exposed_memory",
+            severity="cost",
+            title="exposed memory copies",
+            cost_ns=cost,
+            cost_pct=_share(cost, basis),
+            recoverable_pct=None,
+            ranks=ranks,
+            coll_type=None,
+            stage=None,
+            group=None,
+            hosts=(),
+            evidence=(
+                f"{_ms(cost)} per step of memcpy / memset while no compute or communication "
+                "ran (exposed memory, metrics.md §3)",
+            ),
+            advice=(
+                "copy from pinned host memory with non_blocking=True, on a side stream, ahead "
+                "of use; no .cpu() / .to('cpu') of large tensors inside the step",
+            ),
+            section="metrics.md §3",
+        )
+    ]
+
+
+_COSTED = (_stragglers, _idle_causes, _exposed_memory)
+
+
+# --- problems with the inputs, and what the traces cannot cost -------------------------------
+
+
+def _impossible_mfu(report: Report) -> list[Finding]:
+    th = report.throughput
+    if th is None or th.mfu is None:
+        return []
+    low = [g for g in th.gaps if g.compute_pct < 100 * th.mfu]
+    if th.mfu <= 1 and not low:
+        return []
+    share = min((g.compute_pct for g in th.gaps), default=None)
+    evidence = [
+        f"MFU would be {100 * th.mfu:,.1f} %"
+        + (f", but the GPUs compute only {share:.1f} % of the time" if share is not None else "")
+        + " (metrics.md §8): the FLOPs are more than the work the GPUs did",
+    ]
+    if th.flops is not None:
+        evidence.append(f"model FLOPs per step {th.flops.per_step:.4g}, from {th.flops.source}")
+    return [
+        Finding(
+            kind="impossible_mfu",
+            severity="input",
+            title="the model FLOPs are too high for this run: MFU is impossible",
+            cost_ns=None,
+            cost_pct=None,
+            recoverable_pct=None,
+            ranks=tuple(r for g in low for r in g.ranks),
+            coll_type=None,
+            stage=None,
+            group=None,
+            hosts=(),
+            evidence=tuple(evidence),
+            advice=(
+                "check the FLOPs input: --model-flops-per-step is per step for the whole job "
+                "(all ranks), --tokens-per-step counts each token once, --global-batch is the "
+                "sequences per step of all ranks, --seq-len the training sequence length",
+            ),
+            section="metrics.md §8",
+        )
+    ]
+
+
+_NCCL_ADVICE = {
+    "transport_fallback": (
+        "make NCCL use InfiniBand / RoCE: check that libibverbs and the HCA driver are "
+        "installed in the container (ibv_devinfo), NCCL_IB_HCA names the right devices, "
+        "NCCL_IB_DISABLE is not set; NCCL_SOCKET_IFNAME only picks the bootstrap interface",
+        "run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET to see the choice, and "
+        "NCCL_NET=IB to fail instead of falling back",
+    ),
+    "version_mismatch": ("run one NCCL version on every node (the same container image)",),
+    "hang": (
+        "the timed-out collective and the ranks that never joined are named: look at what "
+        "those ranks did instead (their stack: py-spy dump, TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
+        "for a Flight Recorder dump)",
+    ),
+    "desync": (
+        "ranks issued different collectives: a data-dependent branch, an uneven number of "
+        "batches per rank, or a collective inside a condition",
+    ),
+}
+
+
+def _nccl(report: Report) -> list[Finding]:
+    nccl = report.nccl
+    if nccl is None:
+        return []
+    out = []
+    for d in nccl.diagnostics:
+        if d.severity != "error":
+            continue
+        out.append(
+            Finding(
+                kind=f"nccl_{d.rule}",
+                severity="uncosted",
+                title=f"NCCL: {d.message}",
+                cost_ns=None,
+                cost_pct=None,
+                recoverable_pct=None,
+                ranks=tuple(d.ranks),
+                coll_type=None,
+                stage=None,
+                group=d.pg,
+                hosts=tuple(d.hosts),
+                evidence=tuple(d.evidence[:3]),
+                advice=_NCCL_ADVICE.get(d.rule, ("see the NCCL section below",)),
+                section="metrics.md §12",
+            )
+        )
+    return out

@@ -1,0 +1,186 @@
+"""The first screen: who the run is, its step time, MFU next to busy %, and what costs the most
+with what to try (the Report's findings, metrics.md §14). At most 25 lines at 100 columns;
+``--brief`` prints only this."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tracecomm.analysis.finding import Finding, StepParts
+from tracecomm.analysis.model import Report
+from tracecomm.text import compact_ranges, duration
+
+SHOWN = 5  # findings on the first screen; the Findings section below lists them all
+
+
+def bottom_line(report: Report) -> Group:
+    lines: list[RenderableType] = [_identity(report), _step_line(report), _time_line(report)]
+    found = report.findings
+    lines.append(Text(""))
+    parts = report.step_parts
+    if not found and parts is None:
+        lines.append(Text("No finding: no step and no analysis window to cost one against"))
+    elif not found:
+        of = "the step" if parts is None or parts.per_step else parts.basis
+        lines.append(Text(f"Nothing costs 2 % of {of} or more: no finding (metrics.md §14)"))
+    else:
+        per = "per step" if parts is None or parts.per_step else f"over {parts.basis}"
+        head = Text(f"What costs the most, {per}", style="bold")
+        lines.append(head.append(" (metrics.md §14)", style="not bold"))
+        for i, finding in enumerate(found[:SHOWN], 1):
+            lines += _finding_lines(i, finding, report)
+        if len(found) > SHOWN:
+            lines.append(Text(f"  … {len(found) - SHOWN} more in Findings below", style="dim"))
+    return Group(*lines)
+
+
+def findings_section(report: Report) -> Group | None:
+    """Every finding with its whole evidence and advice (the details), wrapped under its
+    label."""
+    if not report.findings:
+        return None
+    parts: list[RenderableType] = [Text("Findings, costliest first (metrics.md §14)", "bold")]
+    for i, finding in enumerate(report.findings, 1):
+        parts.append(_head(i, finding, report))
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(style="dim", no_wrap=True)
+        grid.add_column(overflow="fold")
+        for e in finding.evidence:
+            grid.add_row("    why:", e)
+        for a in finding.advice:
+            grid.add_row("    try:", a)
+        parts.append(grid)
+    return Group(*parts)
+
+
+def _identity(report: Report) -> Text:
+    s = report.summary
+    world = f" of {s.world_size}" if s.world_size is not None else ""
+    hosts = {r.host for r in report.rank_reports if r.host}
+    devices = sorted({d for r in report.rank_reports for d in r.devices})
+    parts = [f"{s.ranks_analyzed} rank{'s' if s.ranks_analyzed != 1 else ''}{world}"]
+    if hosts:
+        parts.append(f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}")
+    if devices:
+        parts.append(devices[0] + (f" (+{len(devices) - 1})" if len(devices) > 1 else ""))
+    if s.timelines != ("gpu",):
+        parts.append(f"{'/'.join(s.timelines).upper()} timeline")
+    parts.append(_steps(s.steps))
+    text = Text(f"tracecomm {report.tool_version}", style="bold")
+    text.append(" · " + " · ".join(parts))
+    if report.partial:
+        text.append("\npartial result: some rank is missing or was cut short", style="bold yellow")
+    return text
+
+
+def _steps(steps: Sequence[int]) -> str:
+    if not steps:
+        return "no ProfilerStep: the whole trace"
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    return f"steps {steps[0]}–{steps[-1]} ({len(steps)})"
+
+
+def _step_range(steps: Sequence[int]) -> str:
+    return f"steps {steps[0]}–{steps[-1]}" if len(steps) > 1 else f"step {steps[0]}"
+
+
+def _step_line(report: Report) -> Text:
+    th = report.throughput
+    text = Text()
+    if th is not None and th.step_time_ns:
+        text.append("step time ", style="bold")
+        text.append(duration(th.step_time_ns), style="bold")
+        text.append(f" (the slowest rank's ProfilerStep, median of {_step_range(th.steps)})")
+        if th.tokens_per_s is not None:
+            text.append(f" · {th.tokens_per_s:,.0f} tokens/s")
+    else:
+        text.append("step time –: the traces hold no ProfilerStep span (metrics.md §8)")
+    return text
+
+
+def _time_line(report: Report) -> Text:
+    """Busy next to MFU, then where the rest of the step goes: the same per-step shares the
+    findings are costed from (StepParts), so every figure on the screen agrees."""
+    th, parts = report.throughput, report.step_parts
+    text = Text()
+    text.append(f"GPU busy {parts.busy_pct:.1f} %" if parts is not None else "GPU busy –")
+    text.append(" (a dashboard's figure) · ")
+    if th is not None and th.mfu is not None:
+        text.append(f"MFU {100 * th.mfu:.1f} %", style="bold")
+    else:
+        text.append("MFU –", style="bold")
+        text.append(" (needs --model-flops-per-step or --model-config)")
+    if parts is None:
+        return text
+    of = "per step" if parts.per_step else f"of {parts.basis}"
+    text.append(f"\n{of}: exposed comm {parts.exposed_comm_pct:.1f} %")
+    by_type = sorted(parts.exposed_comm_by_type_pct.items(), key=lambda kv: (-kv[1], kv[0]))
+    if by_type:  # two types fit on the line at 100 columns; the Findings name them all
+        shown = ", ".join(f"{t} {p:.1f}" for t, p in by_type[:2])
+        text.append(f" ({shown}{', …' if len(by_type) > 2 else ''})")
+    text.append(f" · memory {parts.exposed_memory_pct:.1f} % · idle {parts.idle_pct:.1f} %")
+    return text
+
+
+def _finding_lines(i: int, f: Finding, report: Report) -> list[Text]:
+    """The first screen's lines of one finding: its head, one line of why, one of what to try."""
+    lines = [_head(i, f, report)]
+    lines += [_detail("why", e) for e in f.evidence[:1]]
+    lines += [_detail("try", a) for a in f.advice[:1]]
+    return lines
+
+
+def _head(i: int, f: Finding, report: Report) -> Text:
+    head = Text(f" {i}. ", style="bold")
+    head.append(f.title, style="bold red" if f.severity == "input" else "bold")
+    cost = _cost(f, report.step_parts)
+    if cost:
+        head.append(f" — {cost}")
+    where = _where(f, report)
+    if where:
+        head.append(f" — {where}", style="dim")
+    return head
+
+
+def _detail(label: str, body: str) -> Text:
+    """One line, cut with an ellipsis: the Findings section below has the whole text."""
+    text = Text(f"    {label}: ", style="dim")
+    text.append(body)
+    text.no_wrap = True
+    text.overflow = "ellipsis"
+    return text
+
+
+def _cost(f: Finding, parts: StepParts | None) -> str:
+    if f.cost_ns is None:
+        return "cost unknown from the traces" if f.severity == "uncosted" else ""
+    per = "per step" if parts is None or parts.per_step else f"of {parts.basis}"
+    text = f"{duration(f.cost_ns)} {per} ({f.cost_pct:.1f} %)"
+    if f.recoverable_pct is not None and round(f.recoverable_pct, 1) != round(f.cost_pct or 0, 1):
+        text += f", {f.recoverable_pct:.1f} % of the step back by a fix"
+    return text
+
+
+def _where(f: Finding, report: Report) -> str:
+    everyone = {r.rank for r in report.rank_reports}
+    parts = []
+    if f.ranks:
+        if set(f.ranks) == everyone and len(everyone) > 1:
+            parts.append("all ranks")
+        elif len(f.ranks) > 6:
+            listed = compact_ranges(f.ranks[:3])
+            parts.append(f"{len(f.ranks)} ranks ({listed}, …, {f.ranks[-1]})")
+        else:
+            parts.append(f"rank{'s' if len(f.ranks) > 1 else ''} {compact_ranges(f.ranks)}")
+    if f.stage is not None:
+        parts.append(f"stage {f.stage}")
+    if f.group:
+        parts.append(f"group {f.group}")
+    if f.hosts:
+        parts.append(", ".join(f.hosts[:3]))
+    return " · ".join(parts)
