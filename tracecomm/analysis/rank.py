@@ -81,7 +81,7 @@ class RankReport:
 @dataclass(frozen=True)
 class RankTimeline:
     rank: int
-    role: str  # fastest / median / slowest (by median step time)
+    role: str  # fastest / median / slowest (by median step window)
     timeline: StepTimeline | None
     reason: str | None = None  # why there is none
 

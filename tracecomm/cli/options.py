@@ -184,7 +184,7 @@ TIMELINE_RANKS = option(
     None,
     metavar="RANKS",
     help="Ranks for the one-step timeline, e.g. 0,7,12 (default: the fastest, median and slowest "
-    "by median step time, and the worst straggler).",
+    "by median step window, and the worst straggler).",
 )
 PP_STAGES = option(
     "pp_stages",

@@ -380,7 +380,7 @@
   function timeline() {
     var s = section("timeline", "One step, three ranks",
       "The same step (the median rank's median step) on the fastest, median and slowest rank " +
-      "by median step time and on the worst flagged straggler, or on the ranks chosen with " +
+      "by median step window and on the worst flagged straggler, or on the ranks chosen with " +
       "--timeline-ranks; one lane per stream. Red marks communication that compute did not " +
       "hide. Times from each rank's own step start.");
     var tl = doc.timeline;
