@@ -558,13 +558,23 @@ def collective_diff(
 ) -> CollectiveDiff:
     """By (type, group, size bucket) from the matched instances when both runs have them, else
     by type from the partition; rows only in one run are kept (the other side None)."""
-    if base.collectives is not None and run.collectives is not None:
+    note = None
+    if _has_instances(base) and _has_instances(run):
+        assert base.collectives is not None and run.collectives is not None
         a = instance_table(base.collectives, base_steps)
         b = instance_table(run.collectives, run_steps)
         level = "instance"
     else:
         a, b = type_table(base.steps, base_steps), type_table(run.steps, run_steps)
         level = "type"
+        lacking = [
+            r.label for r in (base, run) if r.collectives is not None and not _has_instances(r)
+        ]
+        if lacking:
+            note = (
+                f"{', '.join(lacking)}: no matched collective instances (one rank, a CPU "
+                "timeline, or traces without collective metadata): compared by type"
+            )
     joined = diff_table(a, b, _ROW_KEYS, _ROW_VALUES, "time_per_step_ns")
     rows = tuple(
         CollectiveChange(
@@ -579,7 +589,15 @@ def collective_diff(
         )
         for row in joined.iter_rows(named=True)
     )
-    return CollectiveDiff(level, rows)
+    return CollectiveDiff(level, rows, note)
+
+
+def _has_instances(record: RunRecord) -> bool:
+    """Matched instances to diff by group and size (a run without communication has none to
+    have)."""
+    if record.collectives is None:
+        return False
+    return record.collectives.height > 0 or not any(s.by_type for s in record.steps)
 
 
 def _figures(row: dict[str, object], side: str) -> CollectiveFigures | None:

@@ -437,6 +437,8 @@ def render_terminal(c: Comparison, view: View) -> bytes:
             console.print(diff)
         else:
             console.print(f"{_pair_name(c, p)}: no collective in either run")
+        if p.collectives.note:
+            console.print(f"note: {p.collectives.note}", style="yellow")
         if p.kernels.missing:
             console.print(f"by kernel: {p.kernels.missing}", style="dim")
     console.print()
@@ -512,6 +514,8 @@ def render_markdown(c: Comparison, view: View) -> bytes:
             lines += _md_table(_COLLECTIVE_HEAD, [_collective_cells(r) for r in shown], left=3)
         else:
             lines.append("No collective in either run.")
+        if p.collectives.note:
+            lines += ["", f"Note: {markdown_safe(p.collectives.note)}"]
         if p.kernels.missing:
             lines += ["", f"By kernel: {markdown_safe(p.kernels.missing)}"]
         lines.append("")

@@ -370,6 +370,7 @@
           both(r, function (f) { return ms(f.transfer_per_step_ns); }),
           both(r, function (f) { return has(f.busbw_gbps) ? f.busbw_gbps.toPrecision(3) : "–"; })] };
       })));
+      if (c.note) s.appendChild(el("p", { class: "explain" }, "Note: " + c.note));
       if (p.kernels && p.kernels.missing) {
         s.appendChild(el("p", { class: "explain" }, "By kernel: " + p.kernels.missing));
       }

@@ -275,3 +275,13 @@ def test_labels_from_inputs_are_made_safe(runs: dict[str, Path], tmp_path: Path)
     page = tmp_path / "odd.html"
     runner.invoke(app, ["compare", str(runs["n4"]), str(odd), "-f", "html", "-o", str(page)])
     assert "\x1b" not in page.read_text() and "<script>run" not in page.read_text()
+
+
+def test_a_run_without_matched_instances_is_compared_by_type() -> None:
+    doc = compared(REPO / "fixtures" / "sample-run", REPO / "fixtures" / "gloo-run")
+    (pair,) = doc["pairs"]
+    assert pair["collectives"]["level"] == "type"
+    assert "gloo-run: no matched collective instances" in pair["collectives"]["note"]
+    rows = {r["coll_type"]: r for r in pair["collectives"]["rows"]}
+    assert rows["AllReduce"]["base"] is not None and rows["AllGather"]["base"] is None
+    adds_up(doc)
