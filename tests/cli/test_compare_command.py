@@ -285,3 +285,22 @@ def test_a_run_without_matched_instances_is_compared_by_type() -> None:
     rows = {r["coll_type"]: r for r in pair["collectives"]["rows"]}
     assert rows["AllReduce"]["base"] is not None and rows["AllGather"]["base"] is None
     adds_up(doc)
+
+
+def test_saved_reports_of_other_steps_and_another_model(runs: dict[str, Path]) -> None:
+    fewer = runs["root"] / "n4-step14.json"
+    other = runs["root"] / "n4-bigger.json"
+    for target, extra in ((fewer, ["--steps", "14"]), (other, ["--flops-per-token", "4e9"])):
+        saved = runner.invoke(
+            app, ["analyze", str(runs["n4"]), "-f", "json", "--tokens-per-step", "1000000", *extra]
+        )
+        target.write_text(saved.stdout)
+    doc = compared(runs["n4"], fewer, "--keep-order", *MODEL)
+    assert doc["compared_steps"] == [14]
+    assert [r["typical_step"]["step"] for r in doc["runs"]] == [14, 14]
+    assert any("profiled different steps" in n for n in doc["notes"])
+    assert doc["pairs"][0]["decomposition"]["delta_step_ns"] == 0  # the generator's steps agree
+    doc = compared(runs["n8"], other, *MODEL)
+    assert any("differ in model" in n for n in doc["notes"])
+    assert doc["runs"][1]["scaling_efficiency"] is None
+    assert doc["runs"][1]["scaling_efficiency_missing"] == "the runs differ in model"
