@@ -337,7 +337,7 @@ _COLLECTIVE_HEAD = (
 _PROJECTION_HEAD = (
     "GPUs",
     "Run",
-    "Step ms projected",
+    "Typical step ms projected",
     "measured",
     "error",
     "Exposed comm ms projected",

@@ -386,7 +386,7 @@
     var p = doc.projection || {};
     if (!p.rows || !p.rows.length) { empty(s, "No projection to check: " + (p.missing || "none")); return; }
     function err(x) { return has(x) ? (x > 0 ? "+" : x < 0 ? "−" : "±") + Math.abs(x).toFixed(1) + " %" : "–"; }
-    s.appendChild(table("projection-table", ["GPUs", "run", "step projected", "measured", "error",
+    s.appendChild(table("projection-table", ["GPUs", "run", "typical step projected", "measured", "error",
       "exposed comm projected", "measured", "error", "throughput × projected", "measured", "error"],
       p.rows.map(function (r) {
         return { attrs: { "data-world": r.world_size }, cells: [String(r.world_size), runs[r.run].label,
