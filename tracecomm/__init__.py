@@ -1,7 +1,8 @@
 """tracecomm: why a distributed training run is slower than its GPUs.
 
 ``tracecomm.analyze(paths, **options) -> Report`` is the CLI's analysis for notebooks (its
-options are the CLI's, as keywords); the command line is ``tracecomm``.
+options are the CLI's, as keywords), ``tracecomm.compare(paths, **options) -> Comparison`` its
+comparison of runs; the command line is ``tracecomm``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from tracecomm._version import __version__
 
 if TYPE_CHECKING:
     from tracecomm.analysis.model import Report
-    from tracecomm.run.api import analyze
+    from tracecomm.run.api import analyze, compare
 
-__all__ = ["Report", "__version__", "analyze"]
+__all__ = ["Report", "__version__", "analyze", "compare"]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,6 +24,10 @@ def __getattr__(name: str) -> Any:
         from tracecomm.run.api import analyze
 
         return analyze
+    if name == "compare":
+        from tracecomm.run.api import compare
+
+        return compare
     if name == "Report":
         from tracecomm.analysis.model import Report
 

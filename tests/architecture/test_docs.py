@@ -30,7 +30,8 @@ def printed_texts() -> dict[str, str]:
         texts[f"{name} --help"] = runner.invoke(app, [name, "--help"]).stdout
     everything = ["--project", "--compat", "hta", "--model-flops-per-step", "3.2e15"]
     texts["analyze"] = runner.invoke(app, ["analyze", str(SAMPLE_RUN), *everything]).stdout
-    texts["report.js"] = (REPO / "tracecomm/render/assets/report.js").read_text()
+    for script in ("report.js", "compare.js"):
+        texts[script] = (REPO / "tracecomm/render/assets" / script).read_text()
     for schema in sorted((REPO / "tracecomm/schema").glob("*.json")):
         texts[schema.name] = json.dumps(json.loads(schema.read_text()), ensure_ascii=False)
     return texts

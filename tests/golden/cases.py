@@ -85,6 +85,21 @@ def cases() -> list[Case]:
         ),
         Case("sample-project-json", ("project", s, "-f", "json"), "json"),
         Case("gloo-json", ("analyze", str(GLOO), "-f", "json"), "json"),
+        # metrics.md §18; the terminal's column widths follow the paths: JSON and Markdown only
+        Case("compare-sample-gloo-json", ("compare", s, str(GLOO), "-f", "json"), "json"),
+        Case("compare-sample-gloo-markdown", ("compare", s, str(GLOO), "-f", "markdown"), "text"),
+        Case(
+            "compare-shared-tbplugin-nccl-json",
+            (
+                "compare",
+                str(SHARED_TRACES / "tbplugin-distributed_nccl"),
+                str(SHARED_TRACES / "tbplugin-distributed_nccl_user_annotation_has_communication"),
+                "-f",
+                "json",
+            ),
+            "json",
+            True,
+        ),
         Case("gloo-terminal", ("analyze", str(GLOO)), "text"),
         *_shared_trace_cases(),
         *_shared_log_cases(),

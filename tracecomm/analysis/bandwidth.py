@@ -44,6 +44,12 @@ def bus_factor(coll_type: pl.Expr, n: pl.Expr) -> pl.Expr:
     )
 
 
+def size_bucket(nbytes: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """The bucket of a message size: its order (0 = smallest) and its name."""
+    order = pl.sum_horizontal([(nbytes >= b).cast(pl.Int64) for b in BUCKETS[1:]])
+    return order, order.replace_strict(dict(enumerate(_BUCKET_NAMES)), return_dtype=pl.String)
+
+
 def instance_transfers(aligned: pl.DataFrame) -> pl.DataFrame:
     """Per matched instance: coll_type, bytes, group size n, transfer (metrics.md §6: the part
     every rank spent moving data) and the ranks' mean kernel duration."""
@@ -65,16 +71,13 @@ def bandwidth(aligned: pl.DataFrame, link_gbps: float | None = None) -> Bandwidt
     if sized.height == 0:
         return Bandwidth((), 0, without_size, link_gbps)
     f = bus_factor(pl.col("coll_type"), pl.col("n").cast(pl.Float64))
-    order = pl.sum_horizontal([(pl.col("bytes") >= b).cast(pl.Int64) for b in BUCKETS[1:]])
+    order, bucket = size_bucket(pl.col("bytes"))
     measured = sized.with_columns(
         (pl.col("bytes") / pl.col("transfer")).alias("algbw"),  # bytes per ns = GB/s
         (pl.col("bytes") / pl.col("transfer") * f).alias("busbw"),
         (pl.col("bytes") / pl.col("duration") * f).alias("busbw_wait"),
         order.alias("order"),
-    ).with_columns(
-        pl.col("order")
-        .replace_strict(dict(enumerate(_BUCKET_NAMES)), return_dtype=pl.String)
-        .alias("bucket")
+        bucket.alias("bucket"),
     )
     below = (
         (pl.col("busbw") < link_gbps / 8).mean() * 100

@@ -95,7 +95,7 @@ def timeline(report: Report, ctx: Context) -> Report:
 def projection(report: Report, ctx: Context) -> Report:
     if ctx.options.project_to is None or ctx.data.files is None:
         return report
-    found = _project(report, ctx.options.project_to, ctx.options.weak, ctx.data.files)
+    found = project_report(report, ctx.options.project_to, ctx.options.weak, ctx.data.files)
     return replace(report, projection=found)
 
 
@@ -131,11 +131,12 @@ def build_report(
     return report
 
 
-def _project(
+def project_report(
     report: Report, targets: tuple[int, ...], weak: bool, files: RankFiles
 ) -> Projection | str:
     """metrics.md §11 from the median rank's typical step; a reason when it cannot be done.
-    ``targets`` empty: N/2, 2N, 4N, 8N and 16N."""
+    ``targets`` empty: N/2, 2N, 4N, 8N and 16N. Also for a report built earlier (``compare``
+    projects the first run to the others' sizes once it knows them)."""
     world = report.summary.world_size or report.summary.ranks_analyzed
     median = next((r for r in report.rank_reports if r.rank == report.summary.median_rank), None)
     step = typical_step(median) if median is not None else None

@@ -214,7 +214,8 @@ WEAK = option(
     "weak",
     bool,
     False,
-    help="Project under weak scaling (per-rank batch kept) instead of strong (global batch kept).",
+    help="Weak scaling (per-rank batch kept) instead of strong (global batch kept): for the "
+    "projection, and for compare's scaling efficiency.",
     rich_help_panel=PROJECTION_PANEL,
 )
 TO = option(
@@ -404,6 +405,36 @@ def command(
         return app.command(cls=Command, help=text(doc), **typer_args)(wrapper)
 
     return register
+
+
+# compare's own ------------------------------------------------------------------------------
+KEEP_ORDER = option(
+    "keep_order",
+    bool,
+    False,
+    help="Compare the runs in the order given (default: by world size); the first is the "
+    "baseline every change is measured against.",
+)
+CHANGES = option(
+    "changes",
+    int | None,
+    None,
+    min=1,
+    help="Changed collectives to list per pair, largest first (default 8; JSON: all).",
+)
+OPTIONAL_OUTPUT = Option(
+    "output",
+    Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            dir_okay=False,
+            help="Write the output to this file (default: stdout).",
+        ),
+    ],
+    None,
+)
 
 
 # docs' own ---------------------------------------------------------------------------------

@@ -39,14 +39,19 @@ def render_report(report: Report, view: View) -> bytes:
 
 def render_html(document: dict[str, Any]) -> str:
     """One HTML page holding ``document`` and the code that draws it."""
-    script = _asset("report.js")
+    return render_page(document, "report.js", _title(document))
+
+
+def render_page(document: dict[str, Any], script_name: str, title: str) -> str:
+    """One HTML page holding ``document`` and the script (an asset) that draws it; the
+    compare page (``render.compare``) is drawn by its own script in the same shell."""
+    script = _asset(script_name)
     style = _asset("report.css")
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     policy = (
         "default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
         f"script-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'"
     )
-    title = _title(document)
     return (
         "<!doctype html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'

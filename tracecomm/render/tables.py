@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tracecomm.render import View, check, formats, html, terminal
+from tracecomm.render import View, check, compare, formats, html, terminal
 
 Renderer = Callable[[Any, View], bytes]
 
@@ -31,3 +31,9 @@ NCCL: dict[str, Renderer] = {
     "json": formats.render_nccl_json,
 }
 CROSSCHECK: dict[str, Renderer] = {"terminal": terminal.render_crosscheck}
+COMPARE: dict[str, Renderer] = {
+    "terminal": compare.render_terminal,
+    "json": compare.render_json,
+    "markdown": compare.render_markdown,
+    "html": compare.render_html,
+}

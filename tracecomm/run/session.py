@@ -20,6 +20,7 @@ from tracecomm.analysis.model import (
     Report,
     RunData,
 )
+from tracecomm.analysis.projection import Projection
 from tracecomm.engine import BreakdownOptions
 from tracecomm.errors import NoUsableInput, OutputError, UsageError
 from tracecomm.ingest.power import PowerLog, PowerLogError, find_power_logs, load_power_log
@@ -128,6 +129,24 @@ def analyze(
         notes = "; ".join(f"{r.path}: {r.breakdown.notes[-1]}" for r in report.rank_reports[:3])
         raise NoUsableInput(f"nothing to analyze: {notes}")
     return report
+
+
+def project_later(
+    request: Request,
+    report: Report,
+    targets: tuple[int, ...],
+    weak: bool,
+    executor: Executor | None = None,
+    discovery: Discovery | None = None,
+) -> Projection | str:
+    """metrics.md §11 of a report analyzed earlier from ``request`` (its median rank's trace
+    read again where it is): a ``Projection``, or the reason there is none."""
+    from tracecomm.analysis.build import project_report
+
+    executor = executor or LocalExecutor()
+    discovery = discovery or executor.call(discover, list(request.inputs))
+    run = executor.call(read_run, discovery, request.model)
+    return project_report(report, targets, weak, _Files(executor, _work(request, run)))
 
 
 def _cache_warnings(cache: Path | None, results: Sequence[RankResult]) -> tuple[str, ...]:

@@ -15,7 +15,8 @@ is no straggler and no jitter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from tracecomm.synth import names as kn
 from tracecomm.synth.fsdp import (
@@ -67,12 +68,15 @@ def scaling_run(
     steps: int = 3,
     seed: int = 0,
     gzip: bool = True,
+    networks: Mapping[CollType, Network] | None = None,
 ) -> RunSpec:
-    """``steps`` complete steps of the model on ``world_size`` ranks (hosts of 8)."""
+    """``steps`` complete steps of the model on ``world_size`` ranks (hosts of 8).
+    ``networks``: another network for some collective types (a before/after pair in which one
+    collective got slower, ``synth.series``); the others use ``network``."""
     if world_size < 1 or layers < 1 or steps < 1:
         raise ValueError("world_size, layers and steps must be >= 1")
     compute = 1.0 if weak else base_world / world_size
-    program = _Program(world_size, network, compute, layers).build(steps)
+    program = _Program(world_size, network, compute, layers, dict(networks or {})).build(steps)
     sims = [_RankSim(r, seed, 1.0, False, None, jitter=0.0) for r in range(world_size)]
     topo = _Topology({"": (("", tuple(range(world_size))),)}, _seq_base(program))
     _run_program(program, sims, topo)
@@ -86,6 +90,7 @@ class _Program:
     network: Network
     compute: float  # compute duration factor against the base world size
     layers: int
+    networks: dict[CollType, Network] = field(default_factory=dict)  # per type, over network
 
     def __post_init__(self) -> None:
         self.program: list[_Instr] = []
@@ -127,7 +132,7 @@ class _Program:
                 self.key,
                 "comm",
                 COMM_STREAM,
-                self.network.time_us(coll, nbytes, n),
+                self.networks.get(coll, self.network).time_us(coll, nbytes, n),
                 "",
                 coll,
                 per_rank,

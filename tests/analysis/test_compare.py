@@ -1,0 +1,259 @@
+"""Comparing runs (metrics.md §18) on generated runs whose figures come from the schedule alone
+(tracecomm.synth.series): one FSDP model at 8, 16, 32 and 64 ranks on a latency-bound network,
+and a before/after pair in which the generator slowed one collective."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tracecomm import analyze
+from tracecomm.analysis.compare import (
+    KERNELS_MISSING,
+    Comparison,
+    compare,
+    diff_table,
+    kernel_diff,
+)
+from tracecomm.analysis.runrecord import RunRecord, model_record, record_of_report
+from tracecomm.synth.schedule import RunSpec
+from tracecomm.synth.series import Deltas, before_after, deltas, scaling_series, typical
+from tracecomm.synth.writer import write_run
+
+SIZES = (8, 16, 32, 64)
+TOKENS = {"flops_per_token": 8e8, "tokens_per_step": 1_000_000}
+
+
+@pytest.fixture(scope="module")
+def series(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[Path, RunSpec]]:
+    out = tmp_path_factory.mktemp("series")
+    specs = scaling_series(SIZES)
+    for n, spec in specs.items():
+        write_run(spec, out / f"n{n}")
+    return {n: (out / f"n{n}", spec) for n, spec in specs.items()}
+
+
+@pytest.fixture(scope="module")
+def records(series: dict[int, tuple[Path, RunSpec]]) -> list[RunRecord]:
+    # given out of order: compare orders them by world size
+    return [
+        record_of_report(analyze(series[n][0], **TOKENS), f"n{n}", "traces")
+        for n in (32, 8, 64, 16)
+    ]
+
+
+@pytest.fixture(scope="module")
+def scaling(records: list[RunRecord]) -> Comparison:
+    return compare(records)
+
+
+def test_runs_are_ordered_by_world_size(scaling: Comparison) -> None:
+    assert [r.world_size for r in scaling.runs] == list(SIZES)
+    assert [r.label for r in scaling.runs] == [f"n{n}" for n in SIZES]
+    assert scaling.order == "world size" and scaling.compared_steps is None
+
+
+def test_throughput_per_gpu_drops_as_generated(scaling: Comparison) -> None:
+    runs = scaling.runs
+    per_gpu = [r.tokens_per_s_per_gpu for r in runs]
+    assert all(v is not None for v in per_gpu)
+    assert per_gpu == sorted(per_gpu, reverse=True)  # type: ignore[type-var]
+    efficiency = [r.scaling_efficiency for r in runs]
+    assert efficiency[0] == 1.0
+    assert efficiency == sorted(efficiency, reverse=True)  # type: ignore[type-var]
+    for r in runs:
+        # strong scaling: (t1·N1)/(tk·Nk) is the per-GPU throughput ratio
+        assert r.step_time_ns and runs[0].step_time_ns
+        expected = runs[0].step_time_ns * 8 / (r.step_time_ns * r.world_size)
+        assert r.scaling_efficiency == pytest.approx(expected)
+        assert r.tokens_per_s_per_gpu == pytest.approx(
+            runs[0].tokens_per_s_per_gpu * expected  # type: ignore[operator]
+        )
+    assert runs[-1].scaling_efficiency < 0.8  # type: ignore[operator]
+    assert runs[-1].changes["tokens_per_s_per_gpu"].relative < -0.2  # type: ignore[operator]
+
+
+def test_exposed_allgather_and_reducescatter_grow_as_generated(
+    scaling: Comparison, series: dict[int, tuple[Path, RunSpec]]
+) -> None:
+    for r in scaling.runs:
+        truth = typical(series[r.world_size][1])
+        t = r.typical
+        assert t is not None and t.step == truth.step
+        assert t.exposed_comm_by_type_ns == truth.exposed_by_type_ns
+        assert (t.window_ns, t.compute_ns, t.exposed_comm_ns, t.idle_ns) == (
+            truth.window_ns,
+            truth.compute_ns,
+            truth.exposed_comm_ns,
+            truth.idle_ns,
+        )
+    for coll in ("AllGather", "ReduceScatter"):
+        grown = [r.typical.exposed_comm_by_type_ns[coll] for r in scaling.runs]  # type: ignore[union-attr]
+        assert grown == sorted(grown) and grown[-1] > 2 * grown[0], coll
+
+
+def test_the_decomposition_adds_up_to_the_ns(
+    scaling: Comparison, series: dict[int, tuple[Path, RunSpec]]
+) -> None:
+    base = typical(series[8][1])
+    for pair in scaling.pairs:
+        d = pair.decomposition
+        assert d is not None
+        parts = d.delta_compute_ns + d.delta_exposed_comm_ns + d.delta_exposed_memory_ns
+        assert d.delta_step_ns == parts + d.delta_idle_ns
+        by_type = sum(d.delta_exposed_comm_by_type_ns.values()) - d.delta_types_overlap_ns
+        assert d.delta_exposed_comm_ns == by_type
+        assert d.delta_idle_by_cause_ns is not None
+        assert sum(d.delta_idle_by_cause_ns.values()) == d.delta_idle_ns
+        # against the schedule: the generated difference, to the ns
+        run = scaling.runs[pair.run]
+        want = deltas(base, typical(series[run.world_size][1]))
+        assert d.delta_step_ns == want.step_ns
+        assert d.delta_compute_ns == want.compute_ns
+        assert d.delta_exposed_comm_ns == want.exposed_comm_ns
+        assert d.delta_idle_ns == want.idle_ns
+        assert d.delta_exposed_comm_by_type_ns == want.exposed_by_type_ns
+        # the step time (§8) and the typical step differ only by what the window leaves out
+        assert pair.delta_step_time_ns == d.delta_step_ns + pair.unpartitioned_ns  # type: ignore[operator]
+
+
+def test_collective_rows_follow_the_network(
+    scaling: Comparison, series: dict[int, tuple[Path, RunSpec]]
+) -> None:
+    last = scaling.pairs[-1]
+    assert last.collectives.level == "instance"
+    rows = {r.coll_type: r for r in last.collectives.rows}
+    assert set(rows) == {"AllGather", "ReduceScatter", "AllReduce"}
+    assert last.collectives.rows[0].coll_type == "AllGather"
+    want = typical(series[64][1]).kernel_ns_per_step
+    for coll, row in rows.items():
+        assert row.group == "world"
+        assert row.run is not None and row.base is not None
+        assert row.run.time_per_step_ns == pytest.approx(want[coll], abs=1)
+        assert row.run.calls_per_step == typical(series[64][1]).calls_per_step[coll]
+        assert row.run.busbw_gbps < row.base.busbw_gbps  # type: ignore[operator]
+    assert last.kernels.rows == () and last.kernels.missing == KERNELS_MISSING
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Comparison, Deltas]:
+    out = tmp_path_factory.mktemp("pair")
+    before, after = before_after(16, "ReduceScatter", 2.0)
+    write_run(before, out / "before")
+    write_run(after, out / "after")
+    records = [
+        record_of_report(analyze(out / name), name, "traces") for name in ("before", "after")
+    ]
+    return compare(records), deltas(typical(before), typical(after))
+
+
+def test_the_top_changed_collective_is_the_one_the_generator_slowed(
+    pair: tuple[Comparison, Deltas],
+) -> None:
+    result, want = pair
+    assert [r.label for r in result.runs] == ["before", "after"]  # one size: the order given
+    (p,) = result.pairs
+    top = p.collectives.rows[0]
+    assert top.coll_type == want.most_changed_type == "ReduceScatter"
+    assert top.delta_time_per_step_ns == pytest.approx(
+        want.kernel_ns_per_step["ReduceScatter"],
+        abs=1,
+    )
+    others = [r for r in p.collectives.rows if r.coll_type != "ReduceScatter"]
+    assert all(abs(r.delta_time_per_step_ns) < 1 for r in others)
+    d = p.decomposition
+    assert d is not None
+    assert d.delta_step_ns == want.step_ns > 0
+    assert d.delta_exposed_comm_by_type_ns == want.exposed_by_type_ns
+    assert d.delta_compute_ns == 0
+    assert result.runs[1].scaling_efficiency < 1  # type: ignore[operator]
+
+
+def test_a_run_compared_with_itself_shows_no_change(records: list[RunRecord]) -> None:
+    one = records[0]
+    result = compare([one, replace(one, label="again")])
+    (p,) = result.pairs
+    d = p.decomposition
+    assert d is not None and d.delta_step_ns == 0
+    assert all(v == 0 for v in d.delta_exposed_comm_by_type_ns.values())
+    assert p.delta_step_time_ns == 0 and p.unpartitioned_ns == 0
+    assert all(c.delta == 0 for c in result.runs[1].changes.values())
+    assert all(r.delta_time_per_step_ns == 0 for r in p.collectives.rows)
+    assert result.runs[1].scaling_efficiency == 1.0
+    assert result.notes == ()
+
+
+def test_runs_of_different_steps_are_compared_on_the_shared_ones(
+    tmp_path: Path, records: list[RunRecord]
+) -> None:
+    n8 = next(r for r in records if r.world_size == 8)
+    later = [s for s in n8.steps if s.step == 14]
+    short = replace(n8, label="short", rate_steps=(14,), steps=tuple(later))
+    result = compare([n8, short], keep_order=True)
+    assert result.compared_steps == (14,)
+    assert any("profiled different steps" in n for n in result.notes)
+    assert [r.typical.step for r in result.runs] == [14, 14]  # type: ignore[union-attr]
+    disjoint = replace(n8, label="other", rate_steps=(99,), steps=())
+    assert any("share no profiled step" in n for n in compare([n8, disjoint]).notes)
+
+
+def test_runs_of_different_models_say_so(records: list[RunRecord]) -> None:
+    n8 = next(r for r in records if r.world_size == 8)
+    bigger = replace(n8, label="bigger", model=model_record(2.4e15, None, 1_000_000, "flag"))
+    result = compare([n8, bigger], keep_order=True)
+    assert any("differ in model" in n for n in result.notes)
+    assert result.runs[1].scaling_efficiency is None
+    assert result.runs[1].scaling_efficiency_missing == "the runs differ in model"
+    assert result.pairs[0].decomposition is not None  # time is still time
+
+
+def test_the_first_runs_projection_is_checked_against_the_others(
+    series: dict[int, tuple[Path, RunSpec]], records: list[RunRecord]
+) -> None:
+    from tracecomm.analysis.runrecord import projection_record
+
+    report = analyze(series[8][0], project=True, to="16,32,64")
+    n8 = replace(
+        next(r for r in records if r.world_size == 8),
+        projection=projection_record(report.projection),
+    )
+    result = compare([n8, *(r for r in records if r.world_size != 8)])
+    rows = result.projection.rows
+    assert [r.world_size for r in rows] == [16, 32, 64]
+    for row in rows:
+        measured = result.runs[row.run].typical
+        assert measured is not None and row.measured_step_ns == measured.window_ns
+        assert row.step_error_pct == pytest.approx(
+            100 * (row.projected_step_ns - measured.window_ns) / measured.window_ns
+        )
+    assert rows[0].step_error_pct is not None and abs(rows[0].step_error_pct) < 1
+    unprojected = compare(records)
+    assert unprojected.projection.rows == () and "not projected" in str(
+        unprojected.projection.missing
+    )
+
+
+def test_diff_table_keeps_rows_of_one_side() -> None:
+    a = pl.DataFrame({"k": ["x", "y"], "v": [1.0, 5.0]})
+    b = pl.DataFrame({"k": ["y", "z"], "v": [2.0, 10.0]})
+    out = diff_table(a, b, ["k"], ["v"], "v")
+    assert out["k"].to_list() == ["z", "y", "x"]
+    assert out["delta_v"].to_list() == [10.0, -3.0, -1.0]
+    assert out["v_base"].to_list() == [None, 5.0, 1.0]
+
+
+def test_kernel_diff_takes_per_kernel_tables() -> None:
+    assert kernel_diff(None, None).missing == KERNELS_MISSING
+    a = pl.DataFrame({"name": ["gemm", "softmax"], "calls_per_step": [4.0, 2.0],
+                      "time_per_step_ns": [1e6, 2e5]})  # fmt: skip
+    b = pl.DataFrame({"name": ["gemm"], "calls_per_step": [4.0], "time_per_step_ns": [3e6]})
+    diff = kernel_diff(a, b)
+    assert diff.missing is None
+    assert [(k.name, k.delta_time_per_step_ns) for k in diff.rows] == [
+        ("gemm", 2e6),
+        ("softmax", -2e5),
+    ]
+    assert diff.rows[1].run_time_per_step_ns is None

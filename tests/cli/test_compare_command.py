@@ -1,0 +1,306 @@
+"""``tracecomm compare`` end to end (metrics.md §18): run folders, summaries and saved analyze
+JSON as inputs; every JSON output valid against compare.schema.json; malformed saved reports
+refused in one line (exit 2); text from inputs made safe in every format."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from typer.testing import CliRunner
+
+import tracecomm
+from tests.conftest import REPO
+from tracecomm.cli import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, app
+from tracecomm.errors import UsageError
+from tracecomm.synth.series import before_after, scaling_series
+from tracecomm.synth.writer import write_run
+
+runner = CliRunner()
+SCHEMA = json.loads((REPO / "tracecomm/schema/compare.schema.json").read_text())
+REPORT_SCHEMA = json.loads((REPO / "tracecomm/schema/report.schema.json").read_text())
+MODEL = ["--flops-per-token", "8e8", "--tokens-per-step", "1000000"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """n4 and n8 as trace folders, n16 as summaries, n8 also as a saved analyze JSON."""
+    out = tmp_path_factory.mktemp("runs")
+    for n, spec in scaling_series((4, 8, 16), base_world=16, steps=3).items():
+        write_run(spec, out / f"n{n}")
+    ingest = runner.invoke(app, ["ingest", str(out / "n16"), "-o", str(out / "s16"), "-q"])
+    assert ingest.exit_code == 0, ingest.stderr
+    saved = runner.invoke(app, ["analyze", str(out / "n8"), "-f", "json", *MODEL])
+    doc = json.loads(saved.stdout)
+    jsonschema.validate(doc, REPORT_SCHEMA)
+    (out / "n8.json").write_text(saved.stdout)
+    before, after = before_after(8, "AllGather", 2.0, base_world=16)
+    write_run(before, out / "before")
+    write_run(after, out / "after")
+    return {
+        "n4": out / "n4",
+        "n8": out / "n8",
+        "s16": out / "s16",
+        "n8.json": out / "n8.json",
+        "before": out / "before",
+        "after": out / "after",
+        "root": out,
+    }
+
+
+def compared(*args: str | Path) -> dict[str, Any]:
+    result = runner.invoke(app, ["compare", *map(str, args), "-f", "json", "-q"])
+    assert result.exit_code == EXIT_OK, result.stderr
+    doc: dict[str, Any] = json.loads(result.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    return doc
+
+
+def adds_up(doc: dict[str, Any]) -> None:
+    for pair in doc["pairs"]:
+        d = pair["decomposition"]
+        parts = ("compute", "exposed_comm", "exposed_memory", "idle")
+        assert d["delta_step_ns"] == sum(d[f"delta_{p}_ns"] for p in parts)
+        by_type = sum(d["delta_exposed_comm_by_type_ns"].values()) - d["delta_types_overlap_ns"]
+        assert d["delta_exposed_comm_ns"] == by_type
+    for run in doc["runs"]:
+        t = run["typical_step"]
+        parts = ("compute", "exposed_comm", "exposed_memory", "idle")
+        assert t["window_ns"] == sum(t[f"{p}_ns"] for p in parts)
+
+
+def test_folders_and_summaries_side_by_side(runs: dict[str, Path]) -> None:
+    doc = compared(runs["s16"], runs["n8"], runs["n4"], *MODEL)
+    assert [r["world_size"] for r in doc["runs"]] == [4, 8, 16]
+    assert [r["source"] for r in doc["runs"]] == ["traces", "traces", "summaries"]
+    assert doc["runs"][0]["scaling_efficiency"] == 1.0
+    per_gpu = [r["tokens_per_s_per_gpu"] for r in doc["runs"]]
+    assert per_gpu == sorted(per_gpu, reverse=True)
+    adds_up(doc)
+    assert [p["collectives"]["level"] for p in doc["pairs"]] == ["instance", "instance"]
+    # the first run (traces) projected to 8 and 16 and checked against them
+    assert [row["world_size"] for row in doc["projection"]["rows"]] == [8, 16]
+    assert doc["projection"]["rows"][0]["run"] == 1
+    assert doc["runs"][2]["changes"]["step_time_ns"]["relative"] < 0
+
+
+def test_a_saved_report_is_compared_by_collective_type(runs: dict[str, Path]) -> None:
+    doc = compared(runs["n8.json"], runs["n4"], *MODEL)
+    assert [r["source"] for r in doc["runs"]] == ["traces", "analyze JSON"]
+    assert doc["pairs"][0]["collectives"]["level"] == "type"
+    assert {r["group"] for r in doc["pairs"][0]["collectives"]["rows"]} == {"all groups"}
+    assert any("saved analyze JSON" in n for n in doc["notes"])
+    adds_up(doc)
+    # the same run from its folder and from its saved report: the same figures
+    live = compared(runs["n8"], runs["n4"], *MODEL)
+    for key in ("step_time_ns", "typical_step", "mfu", "tokens_per_s", "scaling_efficiency"):
+        assert live["runs"][1][key] == doc["runs"][1][key], key
+    assert live["pairs"][0]["decomposition"] == doc["pairs"][0]["decomposition"]
+
+
+def test_summaries_first_are_not_projected(runs: dict[str, Path]) -> None:
+    doc = compared(runs["s16"], runs["n4"], "--keep-order")
+    assert [r["world_size"] for r in doc["runs"]] == [16, 4]
+    assert doc["order"] == "as given"
+    assert doc["projection"]["rows"] == []
+    assert "summaries" in doc["projection"]["missing"]
+
+
+def test_a_run_compared_with_itself(runs: dict[str, Path]) -> None:
+    doc = compared(runs["n4"], runs["n4"])
+    assert [r["label"] for r in doc["runs"]] == [str(runs["n4"]), f"{runs['n4']} #2"]
+    (pair,) = doc["pairs"]
+    assert pair["delta_step_time_ns"] == 0 and pair["decomposition"]["delta_step_ns"] == 0
+    assert all(c["delta"] == 0 for c in doc["runs"][1]["changes"].values())
+    assert all(r["delta_time_per_step_ns"] == 0 for r in pair["collectives"]["rows"])
+    assert doc["notes"] == []
+    assert "every run has its world size" in doc["projection"]["missing"]
+
+
+def test_before_and_after_in_every_format(runs: dict[str, Path], tmp_path: Path) -> None:
+    doc = compared(runs["before"], runs["after"])
+    assert doc["pairs"][0]["collectives"]["rows"][0]["coll_type"] == "AllGather"
+    term = runner.invoke(app, ["compare", str(runs["before"]), str(runs["after"])])
+    assert term.exit_code == EXIT_OK, term.stderr
+    text = term.stdout
+    assert "Where the time went" in text and "Largest changes by collective" in text
+    assert "Δ typical step" in text and "by kernel: per-kernel statistics" in text
+    md = runner.invoke(
+        app, ["compare", str(runs["before"]), str(runs["after"]), "-f", "markdown"]
+    ).stdout
+    assert md.startswith("### tracecomm compare: 2 runs")
+    assert "| Δ typical step |" in md and "| ↳ ↳ AllGather |" in md
+    page = tmp_path / "compare.html"
+    written = runner.invoke(
+        app, ["compare", str(runs["before"]), str(runs["after"]), "-f", "html", "-o", str(page)]
+    )
+    assert written.exit_code == EXIT_OK and written.stdout == ""
+    html = page.read_text()
+    assert "Content-Security-Policy" in html and 'id="tracecomm-data"' in html
+    start = html.index('id="tracecomm-data">') + len('id="tracecomm-data">')
+    embedded = json.loads(html[start : html.index("</script>", start)])
+    jsonschema.validate(embedded, SCHEMA)
+
+
+def test_the_python_api(runs: dict[str, Path]) -> None:
+    result = tracecomm.compare([runs["n8"], runs["n4"]])
+    assert [r.world_size for r in result.runs] == [4, 8]
+    with pytest.raises(UsageError, match="two or more"):
+        tracecomm.compare([runs["n4"]])
+    with pytest.raises(UsageError, match="compare sets --to"):
+        tracecomm.compare([runs["n4"], runs["n8"]], to="64")
+
+
+def test_one_run_is_a_usage_error(runs: dict[str, Path]) -> None:
+    result = runner.invoke(app, ["compare", str(runs["n4"])])
+    assert result.exit_code == EXIT_USAGE
+    assert result.stderr.strip() == (
+        "tracecomm: error: compare needs two or more runs (run folders, summaries or analyze JSON)"
+    )
+
+
+def _saved(runs: dict[str, Path]) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(runs["n8.json"].read_text())
+    return doc
+
+
+def _break_figures(doc: dict[str, Any]) -> None:
+    doc["ranks"][0]["steps"][1]["window"]["figures"]["idle_ns"] += 1
+
+
+def _negative_mfu(doc: dict[str, Any]) -> None:
+    doc["throughput"]["mfu"] = -0.5
+
+
+def _string_time(doc: dict[str, Any]) -> None:
+    doc["ranks"][0]["steps"][1]["window"]["figures"]["window_ns"] = "12"
+
+
+def _newer(doc: dict[str, Any]) -> None:
+    doc["schema_version"] = 2
+
+
+def _other_tool(doc: dict[str, Any]) -> None:
+    doc["tool"]["name"] = "hta"
+
+
+def _no_ranks(doc: dict[str, Any]) -> None:
+    del doc["ranks"]
+
+
+def _bad_causes(doc: dict[str, Any]) -> None:
+    doc["ranks"][0]["steps"][1]["window"]["idle_by_cause"]["other"] = -3
+
+
+def _bool_rank(doc: dict[str, Any]) -> None:
+    doc["ranks"][0]["rank"] = True
+
+
+def _share(doc: dict[str, Any]) -> None:
+    doc["stragglers"]["recoverable_pct"] = 250.0
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        (_break_figures, "do not add up"),
+        (_negative_mfu, "mfu -0.5"),
+        (_string_time, "not an analyze JSON document"),
+        (_newer, "schema version 2"),
+        (_other_tool, "not a tracecomm document"),
+        (_no_ranks, "not an analyze JSON document"),
+        (_bad_causes, "idle causes"),
+        (_bool_rank, "not an analyze JSON document"),
+        (_share, "outside 0–100 %"),
+    ],
+)
+def test_a_malformed_saved_report_is_one_line_and_exit_2(
+    runs: dict[str, Path], tmp_path: Path, damage: Any, says: str
+) -> None:
+    doc = _saved(runs)
+    damage(doc)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    result = runner.invoke(app, ["compare", str(runs["n4"]), str(bad)])
+    assert result.exit_code == EXIT_USAGE, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"tracecomm: error: {bad}: ")
+    assert says in lines[0]
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_truncated_and_baseline_files_are_refused(runs: dict[str, Path], tmp_path: Path) -> None:
+    cut = tmp_path / "cut.json"
+    cut.write_text(runs["n8.json"].read_text()[:5000])
+    result = runner.invoke(app, ["compare", str(runs["n4"]), str(cut)])
+    assert result.exit_code == EXIT_USAGE and "not an analyze JSON document" in result.stderr
+    base = tmp_path / "base.json"
+    assert runner.invoke(app, ["baseline", str(runs["n4"]), "-o", str(base), "-q"]).exit_code == 0
+    result = runner.invoke(app, ["compare", str(runs["n4"]), str(base)])
+    assert result.exit_code == EXIT_USAGE
+    assert result.stderr.strip() == (
+        f"tracecomm: error: {base}: a tracecomm-baseline document holds no per-step figures to "
+        "compare: give the run folder, its summaries or its `analyze --format json` document"
+    )
+
+
+def test_a_partial_run_exits_4(runs: dict[str, Path], tmp_path: Path) -> None:
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for path in sorted(runs["n4"].iterdir()):
+        (damaged / path.name).write_bytes(path.read_bytes())
+    victim = sorted(damaged.iterdir())[-1]
+    victim.write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "name": '))
+    result = runner.invoke(app, ["compare", str(runs["n4"]), str(damaged), "-f", "json"])
+    assert result.exit_code == EXIT_PARTIAL, result.stderr
+    doc = json.loads(result.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["partial"] is True and "missing" in result.stderr
+
+
+def test_labels_from_inputs_are_made_safe(runs: dict[str, Path], tmp_path: Path) -> None:
+    odd = tmp_path / "run\x1b[2J|`*x"
+    odd.mkdir()
+    for path in runs["n4"].iterdir():
+        (odd / path.name).write_bytes(path.read_bytes())
+    term = runner.invoke(app, ["compare", str(runs["n4"]), str(odd)])
+    assert term.exit_code == EXIT_OK and "\x1b" not in term.stdout
+    assert "run\\x1b[2J|`*x" in term.stdout
+    md = runner.invoke(app, ["compare", str(runs["n4"]), str(odd), "-f", "markdown"]).stdout
+    assert "\x1b" not in md and "run\\\\x1b\\[2J\\|\\`\\*x" in md
+    page = tmp_path / "odd.html"
+    runner.invoke(app, ["compare", str(runs["n4"]), str(odd), "-f", "html", "-o", str(page)])
+    assert "\x1b" not in page.read_text() and "<script>run" not in page.read_text()
+
+
+def test_a_run_without_matched_instances_is_compared_by_type() -> None:
+    doc = compared(REPO / "fixtures" / "sample-run", REPO / "fixtures" / "gloo-run")
+    (pair,) = doc["pairs"]
+    assert pair["collectives"]["level"] == "type"
+    assert "gloo-run: no matched collective instances" in pair["collectives"]["note"]
+    rows = {r["coll_type"]: r for r in pair["collectives"]["rows"]}
+    assert rows["AllReduce"]["base"] is not None and rows["AllGather"]["base"] is None
+    adds_up(doc)
+
+
+def test_saved_reports_of_other_steps_and_another_model(runs: dict[str, Path]) -> None:
+    fewer = runs["root"] / "n4-step14.json"
+    other = runs["root"] / "n4-bigger.json"
+    for target, extra in ((fewer, ["--steps", "14"]), (other, ["--flops-per-token", "4e9"])):
+        saved = runner.invoke(
+            app, ["analyze", str(runs["n4"]), "-f", "json", "--tokens-per-step", "1000000", *extra]
+        )
+        target.write_text(saved.stdout)
+    doc = compared(runs["n4"], fewer, "--keep-order", *MODEL)
+    assert doc["compared_steps"] == [14]
+    assert [r["typical_step"]["step"] for r in doc["runs"]] == [14, 14]
+    assert any("profiled different steps" in n for n in doc["notes"])
+    assert doc["pairs"][0]["decomposition"]["delta_step_ns"] == 0  # the generator's steps agree
+    doc = compared(runs["n8"], other, *MODEL)
+    assert any("differ in model" in n for n in doc["notes"])
+    assert doc["runs"][1]["scaling_efficiency"] is None
+    assert doc["runs"][1]["scaling_efficiency_missing"] == "the runs differ in model"

@@ -1,0 +1,228 @@
+"""What a comparison of runs needs of one run (metrics.md §18): its headline figures as the
+analysis reported them, every rank's included steps with their partition, its matched
+collective instances and its projection. Built here from a Report; ``run.saved`` builds the
+same record from a saved ``analyze --format json`` document, so that both compare alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from tracecomm.analysis.bandwidth import size_bucket
+from tracecomm.analysis.model import Report
+from tracecomm.analysis.projection import ProjectedSize, Projection
+from tracecomm.engine.model import Figures, TypeFigures
+
+# one row per rank and matched collective instance (metrics.md §18): the group as it compares
+# across world sizes ("world", or "N-rank groups"), nccl-tests' size bucket, the rank's kernel
+# duration and the instance's transfer time (§6, clamped at 0)
+COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int64(),
+    "step": pl.Int64(),
+    "pg": pl.String(),
+    "key": pl.String(),
+    "coll_type": pl.String(),
+    "group": pl.String(),
+    "size_bucket": pl.String(),
+    "bucket_order": pl.Int64(),
+    "bytes": pl.Int64(),
+    "n": pl.Int64(),
+    "duration_ns": pl.Int64(),
+    "transfer_ns": pl.Int64(),
+}
+# per-kernel statistics per step (the kernel-level diff's input; not in the Report yet)
+KERNEL_SCHEMA: dict[str, pl.DataType] = {
+    "name": pl.String(),
+    "calls_per_step": pl.Float64(),
+    "time_per_step_ns": pl.Float64(),
+}
+WORLD_GROUP = "world"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One included step of one rank (a trace without steps: its analysis window, step None)."""
+
+    rank: int
+    step: int | None
+    cpu_span_ns: int | None
+    figures: Figures
+    by_type: tuple[TypeFigures, ...]
+    idle_by_cause: dict[str, int] | None
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    flops_per_step: float | None
+    flops_per_token: float | None
+    tokens_per_step: int | None
+    source: str | None
+
+
+@dataclass(frozen=True)
+class ProjectionRecord:
+    """metrics.md §11 of the run: the sizes it projected to (the measured one first)."""
+
+    measured_world: int
+    scaling: str
+    rank: int
+    step: int
+    sizes: tuple[ProjectedSize, ...]
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    label: str  # the input as given
+    source: str  # "traces", "summaries" or "analyze JSON"
+    world_size: int | None
+    ranks_analyzed: int
+    median_rank: int | None
+    rate_steps: tuple[int, ...]  # the steps step time is taken over (metrics.md §8)
+    steps: tuple[StepRecord, ...]
+    step_time_ns: int | None
+    device_count: int
+    model: ModelRecord
+    tokens_per_s: float | None
+    mfu: float | None
+    recoverable_pct: float | None  # metrics.md §6: the replay's, else the first-order one
+    recoverable_by: str | None  # "replay" / "first-order"
+    avg_power_w: float | None
+    energy_per_step_j: float | None
+    tokens_per_j: float | None
+    partial: bool
+    # COLLECTIVE_SCHEMA rows; None when the input holds no instances (a saved analyze JSON)
+    collectives: pl.DataFrame | None
+    projection: ProjectionRecord | str | None = None  # None: not asked for
+    kernels: pl.DataFrame | None = None  # KERNEL_SCHEMA, once per-kernel tables exist
+    warnings: tuple[str, ...] = ()
+
+
+def record_of_report(report: Report, label: str, source: str) -> RunRecord:
+    tp = report.throughput
+    st = report.stragglers
+    replayed = st.replay.recoverable_pct if st is not None and st.replay is not None else None
+    first_order = st.recoverable_pct if st is not None else None
+    energy = tp.energy if tp is not None else None
+    flops = tp.flops if tp is not None else None
+    return RunRecord(
+        label=label,
+        source=source,
+        world_size=report.summary.world_size,
+        ranks_analyzed=report.summary.ranks_analyzed,
+        median_rank=report.summary.median_rank,
+        rate_steps=tp.steps if tp is not None else (),
+        steps=_steps(report),
+        step_time_ns=tp.step_time_ns if tp is not None else None,
+        device_count=tp.device_count if tp is not None else report.summary.ranks_analyzed,
+        model=model_record(
+            flops.per_step if flops else None,
+            flops.per_token if flops else None,
+            flops.tokens_per_step if flops else None,
+            flops.source if flops else None,
+        ),
+        tokens_per_s=tp.tokens_per_s if tp is not None else None,
+        mfu=tp.mfu if tp is not None else None,
+        recoverable_pct=replayed if replayed is not None else first_order,
+        recoverable_by=(
+            "replay" if replayed is not None else "first-order" if first_order is not None else None
+        ),
+        avg_power_w=energy.avg_power_w if energy is not None else None,
+        energy_per_step_j=energy.energy_per_step_j if energy is not None else None,
+        tokens_per_j=energy.tokens_per_j if energy is not None else None,
+        partial=report.partial,
+        collectives=(
+            collective_rows(report.cross_rank.aligned, report.summary.world_size)
+            if report.cross_rank is not None
+            else pl.DataFrame(schema=COLLECTIVE_SCHEMA)
+        ),
+        projection=projection_record(report.projection),
+        warnings=report.warnings
+        + tuple(
+            f"rank {m.rank if m.rank is not None else '?'} missing: {m.reason}"
+            for m in report.missing
+        ),
+    )
+
+
+def model_record(
+    per_step: float | None, per_token: float | None, tokens: int | None, source: str | None
+) -> ModelRecord:
+    if per_token is None and per_step is not None and tokens:
+        per_token = per_step / tokens
+    return ModelRecord(per_step, per_token, tokens, source)
+
+
+def projection_record(projection: Projection | str | None) -> ProjectionRecord | str | None:
+    if projection is None or isinstance(projection, str):
+        return projection
+    return ProjectionRecord(
+        projection.measured_world,
+        projection.scaling,
+        projection.rank,
+        projection.step,
+        projection.sizes,
+    )
+
+
+def _steps(report: Report) -> tuple[StepRecord, ...]:
+    out = []
+    for rank in report.rank_reports:
+        bd = rank.breakdown
+        included = [s for s in bd.included_steps if s.window is not None]
+        whole = bd.window
+        if not bd.steps and whole is not None:  # no ProfilerStep: one window (§2)
+            out.append(
+                StepRecord(rank.rank, None, None, whole.figures, whole.by_type, whole.idle_by_cause)
+            )
+        for s in included:
+            if s.window is not None:
+                w = s.window
+                out.append(
+                    StepRecord(
+                        rank.rank, s.step, s.cpu_span_ns, w.figures, w.by_type, w.idle_by_cause
+                    )
+                )
+    return tuple(out)
+
+
+def collective_rows(aligned: pl.DataFrame, world_size: int | None) -> pl.DataFrame:
+    """Each rank's matched instances with what the diff by collective keys and measures."""
+    if aligned.height == 0 or "bytes" not in aligned.columns:
+        return pl.DataFrame(schema=COLLECTIVE_SCHEMA)
+    world = world_size or int(aligned["rank"].n_unique())
+    per = aligned.group_by("pg", "key").agg(
+        pl.coalesce(pl.col("group_size").drop_nulls().max(), pl.col("rank").n_unique()).alias("n"),
+        pl.col("bytes").drop_nulls().max().alias("bytes"),
+        (pl.col("end_ns").min() - pl.col("start_ns").max()).clip(lower_bound=0).alias("transfer"),
+    )
+    order, name = size_bucket(pl.col("bytes"))
+    return (
+        aligned.select(
+            "rank",
+            "step",
+            "pg",
+            "key",
+            "coll_type",
+            (pl.col("end_ns") - pl.col("start_ns")).clip(lower_bound=0).alias("duration_ns"),
+        )
+        .join(per, on=["pg", "key"], how="left")
+        .with_columns(
+            pl.when(pl.col("n") >= world)
+            .then(pl.lit(WORLD_GROUP))
+            .otherwise(pl.format("{}-rank groups", pl.col("n")))
+            .alias("group"),
+            pl.when(pl.col("bytes").is_null())
+            .then(pl.lit("size unknown"))
+            .otherwise(name)
+            .alias("size_bucket"),
+            pl.when(pl.col("bytes").is_null())
+            .then(pl.lit(-1))
+            .otherwise(order)
+            .alias("bucket_order"),
+            pl.col("transfer").alias("transfer_ns"),
+        )
+        .select(list(COLLECTIVE_SCHEMA))
+        .cast(COLLECTIVE_SCHEMA)  # type: ignore[arg-type]
+    )

@@ -1,0 +1,110 @@
+"""``tracecomm compare``: each input analyzed (run folders of traces, ``ingest`` summaries) or
+read (a saved analyze JSON), then compared (metrics.md §18). The first run (by world size,
+unless the order given is kept) is projected to the others' world sizes when its traces can be
+read again; summaries are never parsed back into traces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from tracecomm.analysis.compare import Comparison, compare, ordered
+from tracecomm.analysis.model import Report
+from tracecomm.analysis.runrecord import RunRecord, projection_record, record_of_report
+from tracecomm.errors import UsageError
+from tracecomm.run.discover import Discovery, discover
+from tracecomm.run.executors import open_executor
+from tracecomm.run.request import Request, request_of
+from tracecomm.run.saved import looks_saved, read_saved
+from tracecomm.run.session import analyze, project_later
+
+Analyze = Callable[[Request, Discovery], Report]
+
+
+def compare_runs(
+    inputs: Sequence[str | Path],
+    weak: bool = False,
+    keep_order: bool = False,
+    analyze_run: Analyze | None = None,
+    **options: Any,
+) -> Comparison:
+    """Compare two or more runs; ``options``: the analysis options (``tracecomm.analyze``'s
+    keywords) every run folder is analyzed with. ``analyze_run``: how a folder is analyzed
+    (the CLI adds its progress bar and exit codes). Raises ``UsageError`` and
+    ``NoUsableInput``."""
+    if len(inputs) < 2:
+        raise UsageError("compare needs two or more runs (run folders, summaries or analyze JSON)")
+    for name in ("project", "to", "weak", "detail"):
+        if options.get(name):
+            raise UsageError(f"compare sets --{name} itself")
+    labels = _labels([str(i) for i in inputs])
+    requests: dict[str, tuple[Request, Discovery, Report]] = {}
+    records = []
+    for given, label in zip(inputs, labels, strict=True):
+        path = Path(given)
+        if path.is_file() and looks_saved(path):
+            records.append(read_saved(path, label))
+            continue
+        request = request_of([given], **options)
+        discovery = discover(list(request.inputs))
+        report = (analyze_run or _analyze)(request, discovery)
+        source = "summaries" if discovery.summaries else "traces"
+        records.append(record_of_report(report, label, source))
+        requests[label] = (request, discovery, report)
+    first = ordered(records, keep_order)[0]
+    if first.label in requests:
+        records = [
+            _projected(r, records, requests[first.label], weak) if r is first else r
+            for r in records
+        ]
+    return compare(records, weak=weak, keep_order=keep_order)
+
+
+def _analyze(request: Request, discovery: Discovery) -> Report:
+    executor = open_executor(request.executor, request.jobs)
+    try:
+        return analyze(request, executor=executor, discovery=discovery)
+    finally:
+        executor.close()
+
+
+def _projected(
+    first: RunRecord,
+    records: Sequence[RunRecord],
+    analyzed: tuple[Request, Discovery, Report],
+    weak: bool,
+) -> RunRecord:
+    """The first run projected (metrics.md §11) to the other runs' world sizes."""
+    request, discovery, report = analyzed
+    own = first.world_size or first.ranks_analyzed
+    targets = tuple(sorted({n for r in records if (n := r.world_size or r.ranks_analyzed) != own}))
+    if not targets:
+        return replace(first, projection="every run has its world size: nothing to project to")
+    if discovery.summaries:
+        return replace(
+            first,
+            projection="given as summaries, which hold no device events to replay: give its run "
+            "folder (or the JSON of `tracecomm project RUN -f json --to "
+            + ",".join(str(n) for n in targets)
+            + "`)",
+        )
+    executor = open_executor(request.executor, request.jobs)
+    try:
+        found = project_later(request, report, targets, weak, executor, discovery)
+    finally:
+        executor.close()
+    return replace(first, projection=projection_record(found))
+
+
+def _labels(inputs: Sequence[str]) -> list[str]:
+    """Each input as given, made unique (the same run twice: '#2')."""
+    seen: dict[str, int] = {}
+    out = []
+    for given in inputs:
+        label = given.rstrip("/") or given
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label} #{seen[label]}")
+    return out
