@@ -8,11 +8,11 @@ Real Kineto traces inflate 8–30× and hold events of a few KB; the defaults le
 from __future__ import annotations
 
 import os
-import zlib
 from pathlib import Path
 from typing import IO
 
 from tracecomm.errors import TraceError
+from tracecomm.ingest.inflate import inflater
 from tracecomm.ingest.model import ReadOptions
 
 _BLOCK = 1 << 20
@@ -62,28 +62,29 @@ def gunzip_bounded(raw: bytes, path: Path, read: ReadOptions) -> tuple[bytes, bo
     cut short, the prefix is what there was). Raises ``TraceError`` past the bound or on
     corrupt data."""
     limit = inflated_limit(path, read)
+    gz = inflater()
     parts: list[bytes] = []
     total = 0
     data = raw
     while data:
-        inflater = zlib.decompressobj(wbits=31)
+        inflating = gz.decompressobj()
         try:
             while data:
-                out = inflater.decompress(data, _BLOCK)
-                data = inflater.unconsumed_tail
+                out = inflating.decompress(data, _BLOCK)
+                data = inflating.unconsumed_tail
                 total += len(out)
                 if total > limit:
                     raise refuse_inflation(path, total, read)
                 parts.append(out)
-                if inflater.eof:
+                if inflating.eof:
                     break
-        except zlib.error as exc:
+        except gz.errors as exc:
             raise TraceError(path, f"corrupt gzip data ({exc})") from None
-        if not inflater.eof:
+        if not inflating.eof:
             if total == 0:
                 raise TraceError(path, "truncated gzip file: no complete data")
             return b"".join(parts), False
-        data = inflater.unused_data.lstrip(b"\x00")  # another member may follow
+        data = inflating.unused_data.lstrip(b"\x00")  # another member may follow
     return b"".join(parts), True
 
 

@@ -11,9 +11,7 @@ which has the salvage logic.
 
 from __future__ import annotations
 
-import gzip
 import re
-import zlib
 from collections.abc import Iterator
 from operator import attrgetter
 from pathlib import Path
@@ -35,6 +33,7 @@ from tracecomm.ingest.events import (
     trace_meta,
 )
 from tracecomm.ingest.frames import columns, rank_from_frames, split_frames, with_begin_end
+from tracecomm.ingest.inflate import inflater
 from tracecomm.ingest.limits import BoundedReader, refuse_event
 from tracecomm.ingest.model import DEVICE_KINDS, RankEvents, ReadOptions
 
@@ -159,13 +158,13 @@ def _open(path: Path, read: ReadOptions) -> IO[bytes]:
         gz = probe.read(2) == GZIP_MAGIC
     if not gz:
         return path.open("rb")
-    return BoundedReader(gzip.open(path, "rb"), path, read)  # type: ignore[return-value, arg-type]
+    return BoundedReader(inflater().open(path), path, read)  # type: ignore[return-value]
 
 
 def _read(handle: IO[bytes], size: int) -> bytes:
     try:
         return handle.read(size)
-    except (EOFError, OSError, zlib.error) as exc:  # a cut or corrupt .gz
+    except inflater().errors as exc:  # a cut or corrupt .gz
         raise Fallback(str(exc)) from None
 
 

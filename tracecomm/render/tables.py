@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tracecomm.render import View, check, compare, formats, html, terminal
+from tracecomm.render import View, check, formats, html, terminal
 
 Renderer = Callable[[Any, View], bytes]
 
@@ -31,9 +31,23 @@ NCCL: dict[str, Renderer] = {
     "json": formats.render_nccl_json,
 }
 CROSSCHECK: dict[str, Renderer] = {"terminal": terminal.render_crosscheck}
+
+
+def _compare(name: str) -> Renderer:
+    """Imported when a comparison is rendered: analysis.compare is off analyze's path."""
+
+    def render(result: Any, view: View) -> bytes:
+        from tracecomm.render import compare
+
+        renderer: Renderer = getattr(compare, name)
+        return renderer(result, view)
+
+    return render
+
+
 COMPARE: dict[str, Renderer] = {
-    "terminal": compare.render_terminal,
-    "json": compare.render_json,
-    "markdown": compare.render_markdown,
-    "html": compare.render_html,
+    "terminal": _compare("render_terminal"),
+    "json": _compare("render_json"),
+    "markdown": _compare("render_markdown"),
+    "html": _compare("render_html"),
 }
