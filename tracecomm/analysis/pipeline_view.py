@@ -1,12 +1,13 @@
 """Pipeline view (metrics.md §10): stages and micro-batches from the send/recv pattern, the
 measured bubble per stage next to the textbook 1F1B bubble (p − 1) / (m + p − 1).
 
-Per step of a pipeline (a send/recv group), on the clock-aligned timelines: the pipeline's
-span runs from the first compute kernel any stage launched in the step to the last one's end,
-and a stage's bubble is the share of that span in which it ran no compute. (On GPU traces the
-waiting of a pipeline sits inside NCCL receive kernels, which start early and spin, so the idle
-causes alone would miss most of it.) Stages are ordered by when their compute starts (stage 0
-runs the first forward); micro-batches are the sends from stage 0 to stage 1 per step.
+A pipeline is the chain of send/recv peers (chains.py), first stage first, however its
+send/recv groups are named (one per pipeline, or one per adjacent stage pair and direction).
+Per step, on the clock-aligned timelines: the pipeline's span runs from the first compute
+kernel any stage launched in the step to the last one's end, and a stage's bubble is the share
+of that span in which it ran no compute. (On GPU traces the waiting of a pipeline sits inside
+NCCL receive kernels, which start early and spin, so the idle causes alone would miss most of
+it.) Micro-batches are the sends from stage 0 to stage 1 per step.
 """
 
 from __future__ import annotations
@@ -56,10 +57,10 @@ def pipeline_views(
     offset = {r: c.offset_ns or 0 for c in cr.clocks for r in c.ranks}
     by_rank = {r.rank: r for r in ranks}
     views = []
-    for group, members in sorted(cr.pipelines.items()):
+    for group, members in sorted(cr.pipelines.items(), key=lambda kv: kv[1]):
         present = [by_rank[r] for r in members if r in by_rank]
         if len(present) >= 2:
-            view = _view(group, present, offset, stages, microbatches)
+            view = _view(group, present, offset, stages, microbatches, cr.p2p_pairs)
             if view is not None:
                 views.append(view)
     return tuple(views)
@@ -71,14 +72,13 @@ def _view(
     offset: Mapping[int, int],
     stages: int | None,
     microbatches: int | None,
+    pairs: pl.DataFrame,
 ) -> PipelineView | None:
     spans = {r.rank: _aligned_spans(r, offset.get(r.rank, 0)) for r in members}
     steps = sorted(set.intersection(*(set(s) for s in spans.values())))
     if not steps:
         return None
-    order = sorted(
-        spans, key=lambda r: (statistics.median(spans[r][s][0] for s in steps), r)
-    )  # stage 0 runs the first forward
+    order = [r.rank for r in members]  # the chain's order: first stage first
     compute = {
         r.rank: {
             s.step: s.window.figures.compute_ns for s in r.breakdown.included_steps if s.window
@@ -101,7 +101,7 @@ def _view(
     )
     p = stages or len(order)
     m, m_source = (
-        (microbatches, "--microbatches") if microbatches else _microbatches(members, order, steps)
+        (microbatches, "--microbatches") if microbatches else _microbatches(pairs, order, steps)
     )
     textbook = 100 * (p - 1) / (m + p - 1) if m else None
     return PipelineView(
@@ -127,20 +127,21 @@ def _aligned_spans(rank: RankReport, offset: int) -> dict[int, tuple[int, int]]:
 
 
 def _microbatches(
-    members: Sequence[RankReport], order: Sequence[int], steps: Sequence[int]
+    pairs: pl.DataFrame, order: Sequence[int], steps: Sequence[int]
 ) -> tuple[int | None, str]:
-    first = next(r for r in members if r.rank == order[0])
-    sends = first.breakdown.collectives
-    if sends is None or sends.height == 0:
+    """The median over steps of the sends from stage 0 to stage 1 (paired send/recv)."""
+    if pairs.height == 0 or "sender" not in pairs.columns:
         return None, "unknown"
     counts = (
-        sends.filter(
-            (pl.col("direction") == "send")
-            & (pl.col("peer") == order[1])
+        pairs.filter(
+            (pl.col("rank") == order[0])
+            & (pl.col("sender") == order[0])
+            & (pl.col("receiver") == order[1])
             & pl.col("step").is_in(list(steps))
         )
         .group_by("step")
-        .len()["len"]
+        .len()
+        .sort("step")["len"]
         .to_list()
     )
     if not counts:

@@ -91,8 +91,8 @@
       sum.ranks_analyzed + " ranks analyzed" +
       (sum.world_size ? " of " + sum.world_size : "") +
       ", steps " + (sum.steps || []).join(", ") + " · " + (doc.inputs || []).join(", ")));
-    var worst = null;
-    if (st && st.flagged && st.flagged.length) {
+    var worst = null, fix = topFix(st);
+    if (!fix && st && st.flagged && st.flagged.length) {
       var ranks = byId(st.ranks, "rank");
       worst = ranks[st.flagged[0]];
     }
@@ -107,6 +107,8 @@
         (sum.total || {}).busy_pct), "what a dashboard shows"],
       ["Exposed comm", pct(gaps.exposed_comm_pct !== undefined ? gaps.exposed_comm_pct : null),
         "of the analysis window"],
+      fix ? ["Fix first", fix.kind + " " + fix.index, "step " + ms(st.median_step_ns) + " → " +
+        ms(fix.step_if_fixed_ns) + " (" + pct(fix.recoverable_pct) + " back, by replay)"] :
       ["Worst straggler", worst ? "rank " + worst.rank : "none flagged",
         worst ? ms(worst.delay_caused_per_step_ns) + " delay / step; " +
           pct(st.recoverable_pct) + " recoverable" : (st ? "" : "needs matched collectives")]
@@ -133,9 +135,14 @@
     if (doc.nccl && doc.nccl.diagnostics) {
       doc.nccl.diagnostics.forEach(function (d) { out.push([d.severity, "NCCL: " + d.message]); });
     }
-    if (doc.stragglers && doc.stragglers.flagged && doc.stragglers.flagged.length) {
-      out.push(["warning", "straggler rank(s) " + doc.stragglers.flagged.join(", ") +
-        ": removing them gives back " + pct(doc.stragglers.recoverable_pct) + " of the step"]);
+    var st = doc.stragglers, fixes = flaggedFixes(st);
+    if (fixes.length) {
+      out.push(["warning", "fix " + fixes.map(fixName).join(", ") + ": a step would take about " +
+        ms(st.step_if_no_straggler_replay_ns) + " instead of " + ms(st.median_step_ns) + " (" +
+        pct(st.recoverable_pct_replay) + " back, dependency replay)"]);
+    } else if (st && st.flagged && st.flagged.length) {
+      out.push(["warning", "straggler rank(s) " + st.flagged.join(", ") +
+        ": removing them gives back " + pct(st.recoverable_pct) + " of the step"]);
     }
     (doc.warnings || []).forEach(function (w) { out.push(["warning", w]); });
     (doc.notes || []).forEach(function (n) {
@@ -279,6 +286,49 @@
     svg.appendChild(g);
   }
 
+  // the replay's candidates (metrics.md §6): which rank, stage or replica to fix
+  function flaggedFixes(st) {
+    return st && st.candidates ? st.candidates.filter(function (c) { return c.flagged; }) : [];
+  }
+  function topFix(st) { return flaggedFixes(st)[0] || null; }
+  function fixName(c) {
+    return c.kind + " " + c.index + (c.kind === "rank" ? "" : " (" + rankList(c.ranks) + ")");
+  }
+  function rankList(ranks) {
+    return ranks.length <= 6 ? "ranks " + ranks.join(", ") :
+      ranks.length + " ranks: " + ranks.slice(0, 4).join(", ") + ", …, " + ranks[ranks.length - 1];
+  }
+  function fixTable(s, st) {
+    var shown = (st.candidates || []).filter(function (c) { return c.gain_ns > 0; }).slice(0, 8);
+    var rp = st.replay;
+    s.appendChild(el("h3", null, "What to fix (dependency replay)"));
+    if (rp) {
+      s.appendChild(el("p", { class: "explain" }, "Replaying the recorded work gives " +
+        ms(rp.step_ns) + " for a measured " + ms(rp.measured_step_ns) + " (" +
+        rp.reproduction_error_pct.toFixed(2) + " % off, tolerance " + rp.tolerance_pct + " %)" +
+        (rp.reproduces ? "." : ": " + rp.reason)));
+    }
+    if (!shown.length) {
+      s.appendChild(el("p", { class: "empty" }, "No rank, stage or replica would shorten the step."));
+      return;
+    }
+    var table = el("table", { class: "figures", id: "what-to-fix" },
+      el("tr", null, el("th", null, "fix"), el("th", null, "ranks"), el("th", null, "step"),
+        el("th", null, "back"), el("th", null, "by op type (gain with only that part fixed)")));
+    shown.forEach(function (c) {
+      var parts = c.by_op_type ? Object.keys(c.by_op_type).map(function (k) {
+        return k + " " + pct(100 * c.by_op_type[k] / st.median_step_ns);
+      }).join(", ") : "–";
+      table.appendChild(el("tr", { "data-kind": c.kind, "data-index": c.index,
+        class: c.flagged ? "flagged" : "" },
+        el("td", null, (c.flagged ? "⚑ " : "") + c.kind + " " + c.index),
+        el("td", null, rankList(c.ranks)),
+        el("td", null, ms(st.median_step_ns) + " → " + ms(c.step_if_fixed_ns)),
+        el("td", null, pct(c.recoverable_pct)), el("td", null, parts)));
+    });
+    s.appendChild(table);
+  }
+
   // ---- 3. straggler heat map -----------------------------------------------------------
   function heatmap() {
     var s = section("stragglers", "Who made the others wait",
@@ -336,9 +386,11 @@
     svg.appendChild(sv("text", { x: lx, y: top + 24 }, "0 … " + ms(max)));
     s.appendChild(svg);
     s.appendChild(el("p", { class: "explain" }, flagged.length ?
-      "Flagged (⚑): rank " + flagged.join(", ") + ". Median step " + ms(st.median_step_ns) +
-      "; without the straggler(s) about " + ms(st.step_if_no_straggler_replay_ns ||
-        st.step_if_no_straggler_ns) + "." : "No rank is flagged as a straggler."));
+      "Flagged (⚑, by " + st.flag_basis + "): rank " + flagged.join(", ") + ". Median step " +
+      ms(st.median_step_ns) + "; without the straggler(s) about " +
+      ms(st.step_if_no_straggler_replay_ns || st.step_if_no_straggler_ns) + "." :
+      "No rank is flagged as a straggler."));
+    if (st.replay) fixTable(s, st);
   }
 
   function heat(t) {  // white to red
