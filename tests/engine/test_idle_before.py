@@ -36,3 +36,49 @@ def test_the_gap_stops_at_the_steps_first_device_event() -> None:
 
 def test_without_work_nothing_is_idle() -> None:
     assert idle_before(frame([(5, 9, None)]), None).tolist() == [0]
+
+
+def kernels_of(rows: list[tuple[int, int, int | None, str, int]]) -> pl.DataFrame:
+    return pl.DataFrame(
+        rows,
+        schema={
+            "start_ns": pl.Int64,
+            "end_ns": pl.Int64,
+            "step": pl.Int64,
+            "cls": pl.String,
+            "stream": pl.Int64,
+        },
+        orient="row",
+    )
+
+
+def test_a_lone_receive_of_another_stream_does_not_end_the_gap() -> None:
+    # compute until 100; a receive on stream 36 lands at 300-320 while the rank waits; the
+    # receive it waits for (stream 44) starts at 900: its gap runs back to 100, not to 320
+    work = kernels_of(
+        [(0, 100, 1, "compute", 7), (300, 320, 1, "comm", 36), (900, 950, 1, "comm", 44)]
+    )
+    waited = work.filter(pl.col("stream") == 44)
+    assert idle_before(waited, work).tolist() == [800]
+    # a kernel of its own stream in the gap does end it (a call before it in the same queue)
+    same = kernels_of(
+        [(0, 100, 1, "compute", 7), (300, 320, 1, "comm", 44), (900, 950, 1, "comm", 44)]
+    )
+    assert idle_before(same.filter(pl.col("start_ns") == 900), same).tolist() == [580]
+
+
+def test_the_compute_run_leading_into_a_kernel() -> None:
+    from tracecomm.engine.collectives import work_since
+
+    # two compute kernels 5 µs apart are one run (a launch gap); the send after them starts
+    # at its end; a kernel after an idle stretch has no run leading into it
+    work = kernels_of(
+        [
+            (0, 100_000, 1, "compute", 7),
+            (105_000, 300_000, 1, "compute", 7),
+            (300_000, 310_000, 1, "comm", 32),
+            (900_000, 950_000, 1, "comm", 32),
+        ]
+    )
+    comm = work.filter(pl.col("cls") == "comm")
+    assert work_since(comm, work).tolist() == [0, 900_000]

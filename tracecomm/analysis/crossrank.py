@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,10 +65,11 @@ class CrossRank:
     # per send/recv kernel on the aligned clock: rank, step, start_ns, wait (for its peer)
     p2p_waits: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
     # matched instances per rank, clock-aligned (rank, pg, key, coll_type, step, start_ns,
-    # end_ns, idle_before_ns, arrival_ns, synchronized)
+    # end_ns, idle_before_ns, work_since_ns, arrival_ns, synchronized)
     aligned: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
     # both kernels of every paired send/recv, aligned (rank, pg, key, step, start_ns, end_ns,
-    # idle_before_ns, direction, coll_type, sender, receiver, arrival_ns, synchronized)
+    # idle_before_ns, work_since_ns, direction, coll_type, sender, receiver, arrival_ns,
+    # synchronized)
     p2p_pairs: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
 
 
@@ -84,6 +86,8 @@ def cross_rank(
     )
     if "idle_before_ns" not in every.columns:  # frames from before the column existed
         every = every.with_columns(pl.lit(0, dtype=pl.Int64).alias("idle_before_ns"))
+    if "work_since_ns" not in every.columns:
+        every = every.with_columns(pl.col("start_ns").alias("work_since_ns"))
     analyzed = sorted(collectives)
     p2p = _with_peers(every.filter(pl.col("coll_type") == "SendRecv"), analyzed)
     keyed, keyed_by = _keys(every.filter(pl.col("coll_type") != "SendRecv"))
@@ -92,7 +96,7 @@ def cross_rank(
     matched = verdicts.filter(pl.col("valid"))
     reference = min(collectives) if collectives else None
     on_all = keyed.join(matched.select("pg", "key"), on=["pg", "key"], maintain_order="left")
-    clocks = _clocks(on_all, hosts, reference) if align_clocks else ()
+    clocks = _clocks(on_all, hosts, reference, _raw_pairs(p2p)) if align_clocks else ()
     floors = _floors(clocks)
     first = with_arrivals(_aligned(on_all, clocks), ["pg", "key"], floors, align_clocks)
     p2p_aligned = _looked_through(_aligned(p2p, clocks), None, first)
@@ -184,6 +188,35 @@ def _with_peers(p2p: pl.DataFrame, analyzed: list[int]) -> pl.DataFrame:
     )
 
 
+def _raw_pairs(p2p: pl.DataFrame) -> pl.DataFrame | None:
+    """Both ends of every send/recv pair on the ranks' own clocks (rank, pg, key, end_ns)."""
+    if p2p.height == 0 or not {"direction", "peer"} <= set(p2p.columns):
+        return None
+    sends = p2p.filter(pl.col("direction") == "send").select(
+        "pg", pl.col("rank").alias("sender"), pl.col("peer").alias("receiver"), "p2p_ordinal"
+    )
+    recvs = p2p.filter(pl.col("direction") == "recv").select(
+        "pg", pl.col("rank").alias("receiver"), pl.col("peer").alias("sender"), "p2p_ordinal"
+    )
+    paired = sends.join(recvs, on=["pg", "sender", "receiver", "p2p_ordinal"]).select(
+        "pg", "sender", "receiver", "p2p_ordinal"
+    )
+    key = pl.format("p2p {}->{} #{}", "sender", "receiver", "p2p_ordinal").alias("key")
+    ends = p2p.select("rank", "pg", "direction", "peer", "p2p_ordinal", "end_ns")
+    sides = [
+        paired.join(
+            ends.filter(pl.col("direction") == direction),
+            left_on=["pg", who, other, "p2p_ordinal"],
+            right_on=["pg", "rank", "peer", "p2p_ordinal"],
+        ).select(pl.col(who).alias("rank"), "pg", key, "end_ns")
+        for direction, who, other in (
+            ("send", "sender", "receiver"),
+            ("recv", "receiver", "sender"),
+        )
+    ]
+    return pl.concat(sides)
+
+
 def _floors(clocks: tuple[HostClock, ...]) -> dict[int, int]:
     """Per rank: time differences below this are clock noise (arrivals.py)."""
     return {r: max(FLOOR_NS, 2 * (c.error_ns or 0)) for c in clocks for r in c.ranks}
@@ -194,7 +227,7 @@ def _point_to_point(timed: pl.DataFrame, floors: Mapping[int, int], check: bool)
     a side that arrived first waited for the other. ``timed``: the kernels, clock-aligned."""
     if timed.height == 0 or not {"direction", "peer"} <= set(timed.columns):
         return {}
-    side = ["pg", "k", "step", "start_ns", "end_ns", "idle_before_ns"]
+    side = ["pg", "k", "step", "start_ns", "end_ns", "idle_before_ns", "work_since_ns"]
     sends = timed.filter(pl.col("direction") == "send").select(
         pl.col("rank").alias("sender"),
         pl.col("peer").alias("receiver"),
@@ -251,12 +284,10 @@ def _aligned(frame: pl.DataFrame, clocks: tuple[HostClock, ...]) -> pl.DataFrame
         },
         schema={"rank": pl.Int64, "offset": pl.Int64},
     )
+    times = [c for c in ("start_ns", "end_ns", "work_since_ns") if c in frame.columns]
     return (
         frame.join(offsets, on="rank", how="left", maintain_order="left")
-        .with_columns(
-            (pl.col("start_ns") - pl.col("offset").fill_null(0)).alias("start_ns"),
-            (pl.col("end_ns") - pl.col("offset").fill_null(0)).alias("end_ns"),
-        )
+        .with_columns(pl.col(c) - pl.col("offset").fill_null(0) for c in times)
         .drop("offset")
     )
 
@@ -336,10 +367,16 @@ def _mismatches(
 
 
 def _clocks(
-    matched: pl.DataFrame, hosts: Mapping[int, str], reference: int | None
+    matched: pl.DataFrame,
+    hosts: Mapping[int, str],
+    reference: int | None,
+    pairs: pl.DataFrame | None = None,
 ) -> tuple[HostClock, ...]:
     """Per host: the median over matched instances of ``end_r − end_ref`` (collectives finish
-    together), the reference being the lowest rank; ranks of one host share one clock."""
+    together), the reference being the lowest rank; ranks of one host share one clock. A host
+    that shares no instance with the reference is reached through hosts that do (_relayed),
+    over the collectives and the send/recv ``pairs`` (rank, pg, key, end_ns: both ends of a
+    pair finish together too)."""
     if reference is None:
         return ()
     ref = matched.filter(pl.col("rank") == reference).select(
@@ -374,6 +411,13 @@ def _clocks(
         .agg((pl.col("diff") - pl.col("offset")).abs().median())
         .iter_rows()
     )
+    known = {h: v[0] for h, v in estimates.items()} | {ref_host: 0}
+    instances = [matched.select("rank", "pg", "key", "end_ns")]
+    if pairs is not None and pairs.height:
+        instances.append(pairs.select("rank", "pg", "key", "end_ns"))
+    for host, (offset, error, n) in _relayed(pl.concat(instances), host_of, known).items():
+        estimates[host] = (offset, n)
+        errors[host] = error
     out = []
     for host in sorted(
         set(hosts.values()), key=lambda h: min(r for r, x in hosts.items() if x == h)
@@ -391,6 +435,51 @@ def _clocks(
         else:
             out.append(HostClock(host, ranks, None, None, 0))
     return tuple(out)
+
+
+def _relayed(
+    instances: pl.DataFrame, host_of: pl.DataFrame, known: dict[str, int]
+) -> dict[str, tuple[int, int, int]]:
+    """Offsets of the hosts that share no instance with the reference host, hop by hop: each
+    instance's members finish together, so a host's offset is the median over the instances
+    it shares with hosts already aligned of its end − the aligned end of the lowest such
+    member. Returns host -> (offset, error: median absolute deviation, instances)."""
+    per_host = (
+        instances.join(host_of, on="rank")
+        .sort("pg", "key", "rank")
+        .group_by("pg", "key", "host", maintain_order=True)
+        .agg(pl.col("rank").first(), pl.col("end_ns").first())
+    )
+    found: dict[str, tuple[int, int, int]] = {}
+    while True:
+        offsets = pl.DataFrame(
+            {"host": list(known), "offset": list(known.values())},
+            schema={"host": pl.String, "offset": pl.Int64},
+        )
+        marked = per_host.join(offsets, on="host", how="left")
+        anchors = (
+            marked.filter(pl.col("offset").is_not_null())
+            .sort("pg", "key", "rank")
+            .group_by("pg", "key", maintain_order=True)
+            .agg((pl.col("end_ns") - pl.col("offset")).first().alias("anchor"))
+        )
+        diffs = (
+            marked.filter(pl.col("offset").is_null())
+            .join(anchors, on=["pg", "key"])
+            .with_columns((pl.col("end_ns") - pl.col("anchor")).alias("diff"))
+        )
+        if diffs.height == 0:
+            return found
+        step = (
+            diffs.group_by("host")
+            .agg(pl.col("diff").median().alias("median"), pl.col("diff"), pl.len())
+            .sort("host")
+        )
+        for host, median, diff, n in step.iter_rows():
+            offset = int(median)
+            error = int(statistics.median(abs(d - offset) for d in diff))
+            found[host] = (offset, error, n)
+            known[host] = offset
 
 
 def ranks_cross_rank(ranks: Sequence[RankReport], align_clocks: bool) -> CrossRank | None:

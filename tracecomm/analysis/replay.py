@@ -33,6 +33,7 @@ import numpy as np
 import polars as pl
 
 _FAR_PAST = np.iinfo(np.int64).min // 4  # "no constraint" without overflowing an addition
+RELEASE_SLACK_NS = 20_000
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,8 @@ def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     step's start before a wait arriving at the same instant, its end after."""
     if "kind" not in waits.columns:
         waits = waits.with_columns(pl.col("coll_type").alias("kind"))
+    if "work_since_ns" not in waits.columns:
+        waits = waits.with_columns(pl.col("arrival_ns").alias("work_since_ns"))
     shared = (
         waits.with_columns(pl.col("arrival_ns").max().over("pg", "key").alias("at"))
         .with_columns((pl.col("end_ns") - pl.col("at")).alias("transfer"))
@@ -149,6 +152,7 @@ def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
             pl.format("{}\x00{}", "pg", "key").alias("id"),
             "arrival_ns",
             "end_ns",
+            pl.min_horizontal("arrival_ns", "work_since_ns").alias("work_since_ns"),
             "transfer",
             "coll_type",
             "kind",
@@ -164,6 +168,7 @@ def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
                 pl.format("\x01{} {} {}", "rank", "step", pl.lit(sub)).alias("id"),
                 pl.col(edge).alias("arrival_ns"),
                 pl.col(edge).alias("end_ns"),
+                pl.col(edge).alias("work_since_ns"),
                 pl.lit(0, pl.Int64).alias("transfer"),
                 pl.lit("").alias("coll_type"),
                 pl.lit("").alias("kind"),
@@ -206,7 +211,12 @@ def _predecessors(frame: pl.DataFrame) -> np.ndarray:
     none). Only an element that had ended can have held this one back; one still running
     beside it (an all-reduce on another stream, the other half of a batched send/recv) did
     not, and chaining it would invent a dependency."""
-    rows = frame.select("rank", "pos", "arrival_ns").with_row_index("row")
+    # the element that released the work leading into this one: ended last before that work
+    # (the run of compute ending at its arrival) began
+    # (within RELEASE_SLACK_NS: timestamps rounded to µs put a kernel a hair before the end of
+    # the wait that released it)
+    released = pl.min_horizontal("arrival_ns", pl.col("work_since_ns") + RELEASE_SLACK_NS)
+    rows = frame.select("rank", "pos", released.alias("released")).with_row_index("row")
     ends = frame.select(
         "rank",
         pl.col("end_ns").alias("_end"),
@@ -218,10 +228,10 @@ def _predecessors(frame: pl.DataFrame) -> np.ndarray:
         # among elements ending at the same instant, the earliest in the chain comes last
         right = ends.sort("rank", "_end", pl.col("_pos"), descending=[False, False, True])
         return (
-            rows.sort("rank", "arrival_ns")
+            rows.sort("rank", "released")
             .join_asof(
                 right,
-                left_on="arrival_ns",
+                left_on="released",
                 right_on="_end",
                 by="rank",
                 strategy="backward",

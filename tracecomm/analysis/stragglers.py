@@ -484,7 +484,7 @@ def _what_if(timed: Sequence[RankReport], cr: CrossRank, job: Job) -> WhatIf | N
         schema={"rank": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
         orient="row",
     ).with_columns(pl.col("start_ns", "end_ns") - pl.col("rank").replace_strict(offset, default=0))
-    columns = ["rank", "pg", "key", "coll_type", "arrival_ns", "end_ns"]
+    columns = ["rank", "pg", "key", "coll_type", "arrival_ns", "end_ns", "work_since_ns"]
     # what each wait is for its rank, the same on its peers: a collective's type and group
     # size; a send/recv's direction and how far its peer's rank number lies from its own
     collectives = _synchronized(cr.aligned).select(
@@ -565,7 +565,9 @@ def peer_groups(
 ) -> dict[int, tuple[int, ...]]:
     """metrics.md §6 peers(r): the largest non-world process group holding r whose members all
     run the same kernels in the same order as r (same work signature); else every rank. Ties
-    between equally large groups go to the one whose member list sorts last."""
+    between equally large groups go to the one spread widest over rank numbers (in Megatron's
+    layout data-parallel groups stride over the tensor-parallel ones, which wait for each
+    other at every layer), then to the one whose member list sorts last."""
     everyone = tuple(sorted(signatures))
     out: dict[int, tuple[int, ...]] = {}
     ordered = sorted(set(groups.values()))
@@ -578,8 +580,12 @@ def peer_groups(
             and signature is not None
             and all(signatures.get(m) == signature for m in members)
         ]
-        out[rank] = max(candidates, key=lambda m: (len(m), m)) if candidates else everyone
+        out[rank] = max(candidates, key=_peer_preference) if candidates else everyone
     return out
+
+
+def _peer_preference(members: tuple[int, ...]) -> tuple[int, int, tuple[int, ...]]:
+    return (len(members), max(members) - min(members), members)
 
 
 def replicas(

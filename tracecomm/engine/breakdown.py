@@ -78,7 +78,9 @@ def breakdown(
                 on="_row",
                 how="left",
             ),
-            linked.filter(pl.col("cls") != "sync").select("start_ns", "end_ns", "step"),
+            linked.filter(pl.col("cls") != "sync").select(
+                "start_ns", "end_ns", "step", "cls", "stream"
+            ),
         ),
         work_signature=_work_signature(linked, result),
         devices=devices,
