@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -63,7 +63,35 @@ def pipeline_views(
             view = _view(group, present, offset, stages, microbatches, cr.p2p_pairs)
             if view is not None:
                 views.append(view)
-    return tuple(views)
+    return tuple(_slow_rank_verdict(v, views) for v in views)
+
+
+def _slow_rank_verdict(view: PipelineView, views: Sequence[PipelineView]) -> PipelineView:
+    """A stage that computes more than the same stage of the other pipelines is one slow rank
+    (a straggler): when that stage is balanced in the other pipelines, the slow rank, not the
+    stage balance, sets this pipeline's pace; otherwise the verdict adds it."""
+    computes = [s.compute_ns for s in view.per_stage]
+    for s in view.per_stage:
+        same = [
+            o.per_stage[s.stage].compute_ns
+            for o in views
+            if o is not view and len(o.per_stage) == len(view.per_stage)
+        ]
+        typical = statistics.median(same) if same else None
+        if not typical or s.compute_ns <= (1 + _IMBALANCE) * typical:
+            continue
+        excess = 100 * (s.compute_ns / typical - 1)
+        slow = (
+            f"rank {s.rank} (stage {s.stage}) computes {excess:.0f} % more than stage "
+            f"{s.stage} of the other pipelines"
+        )
+        others = statistics.median(c for i, c in enumerate(computes) if i != s.stage)
+        if typical <= (1 + _IMBALANCE) * others:
+            verdict = f"{slow}: a slow rank, not the stage balance, sets this pipeline's pace"
+        else:
+            verdict = f"{view.verdict}; {slow}"
+        return replace(view, verdict=verdict)
+    return view
 
 
 def _view(

@@ -90,9 +90,9 @@ def _report(report: Report, console: Console, straggler_rows: int | None) -> Non
     if report.bandwidth is not None and report.bandwidth.rows:
         console.print()
         console.print(_bandwidth_table(report))
-    for view in report.pipelines:
+    for item in _pipelines(report.pipelines):
         console.print()
-        console.print(_pipeline(view))
+        console.print(item)
     if report.projection is not None:
         console.print()
         console.print(projection_section(report.projection))
@@ -226,6 +226,31 @@ def _idle_causes(report: Report) -> Text | None:
     text = Text(f"Idle {ms(total.idle_ns)} ms over all ranks, by cause:\n", style="bold")
     text.append("\n".join(lines))
     return text
+
+
+MAX_PIPELINES = 4
+
+
+def _pipelines(views: Sequence[PipelineView]) -> list[Text]:
+    """Every pipeline when few; else the ones whose verdict names a cause, then one line for
+    the balanced rest (the JSON holds them all)."""
+    if len(views) <= MAX_PIPELINES:
+        return [_pipeline(v) for v in views]
+    named = [v for v in views if not v.verdict.startswith("stages are balanced")]
+    shown = named[:MAX_PIPELINES] if named else list(views[:1])
+    rest = [v for v in views if v not in shown]
+    out = [_pipeline(v) for v in shown]
+    if rest:
+        worst = max(s.bubble_pct for v in rest for s in v.per_stage)
+        out.append(
+            Text(
+                f"{len(rest)} more pipelines of {rest[0].stages} stages "
+                f"({', '.join(v.group for v in rest[:3])}{', …' if len(rest) > 3 else ''}): "
+                f"{'balanced, ' if all(v not in named for v in rest) else ''}"
+                f"bubble up to {worst:.1f} % (all in the JSON)"
+            )
+        )
+    return out
 
 
 def _pipeline(view: PipelineView) -> Text:

@@ -43,9 +43,20 @@ def whatif_section(st: Stragglers) -> Text | None:
             "  nothing gains more than the flag line "
             f"({ms(w.threshold_ns)} ms: 5 % of the step, or 3× the median rank's gain)\n"
         )
+    by_rank = {c.index: c for c in w.candidates if c.kind == "rank"}
     for c in shown:
-        text.append(_candidate_line(c, w.measured_step_ns))
+        text.append(_candidate_line(c, w.measured_step_ns, _mostly(c, by_rank)))
     return text
+
+
+def _mostly(c: Candidate, by_rank: dict[int, Candidate]) -> str:
+    """For a stage or replica: the rank inside it that gives most of its gain, if one does."""
+    if c.kind == "rank" or not c.gain_ns:
+        return ""
+    best = max((by_rank[r] for r in c.ranks if r in by_rank), key=lambda r: r.gain_ns, default=None)
+    if best is None or 2 * best.gain_ns < c.gain_ns:
+        return ""
+    return f"; most of it is rank {best.index}'s"
 
 
 def _check(w: WhatIf) -> str:
@@ -72,12 +83,12 @@ def _ranks(ranks: tuple[int, ...]) -> str:
     return f"rank{'s' * (len(ranks) > 1)} {rank_list(ranks)}"
 
 
-def _candidate_line(c: Candidate, measured: int) -> str:
+def _candidate_line(c: Candidate, measured: int, mostly: str = "") -> str:
     mark = "⚑" if c.flagged else " "
     how = _STAGE if c.kind == "stage" else _OTHERS.get(c.method, c.method)
     line = (
         f"  {mark} {_label(c)}: {ms(measured)} → {ms(c.step_if_fixed_ns)} ms "
-        f"({pct(c.recoverable_pct)} % back) — {how}\n"
+        f"({pct(c.recoverable_pct)} % back{mostly}) — {how}\n"
     )
     if c.by_op_type:
         parts = ", ".join(
