@@ -467,7 +467,7 @@ def _decide(
     candidates = [_flag(c, f) for c, f in zip(candidates, flagged, strict=True)]
     ordered = sorted(candidates, key=lambda c: (-c.gain_ns, _KIND_ORDER[c.kind], c.index))
     decomposed = _decompose(chain, measured, ordered, fixes)
-    chosen = [fixes[(c.kind, c.index)] for c in decomposed if c.flagged]
+    chosen = [f for c in decomposed if c.flagged and (f := fixes.get((c.kind, c.index)))]
     merged = _merge(chosen)
     gain = _gains(chain, measured, [merged])[0] if merged is not None else 0
     ranks = sorted({r for c in decomposed if c.flagged for r in c.ranks})
@@ -506,7 +506,7 @@ def _decompose(
 
     picked = [c for c in ordered if c.flagged] or ordered[:1]
     picked = (picked + [c for c in ordered if c not in picked])[:DECOMPOSED]
-    picked = [c for c in picked if c.gain_ns > 0]
+    picked = [c for c in picked if c.gain_ns > 0 and (c.kind, c.index) in fixes]
     jobs = [(c, part) for c in picked for part in ["compute", *fixes[(c.kind, c.index)].cuts]]
     gains = _gains(
         chain, measured, [fixes[(c.kind, c.index)] for c, _ in jobs], [p for _, p in jobs]
