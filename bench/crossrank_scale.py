@@ -49,6 +49,7 @@ def instance_tables(ranks: int, instances: int, seed: int = 0) -> dict[int, pl.D
                 "bytes": np.full(instances, 2 << 20),
                 "group_size": np.full(instances, ranks),
                 "idle_before_ns": np.zeros(instances, dtype=np.int64),
+                "work_since_ns": starts,
             }
         ).cast(INSTANCE_SCHEMA)  # type: ignore[arg-type]
     return tables

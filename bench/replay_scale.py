@@ -44,7 +44,9 @@ def main() -> None:
     hosts = {r: f"node{r // (args.ranks // 2)}" for r in tables}
     cr = cross_rank(tables, hosts)
     windows = windows_of(cr.aligned)
-    waits = cr.aligned.select("rank", "pg", "key", "coll_type", "arrival_ns", "end_ns")
+    waits = cr.aligned.select(
+        "rank", "pg", "key", "coll_type", "arrival_ns", "end_ns", "work_since_ns"
+    )
     steps = sorted(windows["step"].unique().to_list())
     compute = {r: 11_000_000 if r == SLOW else 10_000_000 for r in tables}
     everyone = tuple(sorted(tables))

@@ -127,6 +127,8 @@ def cross_rank(
 def _arrivals_again(first: pl.DataFrame, floors: Mapping[int, int], check: bool) -> pl.DataFrame:
     """Arrivals once the idle gaps look through unsynchronized kernels (arrivals.py); an
     instance found unsynchronized the first time stays so."""
+    if first.height == 0 or first["synchronized"].all():
+        return first  # nothing to look through
     looked = _looked_through(first, first.select("synchronized"), None)
     again = with_arrivals(looked.drop("arrival_ns", "synchronized"), ["pg", "key"], floors, check)
     return again.with_columns(pl.col("synchronized") & first["synchronized"])
@@ -415,7 +417,9 @@ def _clocks(
     instances = [matched.select("rank", "pg", "key", "end_ns")]
     if pairs is not None and pairs.height:
         instances.append(pairs.select("rank", "pg", "key", "end_ns"))
-    for host, (offset, error, n) in _relayed(pl.concat(instances), host_of, known).items():
+    missing = set(hosts.values()) - set(known)
+    relayed = _relayed(pl.concat(instances), host_of, known) if missing else {}
+    for host, (offset, error, n) in relayed.items():
         estimates[host] = (offset, n)
         errors[host] = error
     out = []
