@@ -44,7 +44,7 @@ class Chain:
     pos: np.ndarray  # place in the rank's chain
     inst: np.ndarray  # shared wait (or mark) id, in a global order that respects every chain
     code: np.ndarray  # what the element is: 0 start mark, 1 end mark, else its kind's number
-    coll_type: np.ndarray  # the shared wait's type (object array; "" for marks)
+    coll_code: np.ndarray  # the shared wait's type, as a number into coll_types (0: a mark)
     gap: np.ndarray  # recorded own work before the element
     transfer: np.ndarray  # recorded end − last arrival
     in_step: np.ndarray  # the gap lies inside an included step (bool)
@@ -59,6 +59,7 @@ class Chain:
     shared_waits: int  # distinct shared waits in the chain
     by_inst: np.ndarray  # rows ordered by element
     inst_offsets: np.ndarray  # element i's rows are by_inst[inst_offsets[i]:inst_offsets[i + 1]]
+    coll_types: tuple[str, ...] = ("",)  # the names of coll_code's numbers
 
     @property
     def size(self) -> int:
@@ -99,12 +100,14 @@ def build_chain(waits: pl.DataFrame, windows: pl.DataFrame) -> Chain | None:
     starts, ends, mark_rank = _step_marks(frame)
     inst = frame["inst"].to_numpy().astype(np.int64)
     levels = _levels(inst, pred, head)
+    types = {t: i for i, t in enumerate(["", *sorted(set(frame["coll_type"].unique()) - {""})])}
     return Chain(
         rank=rank,
         pos=frame["pos"].to_numpy(),
         inst=inst,
         code=frame["code"].to_numpy(),
-        coll_type=np.asarray(frame["coll_type"].to_list(), dtype=object),
+        coll_code=frame["coll_type"].replace_strict(types, default=0).to_numpy().astype(np.int64),
+        coll_types=tuple(types),
         gap=gap.astype(np.int64),
         transfer=frame["transfer"].to_numpy().astype(np.int64),
         in_step=(inside := _inside_steps(frame)),
@@ -142,14 +145,23 @@ def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         waits = waits.with_columns(pl.col("coll_type").alias("kind"))
     if "work_since_ns" not in waits.columns:
         waits = waits.with_columns(pl.col("arrival_ns").alias("work_since_ns"))
+    # each shared wait numbered in the order of its group and key (a small table: the strings
+    # are hashed once, and every later sort and grouping runs on integers)
+    instances = (
+        waits.group_by("pg", "key")
+        .agg(pl.col("arrival_ns").max().alias("at"))
+        .sort("pg", "key")
+        .with_row_index("id")
+        .with_columns(pl.col("id").cast(pl.Int64))
+    )
     shared = (
-        waits.with_columns(pl.col("arrival_ns").max().over("pg", "key").alias("at"))
+        waits.join(instances, on=["pg", "key"], how="left", maintain_order="left")
         .with_columns((pl.col("end_ns") - pl.col("at")).alias("transfer"))
         .select(
             "rank",
             "at",
             pl.lit(1, pl.Int8).alias("sub"),
-            pl.format("{}\x00{}", "pg", "key").alias("id"),
+            "id",
             "arrival_ns",
             "end_ns",
             pl.min_horizontal("arrival_ns", "work_since_ns").alias("work_since_ns"),
@@ -165,7 +177,10 @@ def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
                 "rank",
                 pl.col(edge).alias("at"),
                 pl.lit(sub, pl.Int8).alias("sub"),
-                pl.format("\x01{} {} {}", "rank", "step", pl.lit(sub)).alias("id"),
+                # after every shared wait: rank, step and edge, in order
+                (instances.height + (pl.col("rank") * 2**32 + pl.col("step")) * 2 + sub // 2)
+                .cast(pl.Int64)
+                .alias("id"),
                 pl.col(edge).alias("arrival_ns"),
                 pl.col(edge).alias("end_ns"),
                 pl.col(edge).alias("work_since_ns"),
@@ -207,49 +222,39 @@ def _global_order(frame: pl.DataFrame) -> np.ndarray:
 
 
 def _predecessors(frame: pl.DataFrame) -> np.ndarray:
-    """Per row: the rank's earlier element that ended last before this one's arrival (-1:
-    none). Only an element that had ended can have held this one back; one still running
-    beside it (an all-reduce on another stream, the other half of a batched send/recv) did
-    not, and chaining it would invent a dependency."""
-    # the element that released the work leading into this one: ended last before that work
-    # (the run of compute ending at its arrival) began
-    # (within RELEASE_SLACK_NS: timestamps rounded to µs put a kernel a hair before the end of
-    # the wait that released it)
-    released = pl.min_horizontal("arrival_ns", pl.col("work_since_ns") + RELEASE_SLACK_NS)
-    rows = frame.select("rank", "pos", released.alias("released")).with_row_index("row")
-    ends = frame.select(
-        "rank",
-        pl.col("end_ns").alias("_end"),
-        pl.col("pos").alias("_pos"),
-        pl.int_range(pl.len(), dtype=pl.UInt32).alias("_pred"),
+    """Per row: the rank's earlier element that ended last before the work leading into this
+    one began (-1: none). Only an element that had ended can have held this one back; one
+    still running beside it (an all-reduce on another stream, the other half of a batched
+    send/recv) did not, and chaining it would invent a dependency. Within RELEASE_SLACK_NS:
+    timestamps rounded to µs put a kernel a hair before the end of the wait that released it.
+    Rows come grouped by rank in chain order."""
+    rank = frame["rank"].to_numpy()
+    end = frame["end_ns"].to_numpy()
+    released = np.minimum(
+        frame["arrival_ns"].to_numpy(), frame["work_since_ns"].to_numpy() + RELEASE_SLACK_NS
     )
+    pred = np.full(len(rank), -1, dtype=np.int64)
+    bounds = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True])
+    for lo, hi in pairwise(bounds.tolist()):  # per rank, not per event
+        mine = _rank_predecessors(end[lo:hi], released[lo:hi])
+        pred[lo:hi] = np.where(mine >= 0, mine + lo, -1)
+    return pred
 
-    def latest(exact: bool) -> pl.DataFrame:
-        # among elements ending at the same instant, the earliest in the chain comes last
-        right = ends.sort("rank", "_end", pl.col("_pos"), descending=[False, False, True])
-        return (
-            rows.sort("rank", "released")
-            .join_asof(
-                right,
-                left_on="released",
-                right_on="_end",
-                by="rank",
-                strategy="backward",
-                allow_exact_matches=exact,
-                check_sortedness=False,
-            )
-            .sort("row")
-        )
 
-    found = latest(True)
-    own = found["pos"].to_numpy()
-    pred = found["_pred"].fill_null(-1).to_numpy().astype(np.int64)
-    # itself, or an element placed after it ending exactly at its arrival: take the latest one
-    # that ended strictly before
-    bad = found["_pos"].fill_null(-1).to_numpy() >= own
+def _rank_predecessors(end: np.ndarray, released: np.ndarray) -> np.ndarray:
+    """One rank's predecessors, as positions in its chain (-1: none)."""
+    n = len(end)
+    pos = np.arange(n)
+    # by end; among equal ends the earliest in the chain comes last
+    order = np.lexsort((-pos, end))
+    ordered = end[order]
+    found = np.searchsorted(ordered, released, side="right") - 1
+    pred = np.where(found >= 0, order[np.maximum(found, 0)], -1)
+    # itself, or an element placed after it ending exactly then: the latest strictly before
+    bad = pred >= pos
     if bad.any():
-        strict = latest(False)["_pred"].fill_null(-1).to_numpy().astype(np.int64)
-        pred = np.where(bad, strict, pred)
+        strict = np.searchsorted(ordered, released[bad], side="left") - 1
+        pred[bad] = np.where(strict >= 0, order[np.maximum(strict, 0)], -1)
     return pred
 
 
@@ -316,13 +321,16 @@ def _step_numbers(frame: pl.DataFrame) -> np.ndarray:
 
 def _labels(frame: pl.DataFrame, segment: np.ndarray) -> np.ndarray:
     """Per row: (step it follows, code, occurrence of that code since that step's start)."""
-    k = (
-        frame.with_columns(pl.Series("_segment", segment))
-        .select(pl.int_range(pl.len()).over("rank", "_segment", "code"))
-        .to_series()
-        .to_numpy()
-    )
-    return np.column_stack([segment, frame["code"].to_numpy(), k]).astype(np.int64)
+    rank, code = frame["rank"].to_numpy(), frame["code"].to_numpy().astype(np.int64)
+    # rows come by rank in chain order, steps rising: (rank, step) blocks are contiguous
+    block = np.cumsum(np.r_[True, (rank[1:] != rank[:-1]) | (segment[1:] != segment[:-1])])
+    key = block * (int(code.max()) + 1) + code
+    order = np.argsort(key, kind="stable")  # chain order kept inside each group
+    starts = np.r_[True, key[order][1:] != key[order][:-1]]
+    first = np.maximum.accumulate(np.where(starts, np.arange(len(order)), 0))
+    k = np.empty(len(order), dtype=np.int64)
+    k[order] = np.arange(len(order)) - first
+    return np.column_stack([segment, code, k]).astype(np.int64)
 
 
 def _inside_steps(frame: pl.DataFrame) -> np.ndarray:

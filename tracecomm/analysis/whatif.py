@@ -223,12 +223,12 @@ def _cuts_by_type(
     chain: Chain, rows: np.ndarray, elements: np.ndarray, excess: np.ndarray
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     keep = excess > 0
-    types = chain.coll_type[rows][keep]
+    codes = chain.coll_code[rows][keep]
     out = {}
-    for t in sorted(set(types.tolist())):
-        pick = types == t
-        out[str(t)] = (elements[keep][pick], excess[keep][pick])
-    return out
+    for code in sorted(set(codes.tolist())):
+        pick = codes == code
+        out[chain.coll_types[code]] = (elements[keep][pick], excess[keep][pick])
+    return dict(sorted(out.items()))
 
 
 # ---- candidates ---------------------------------------------------------------------------
