@@ -2,7 +2,8 @@
 
 Builds the per-rank collective-instance tables directly (what the per-rank parse hands over),
 N ranks x M instances with jittered arrivals, one slow rank and two hosts with a clock offset,
-then times ``cross_rank`` + ``stragglers`` + the dependency ``replay`` and reports peak RSS.
+then times ``cross_rank`` + ``stragglers`` and reports peak RSS (the what-if replay on the
+same data: replay_scale.py).
 
     python bench/crossrank_scale.py --ranks 1024 --instances 2000
 """
@@ -18,7 +19,6 @@ import numpy as np
 import polars as pl
 
 from tracecomm.analysis.crossrank import cross_rank
-from tracecomm.analysis.replay import replay
 from tracecomm.analysis.stragglers import stragglers
 from tracecomm.engine.collectives import INSTANCE_SCHEMA
 
@@ -48,6 +48,8 @@ def instance_tables(ranks: int, instances: int, seed: int = 0) -> dict[int, pl.D
                 "p2p_ordinal": [None] * instances,
                 "bytes": np.full(instances, 2 << 20),
                 "group_size": np.full(instances, ranks),
+                "idle_before_ns": np.zeros(instances, dtype=np.int64),
+                "work_since_ns": starts,
             }
         ).cast(INSTANCE_SCHEMA)  # type: ignore[arg-type]
     return tables
@@ -71,35 +73,16 @@ def main() -> None:
         included_steps=dict.fromkeys(tables, steps),
     )
     straggled_s = time.perf_counter() - started
-    # each step's window on every rank: its instances plus 1 ms either side, aligned clock
-    windows = (
-        cr.aligned.group_by("rank", "step")
-        .agg(pl.col("start_ns").min() - 1_000_000, pl.col("end_ns").max() + 1_000_000)
-        .select(pl.col("rank", "step").cast(pl.Int64), "start_ns", "end_ns")
-    )
-    everyone = tuple(tables)
-    estimate = replay(
-        cr.aligned, windows, dict.fromkeys(st.flagged, 0.99), dict.fromkeys(everyone, everyone)
-    )
-    total_s = time.perf_counter() - started
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}"
     )
     print(f"{args.ranks} ranks x {args.instances} instances = {args.ranks * args.instances:,} rows")
-    print(
-        f"matching + clocks: {matched_s:.2f} s; + stragglers: {straggled_s:.2f} s; "
-        f"+ replay: {total_s:.2f} s total"
-    )
+    print(f"matching + clocks: {matched_s:.2f} s; + stragglers: {straggled_s:.2f} s total")
     print(
         f"matched {cr.matched}/{cr.instances}; flagged {list(st.flagged)}; "
         f"host offsets {[c.offset_ns for c in cr.clocks]}; peak RSS {rss_mib:,.0f} MiB"
     )
-    if estimate is not None:
-        print(
-            f"replay: {estimate.shared_waits} shared waits, step {estimate.step_ns} ns -> "
-            f"{estimate.step_if_no_straggler_ns} ns ({estimate.recoverable_pct:.2f}% back)"
-        )
 
 
 if __name__ == "__main__":

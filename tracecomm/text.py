@@ -30,6 +30,17 @@ def compact_ranges(numbers: Iterable[int]) -> str:
     return ", ".join(parts)
 
 
+def rank_list(ranks: Iterable[int], shown: int = 8) -> str:
+    """All ranks when few, else the first ones, the last one and how many: '64, 66, 68, 70,
+    72, 74, …, 126 (32 ranks)'. Rank ranges of consecutive ranks stay ranges."""
+    ordered = sorted(ranks)
+    ranges = compact_ranges(ordered)
+    if len(ordered) <= shown or ranges.count(",") < shown:
+        return ranges
+    head = ", ".join(map(str, ordered[: shown - 2]))
+    return f"{head}, …, {ordered[-1]} ({len(ordered)} ranks)"
+
+
 def _span(run: list[int]) -> str:
     return str(run[0]) if len(run) == 1 else f"{run[0]}{DASH}{run[-1]}"
 

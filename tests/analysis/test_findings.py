@@ -152,3 +152,15 @@ def test_an_imbalanced_stage(tmp_path: Path) -> None:
     # the bubble that remains is the pipeline's own, with its own advice
     assert [f.kind for f in balanced.findings][:1] == ["pipeline_bubble"]
     assert all(f.kind != "exposed_comm" or f.coll_type != "SendRecv" for f in report.findings)
+
+
+def test_a_straggler(tmp_path: Path, healthy: tuple[RunSpec, Report]) -> None:
+    """Rank 5 computes 20 % slower on the healthy run: the top finding is that rank, on its
+    host, costed by the what-if (metrics.md §6) as what the slow rank adds to the step."""
+    _, report = generated(tmp_path, "run", "--healthy --straggler 5:0.2")
+    top = report.findings[0]
+    assert (top.kind, top.ranks, top.hosts) == ("straggler", (5,), ("node0",))
+    added = step_ns(report) - step_ns(healthy[1])
+    assert top.cost_ns is not None and within(top.cost_ns, added)
+    assert top.recoverable_pct is not None and within(top.recoverable_pct, top.cost_pct or 0)
+    assert any("rank 5's GPU on node0" in a for a in top.advice)

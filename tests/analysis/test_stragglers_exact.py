@@ -144,11 +144,13 @@ def test_rank_figures_are_exact(jitter_free: tuple[RunSpec, dict[str, Any]]) -> 
         assert row["root_delay_ns"] == row["compute_excess_ns"] + row["delay_caused_per_step_ns"]
     if expected[SLOW]["compute_excess_ns"] == 0:  # the run without a straggler
         assert st["flagged"] == []
-    else:
-        assert st["flagged"] == [SLOW] and st["ranks"][0]["rank"] == SLOW
+    else:  # flagged when fixing it would gain more than the flag line (5 % of the step)
+        assert st["ranks"][0]["rank"] == SLOW
+        gain = st["ranks"][0]["gain_ns"]
+        assert st["flagged"] == ([SLOW] if gain > st["threshold_ns"] else [])
 
 
-@pytest.mark.parametrize("slowdown", [0.2, 0.5])
+@pytest.mark.parametrize("slowdown", [0.5, 1.0])
 def test_replay_predicts_the_pipeline_without_its_straggler(
     tmp_path: Path, slowdown: float
 ) -> None:

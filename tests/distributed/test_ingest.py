@@ -125,7 +125,7 @@ def test_a_rank_without_collectives_keeps_none(tmp_path: Path) -> None:
 def test_summaries_of_other_versions_or_damaged_ones_are_named(tmp_path: Path) -> None:
     other = tmp_path / f"x{SUFFIX}"
     pl.DataFrame({"a": [1]}).write_parquet(other, metadata={"tracecomm.summary.format": "99"})
-    with pytest.raises(SummaryError, match=r"format 99; this tracecomm .* reads format 1"):
+    with pytest.raises(SummaryError, match=r"format 99; this tracecomm .* reads format 2"):
         read_summary(str(other))
     junk = tmp_path / f"y{SUFFIX}"
     junk.write_bytes(b"not parquet")

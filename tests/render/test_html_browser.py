@@ -69,6 +69,9 @@ def test_sample_run_report_renders_every_section(browser: str, tmp_path: Path) -
             "[...document.querySelectorAll('#headline li.finding')].map(e => e.dataset.kind)"
         )
         assert kinds == [f["kind"] for f in doc["findings"]] and "straggler" in kinds
+        # the sample's slow rank costs 4 % of the step, under §6's flag line: a finding all
+        # the same (over 2 %), not a flagged straggler
+        assert doc["stragglers"]["flagged"] == []
         # the profiler's artefacts are notes, never findings
         notes = page.evaluate(
             "[...document.querySelectorAll('#headline ul.diagnostics li')].map(e => e.textContent)"
@@ -80,11 +83,11 @@ def test_sample_run_report_renders_every_section(browser: str, tmp_path: Path) -
         assert page.evaluate(
             "[...document.querySelectorAll('#ranks .host text')].map(e => e.textContent)"
         ) == ["node0"]
-        # 3. ranks x steps cells, the hottest one on the flagged rank
+        # 3. ranks x steps cells, the hottest one on the first-ranked rank
         steps = doc["summary"]["steps"]
         assert count(page, "#stragglers rect.cell") == len(doc["ranks"]) * len(steps)
         worst = max(doc["stragglers"]["delay_by_step"], key=lambda c: c["delay_caused_ns"])
-        assert worst["rank"] in doc["stragglers"]["flagged"]
+        assert worst["rank"] == doc["stragglers"]["ranks"][0]["rank"] == 3
         cell = f"#stragglers rect.cell[data-rank='{worst['rank']}'][data-step='{worst['step']}']"
         assert page.evaluate(
             f"document.querySelector({json.dumps(cell)}).getAttribute('fill')"
@@ -235,3 +238,27 @@ def test_pipeline_view_and_idle_causes_of_a_1f1b_run(browser: str, tmp_path: Pat
             ".map(r => r.dataset.cause)"
         )
         assert "pipeline_drain" in causes
+
+
+def test_what_to_fix_in_the_report_of_an_overloaded_stage(browser: str, tmp_path: Path) -> None:
+    from tracecomm.synth.pp import dp_pp_run
+
+    run = tmp_path / "run"
+    write_run(dp_pp_run(dp=2, pp=4, microbatches=4, steps=2, layers_per_stage=(2, 2, 2, 4)), run)
+    html = report_of(run, tmp_path / "fix.html")
+    with chromium_page() as page:
+        assert open_report(page, html) == []
+        cards = page.evaluate(
+            "[...document.querySelectorAll('.card')].map(c => [...c.children]"
+            ".map(e => e.textContent))"
+        )
+        assert cards[-1][0] == "Costs the most" and cards[-1][1].startswith("pipeline stage 3 ")
+        rows = page.evaluate(
+            "[...document.querySelectorAll('#what-to-fix tr[data-kind]')]"
+            ".map(r => [r.dataset.kind, r.dataset.index, r.className])"
+        )
+        assert rows[0] == ["stage", "3", "flagged"]
+        top = page.evaluate(
+            "[...document.querySelectorAll('#headline li.finding')].map(e => e.textContent)"
+        )[0]
+        assert "ranks 6, 7" in top and "stage 3" in top and "dependency replay" in top

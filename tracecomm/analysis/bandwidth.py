@@ -53,12 +53,14 @@ def size_bucket(nbytes: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
 def instance_transfers(aligned: pl.DataFrame) -> pl.DataFrame:
     """Per matched instance: coll_type, bytes, group size n, transfer (metrics.md §6: the part
     every rank spent moving data) and the ranks' mean kernel duration."""
-    return aligned.group_by("pg", "key", "coll_type").agg(
+    per = aligned.group_by("pg", "key", "coll_type").agg(
         pl.col("bytes").drop_nulls().max().alias("bytes"),
         pl.coalesce(pl.col("group_size").drop_nulls().max(), pl.len()).alias("n"),
         (pl.col("end_ns").min() - pl.col("start_ns").max()).alias("transfer"),
         (pl.col("end_ns") - pl.col("start_ns")).mean().alias("duration"),
     )
+    # group_by hands groups back in any order: sorted, every fit sums in one fixed order
+    return per.sort("pg", "key")
 
 
 def bandwidth(aligned: pl.DataFrame, link_gbps: float | None = None) -> Bandwidth | None:

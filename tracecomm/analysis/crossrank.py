@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import Any
 
 import polars as pl
 
+from tracecomm.analysis.arrivals import FLOOR_NS, look_through, with_arrivals
+from tracecomm.analysis.chains import pipeline_chains
 from tracecomm.analysis.rank import RankReport
 from tracecomm.engine.collectives import INSTANCE_SCHEMA
 
@@ -52,14 +55,21 @@ class CrossRank:
     clocks: tuple[HostClock, ...]
     clock_aligned: bool
     groups: dict[str, tuple[int, ...]] = field(default_factory=dict)  # members among analyzed ranks
-    pipelines: dict[str, tuple[int, ...]] = field(default_factory=dict)  # send/recv groups
+    # pipelines as chains of send/recv peers (metrics.md §10): name -> ranks, first stage first
+    pipelines: dict[str, tuple[int, ...]] = field(default_factory=dict)
     p2p_paired: int = 0  # send/recv pairs found on both sides (by peer and order)
     p2p_unpaired: int = 0  # sends or recvs whose other side is not in the analyzed traces
+    # matched instances whose members' kernels do not overlap in time (arrivals.py): no
+    # rendezvous of these ranks, left out of the straggler figures and the replay
+    unsynchronized: int = 0
     # per send/recv kernel on the aligned clock: rank, step, start_ns, wait (for its peer)
     p2p_waits: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
-    # matched instances per rank, clock-aligned (rank, pg, key, coll_type, step, start_ns, end_ns)
+    # matched instances per rank, clock-aligned (rank, pg, key, coll_type, step, start_ns,
+    # end_ns, idle_before_ns, work_since_ns, arrival_ns, synchronized)
     aligned: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
-    # both kernels of every paired send/recv, aligned (rank, pg, key, step, start_ns, end_ns)
+    # both kernels of every paired send/recv, aligned (rank, pg, key, step, start_ns, end_ns,
+    # idle_before_ns, work_since_ns, direction, coll_type, sender, receiver, arrival_ns,
+    # synchronized)
     p2p_pairs: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
 
 
@@ -68,19 +78,30 @@ def cross_rank(
 ) -> CrossRank:
     """Match every collective instance across the analyzed ranks and estimate host offsets."""
     frames = [
-        df.with_columns(pl.lit(r, dtype=pl.Int64).alias("rank")) for r, df in collectives.items()
+        df.with_columns(pl.lit(r, dtype=pl.Int64).alias("rank"))
+        for r, df in sorted(collectives.items())
     ]
     every = (
         pl.concat(frames) if frames else pl.DataFrame(schema={**INSTANCE_SCHEMA, "rank": pl.Int64})
     )
-    p2p = every.filter(pl.col("coll_type") == "SendRecv")
+    if "idle_before_ns" not in every.columns:  # frames from before the column existed
+        every = every.with_columns(pl.lit(0, dtype=pl.Int64).alias("idle_before_ns"))
+    if "work_since_ns" not in every.columns:
+        every = every.with_columns(pl.col("start_ns").alias("work_since_ns"))
+    analyzed = sorted(collectives)
+    p2p = _with_peers(every.filter(pl.col("coll_type") == "SendRecv"), analyzed)
     keyed, keyed_by = _keys(every.filter(pl.col("coll_type") != "SendRecv"))
-    members = _members(keyed, sorted(collectives))
+    members = _members(keyed, analyzed)
     verdicts = _verdicts(keyed, members)
     matched = verdicts.filter(pl.col("valid"))
     reference = min(collectives) if collectives else None
-    on_all = keyed.join(matched.select("pg", "key"), on=["pg", "key"])
-    clocks = _clocks(on_all, hosts, reference) if align_clocks else ()
+    on_all = keyed.join(matched.select("pg", "key"), on=["pg", "key"], maintain_order="left")
+    clocks = _clocks(on_all, hosts, reference, _raw_pairs(p2p)) if align_clocks else ()
+    floors = _floors(clocks)
+    first = with_arrivals(_aligned(on_all, clocks), ["pg", "key"], floors, align_clocks)
+    p2p_aligned = _looked_through(_aligned(p2p, clocks), None, first)
+    aligned = _arrivals_again(first, floors, align_clocks)
+    point_to_point = _point_to_point(p2p_aligned, floors, align_clocks)
     return CrossRank(
         instances=verdicts.height,
         matched=matched.height,
@@ -92,73 +113,161 @@ def cross_rank(
         clocks=clocks,
         clock_aligned=align_clocks,
         groups=members,
-        pipelines=_members(p2p, sorted(collectives)) if p2p.height else {},
-        aligned=_aligned(on_all, clocks),
-        **_point_to_point(p2p, clocks),
+        pipelines=pipeline_chains(p2p_aligned, analyzed) if p2p.height else {},
+        unsynchronized=aligned.filter(~pl.col("synchronized"))
+        .select(pl.struct("pg", "key"))
+        .n_unique()
+        if aligned.height
+        else 0,
+        aligned=aligned,
+        **point_to_point,
     )
 
 
-def _point_to_point(p2p: pl.DataFrame, clocks: tuple[HostClock, ...]) -> dict[str, Any]:
-    """Pair each send with the recv of the same order on its peer; a side that started first
-    waited for the other (NCCL send/recv rendezvous)."""
-    timed = (
-        _aligned(p2p.with_columns(pl.lit("").alias("key")), clocks).with_columns(
-            p2p.select("direction", "peer", "p2p_ordinal")
+def _arrivals_again(first: pl.DataFrame, floors: Mapping[int, int], check: bool) -> pl.DataFrame:
+    """Arrivals once the idle gaps look through unsynchronized kernels (arrivals.py); an
+    instance found unsynchronized the first time stays so."""
+    if first.height == 0 or first["synchronized"].all():
+        return first  # nothing to look through
+    looked = _looked_through(first, first.select("synchronized"), None)
+    again = with_arrivals(looked.drop("arrival_ns", "synchronized"), ["pg", "key"], floors, check)
+    return again.with_columns(pl.col("synchronized") & first["synchronized"])
+
+
+def _looked_through(
+    frame: pl.DataFrame, synced: pl.DataFrame | None, collectives: pl.DataFrame | None
+) -> pl.DataFrame:
+    """``frame`` (rank, start_ns, end_ns, idle_before_ns on the aligned clock) with each idle
+    gap looking back through the unsynchronized collective kernels — among its own rows
+    (``synced``: their flags) or in ``collectives``."""
+    if frame.height == 0:
+        return frame
+    mine = frame.select(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"),
+        "rank",
+        "start_ns",
+        "end_ns",
+        "idle_before_ns",
+        synced.to_series() if synced is not None else pl.lit(True).alias("synchronized"),
+    )
+    parts = [mine]
+    if collectives is not None:
+        parts.append(
+            collectives.filter(~pl.col("synchronized")).select(
+                pl.lit(-1, dtype=pl.Int64).alias("_row"),
+                "rank",
+                "start_ns",
+                "end_ns",
+                "idle_before_ns",
+                "synchronized",
+            )
         )
-        if p2p.height
-        else None
+    looked = look_through(pl.concat(parts)).filter(pl.col("_row") >= 0).sort("_row")
+    return frame.with_columns(looked["idle_before_ns"])
+
+
+def _with_peers(p2p: pl.DataFrame, analyzed: list[int]) -> pl.DataFrame:
+    """A send/recv without Src/Dst Rank in a group of two talks to the other member (the
+    group's rank list, else its analyzed members)."""
+    if p2p.height == 0:
+        return p2p
+    pairs = {g: m for g, m in _members(p2p, analyzed).items() if len(m) == 2}
+    other = pl.DataFrame(
+        {
+            "pg": [g for g, m in pairs.items() for _ in m],
+            "rank": [r for m in pairs.values() for r in m],
+            "_other": [o for m in pairs.values() for o in reversed(m)],
+        },
+        schema={"pg": pl.String, "rank": pl.Int64, "_other": pl.Int64},
     )
-    if timed is None or not {"direction", "peer"} <= set(p2p.columns):
+    return (
+        p2p.join(other, on=["pg", "rank"], how="left", maintain_order="left")
+        .with_columns(pl.coalesce("peer", "_other").alias("peer"))
+        .drop("_other")
+        .with_columns(
+            pl.int_range(pl.len()).over("rank", "pg", "direction", "peer").alias("p2p_ordinal")
+        )
+    )
+
+
+def _raw_pairs(p2p: pl.DataFrame) -> pl.DataFrame | None:
+    """Both ends of every send/recv pair on the ranks' own clocks (rank, pg, key, end_ns)."""
+    if p2p.height == 0 or not {"direction", "peer"} <= set(p2p.columns):
+        return None
+    sends = p2p.filter(pl.col("direction") == "send").select(
+        "pg", pl.col("rank").alias("sender"), pl.col("peer").alias("receiver"), "p2p_ordinal"
+    )
+    recvs = p2p.filter(pl.col("direction") == "recv").select(
+        "pg", pl.col("rank").alias("receiver"), pl.col("peer").alias("sender"), "p2p_ordinal"
+    )
+    paired = sends.join(recvs, on=["pg", "sender", "receiver", "p2p_ordinal"]).select(
+        "pg", "sender", "receiver", "p2p_ordinal"
+    )
+    key = pl.format("p2p {}->{} #{}", "sender", "receiver", "p2p_ordinal").alias("key")
+    ends = p2p.select("rank", "pg", "direction", "peer", "p2p_ordinal", "end_ns")
+    sides = [
+        paired.join(
+            ends.filter(pl.col("direction") == direction),
+            left_on=["pg", who, other, "p2p_ordinal"],
+            right_on=["pg", "rank", "peer", "p2p_ordinal"],
+        ).select(pl.col(who).alias("rank"), "pg", key, "end_ns")
+        for direction, who, other in (
+            ("send", "sender", "receiver"),
+            ("recv", "receiver", "sender"),
+        )
+    ]
+    return pl.concat(sides)
+
+
+def _floors(clocks: tuple[HostClock, ...]) -> dict[int, int]:
+    """Per rank: time differences below this are clock noise (arrivals.py)."""
+    return {r: max(FLOOR_NS, 2 * (c.error_ns or 0)) for c in clocks for r in c.ranks}
+
+
+def _point_to_point(timed: pl.DataFrame, floors: Mapping[int, int], check: bool) -> dict[str, Any]:
+    """Pair each send with the recv of the same order on its peer (NCCL send/recv rendezvous);
+    a side that arrived first waited for the other. ``timed``: the kernels, clock-aligned."""
+    if timed.height == 0 or not {"direction", "peer"} <= set(timed.columns):
         return {}
+    side = ["pg", "k", "step", "start_ns", "end_ns", "idle_before_ns", "work_since_ns"]
     sends = timed.filter(pl.col("direction") == "send").select(
-        "pg",
         pl.col("rank").alias("sender"),
         pl.col("peer").alias("receiver"),
-        pl.col("p2p_ordinal").alias("k"),
-        pl.col("step").alias("send_step"),
-        pl.col("start_ns").alias("send_start"),
-        pl.col("end_ns").alias("send_end"),
+        *[pl.col("p2p_ordinal" if c == "k" else c).alias(f"send_{c}") for c in side],
     )
     recvs = timed.filter(pl.col("direction") == "recv").select(
-        "pg",
         pl.col("rank").alias("receiver"),
         pl.col("peer").alias("sender"),
-        pl.col("p2p_ordinal").alias("k"),
-        pl.col("step").alias("recv_step"),
-        pl.col("start_ns").alias("recv_start"),
-        pl.col("end_ns").alias("recv_end"),
+        *[pl.col("p2p_ordinal" if c == "k" else c).alias(f"recv_{c}") for c in side],
     )
-    pairs = sends.join(recvs, on=["pg", "sender", "receiver", "k"])
-    lag = pl.col("send_start") - pl.col("recv_start")
-    waits = pl.concat(
-        [
-            pairs.select(
-                pl.col("receiver").alias("rank"),
-                pl.col("recv_step").alias("step"),
-                pl.col("recv_start").alias("start_ns"),
-                lag.clip(lower_bound=0).alias("wait"),
-            ),
-            pairs.select(
-                pl.col("sender").alias("rank"),
-                pl.col("send_step").alias("step"),
-                pl.col("send_start").alias("start_ns"),
-                (-lag).clip(lower_bound=0).alias("wait"),
-            ),
-        ]
-    )
-    key = pl.format("p2p {}->{} #{}", "sender", "receiver", "k").alias("key")
+    pairs = sends.join(
+        recvs,
+        left_on=["send_pg", "sender", "receiver", "send_k"],
+        right_on=["recv_pg", "sender", "receiver", "recv_k"],
+        maintain_order="left",
+    ).sort("sender", "receiver", "send_pg", "send_k")
+    key = pl.format("p2p {}->{} #{}", "sender", "receiver", "send_k").alias("key")
     both = pl.concat(
         [
             pairs.select(
                 pl.col(who).alias("rank"),
-                "pg",
+                pl.col("send_pg").alias("pg"),
                 key,
-                pl.col(f"{side}_step").alias("step"),
-                pl.col(f"{side}_start").alias("start_ns"),
-                pl.col(f"{side}_end").alias("end_ns"),
+                *[pl.col(f"{prefix}_{c}").alias(c) for c in side if c not in ("pg", "k")],
+                pl.lit(direction).alias("direction"),
+                pl.lit("SendRecv").alias("coll_type"),
+                "sender",
+                "receiver",
             )
-            for who, side in (("sender", "send"), ("receiver", "recv"))
+            for who, prefix, direction in (("sender", "send", "send"), ("receiver", "recv", "recv"))
         ]
+    )
+    both = with_arrivals(both, ["pg", "key"], floors, check)
+    waits = both.filter(pl.col("synchronized")).select(
+        "rank",
+        "step",
+        "start_ns",
+        (pl.col("arrival_ns").max().over("pg", "key") - pl.col("arrival_ns")).alias("wait"),
     )
     return {
         "p2p_pairs": both,
@@ -177,12 +286,10 @@ def _aligned(frame: pl.DataFrame, clocks: tuple[HostClock, ...]) -> pl.DataFrame
         },
         schema={"rank": pl.Int64, "offset": pl.Int64},
     )
+    times = [c for c in ("start_ns", "end_ns", "work_since_ns") if c in frame.columns]
     return (
         frame.join(offsets, on="rank", how="left", maintain_order="left")
-        .with_columns(
-            (pl.col("start_ns") - pl.col("offset").fill_null(0)).alias("start_ns"),
-            (pl.col("end_ns") - pl.col("offset").fill_null(0)).alias("end_ns"),
-        )
+        .with_columns(pl.col(c) - pl.col("offset").fill_null(0) for c in times)
         .drop("offset")
     )
 
@@ -197,7 +304,7 @@ def _keys(instances: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:
         .alias("key"),
         pl.when(pl.col("by_seq")).then(pl.col("seq")).otherwise(pl.col("ordinal")).alias("order"),
     )
-    keyed_by = {g: "seq" if s else "ordinal" for g, s in has_seq.iter_rows()}
+    keyed_by = {g: "seq" if s else "ordinal" for g, s in sorted(has_seq.iter_rows())}
     return keyed, keyed_by
 
 
@@ -206,7 +313,7 @@ def _members(keyed: pl.DataFrame, analyzed: list[int]) -> dict[str, tuple[int, .
     it out in full (Kineto abbreviates long ones), else every analyzed rank."""
     out: dict[str, tuple[int, ...]] = {}
     for group, ranks_text in (
-        keyed.group_by("pg").agg(pl.col("pg_ranks").drop_nulls().first()).iter_rows()
+        keyed.group_by("pg").agg(pl.col("pg_ranks").drop_nulls().first()).sort("pg").iter_rows()
     ):
         if isinstance(ranks_text, str) and _RANK_LIST.match(ranks_text.strip()):
             listed = {int(r) for r in ranks_text.strip("[] ").split(",")}
@@ -262,10 +369,16 @@ def _mismatches(
 
 
 def _clocks(
-    matched: pl.DataFrame, hosts: Mapping[int, str], reference: int | None
+    matched: pl.DataFrame,
+    hosts: Mapping[int, str],
+    reference: int | None,
+    pairs: pl.DataFrame | None = None,
 ) -> tuple[HostClock, ...]:
     """Per host: the median over matched instances of ``end_r − end_ref`` (collectives finish
-    together), the reference being the lowest rank; ranks of one host share one clock."""
+    together), the reference being the lowest rank; ranks of one host share one clock. A host
+    that shares no instance with the reference is reached through hosts that do (_relayed),
+    over the collectives and the send/recv ``pairs`` (rank, pg, key, end_ns: both ends of a
+    pair finish together too)."""
     if reference is None:
         return ()
     ref = matched.filter(pl.col("rank") == reference).select(
@@ -300,6 +413,15 @@ def _clocks(
         .agg((pl.col("diff") - pl.col("offset")).abs().median())
         .iter_rows()
     )
+    known = {h: v[0] for h, v in estimates.items()} | {ref_host: 0}
+    instances = [matched.select("rank", "pg", "key", "end_ns")]
+    if pairs is not None and pairs.height:
+        instances.append(pairs.select("rank", "pg", "key", "end_ns"))
+    missing = set(hosts.values()) - set(known)
+    relayed = _relayed(pl.concat(instances), host_of, known) if missing else {}
+    for host, (offset, error, n) in relayed.items():
+        estimates[host] = (offset, n)
+        errors[host] = error
     out = []
     for host in sorted(
         set(hosts.values()), key=lambda h: min(r for r, x in hosts.items() if x == h)
@@ -317,6 +439,51 @@ def _clocks(
         else:
             out.append(HostClock(host, ranks, None, None, 0))
     return tuple(out)
+
+
+def _relayed(
+    instances: pl.DataFrame, host_of: pl.DataFrame, known: dict[str, int]
+) -> dict[str, tuple[int, int, int]]:
+    """Offsets of the hosts that share no instance with the reference host, hop by hop: each
+    instance's members finish together, so a host's offset is the median over the instances
+    it shares with hosts already aligned of its end − the aligned end of the lowest such
+    member. Returns host -> (offset, error: median absolute deviation, instances)."""
+    per_host = (
+        instances.join(host_of, on="rank")
+        .sort("pg", "key", "rank")
+        .group_by("pg", "key", "host", maintain_order=True)
+        .agg(pl.col("rank").first(), pl.col("end_ns").first())
+    )
+    found: dict[str, tuple[int, int, int]] = {}
+    while True:
+        offsets = pl.DataFrame(
+            {"host": list(known), "offset": list(known.values())},
+            schema={"host": pl.String, "offset": pl.Int64},
+        )
+        marked = per_host.join(offsets, on="host", how="left")
+        anchors = (
+            marked.filter(pl.col("offset").is_not_null())
+            .sort("pg", "key", "rank")
+            .group_by("pg", "key", maintain_order=True)
+            .agg((pl.col("end_ns") - pl.col("offset")).first().alias("anchor"))
+        )
+        diffs = (
+            marked.filter(pl.col("offset").is_null())
+            .join(anchors, on=["pg", "key"])
+            .with_columns((pl.col("end_ns") - pl.col("anchor")).alias("diff"))
+        )
+        if diffs.height == 0:
+            return found
+        step = (
+            diffs.group_by("host")
+            .agg(pl.col("diff").median().alias("median"), pl.col("diff"), pl.len())
+            .sort("host")
+        )
+        for host, median, diff, n in step.iter_rows():
+            offset = int(median)
+            error = int(statistics.median(abs(d - offset) for d in diff))
+            found[host] = (offset, error, n)
+            known[host] = offset
 
 
 def ranks_cross_rank(ranks: Sequence[RankReport], align_clocks: bool) -> CrossRank | None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from tracecomm.analysis.finding import Finding, StepParts
 from tracecomm.analysis.model import Report
 from tracecomm.analysis.rank import RankReport
+from tracecomm.analysis.whatif import Candidate, WhatIf
 from tracecomm.engine.model import WindowFigures
 from tracecomm.text import compact_ranges
 
@@ -225,7 +226,7 @@ def _exposed_comm(report: Report, basis: StepBasis, parts: StepParts) -> list[Fi
         total, _ = _per_step(report.rank_reports, _of_type(coll, exposed=False), basis)
         _, ranks = _per_step(report.rank_reports, _of_type(coll, exposed=True), basis)
         evidence = [
-            f"{coll} runs {_ms(total)} per step on the median rank; {_ms(cost)} of it with no "
+            f"{coll} runs {_ms(total)} per step (median over ranks); {_ms(cost)} of it with no "
             "compute kernel running beside it (exposed, metrics.md §3)"
         ]
         evidence += _bandwidth_evidence(report, coll)
@@ -298,18 +299,49 @@ def _socket_fallback(report: Report) -> bool:
 
 
 def _stragglers(report: Report, basis: StepBasis) -> list[Finding]:
+    """The ranks or replicas whose fixing the what-if says shortens the step (metrics.md §6):
+    every flagged one, or, with none flagged, the rank that would give most when that is 2 %
+    of the step or more (a slow rank under §6's flag line still costs the step). Stage
+    candidates are the stage findings' (``_stage_imbalance``)."""
     st = report.stragglers
-    if st is None or not st.flagged:
+    if st is None:
         return []
-    recoverable = st.replay.recoverable_pct if st.replay is not None else st.recoverable_pct
-    if recoverable is None:
+    w = st.what_if
+    if w is None or not w.reproduces:
+        return _first_order_straggler(report, basis)
+    shown = [c for c in w.candidates if c.flagged and c.kind != "stage"]
+    if not shown:
+        best = next((c for c in w.candidates if c.kind == "rank" and c.gain_ns > 0), None)
+        shown = [best] if best is not None and best.recoverable_pct >= MIN_COST_PCT else []
+    return [
+        _straggler(report, basis, c.ranks, c.label, c.recoverable_pct, c.flagged, w) for c in shown
+    ]
+
+
+def _first_order_straggler(report: Report, basis: StepBasis) -> list[Finding]:
+    st = report.stragglers
+    if st is None or not st.flagged or st.recoverable_pct is None:
         return []
-    recoverable = min(100.0, max(0.0, recoverable))
+    return [_straggler(report, basis, st.flagged, None, st.recoverable_pct, True, None)]
+
+
+def _straggler(
+    report: Report,
+    basis: StepBasis,
+    flagged: Sequence[int],
+    label: str | None,
+    recoverable_pct: float,
+    is_flagged: bool,
+    w: WhatIf | None,
+) -> Finding:
+    st = report.stragglers
+    assert st is not None
+    recoverable = min(100.0, max(0.0, recoverable_pct))
     cost = math.floor(basis.step_ns * recoverable / 100 + 0.5)
     by_rank = {r.rank: r for r in st.ranks}
     hosts = {r.rank: r.host for r in report.rank_reports}
     evidence = []
-    for rank in st.flagged[:3]:
+    for rank in list(flagged)[:3]:
         r = by_rank.get(rank)
         if r is None:
             continue
@@ -319,35 +351,42 @@ def _stragglers(report: Report, basis: StepBasis) -> list[Finding]:
             f"{ratio} and holds the others {_ms(r.delay_caused_per_step_ns)} per step; it "
             f"arrived last at {r.times_last} collectives (metrics.md §6)"
         )
-    where_hosts = tuple(sorted({h for rank in st.flagged if (h := hosts.get(rank)) is not None}))
-    on = f" on {', '.join(where_hosts)}" if where_hosts else ""
-    first = st.flagged[0]
-    return [
-        Finding(
-            kind="straggler",
-            severity="cost",
-            title=f"straggler: {_where(st.flagged, report)}{on}",
-            cost_ns=cost,
-            cost_pct=_share(cost, basis),
-            recoverable_pct=recoverable,
-            ranks=tuple(st.flagged),
-            coll_type=None,
-            stage=None,
-            group=None,
-            hosts=where_hosts,
-            evidence=tuple(evidence),
-            advice=(
-                f"look at rank {first}'s GPU{on}: nvidia-smi -q -d CLOCK,PERFORMANCE,TEMPERATURE "
-                "(clocks throttled for power or heat?), ECC errors, the PCIe / NVLink link width",
-                f"compare rank {first}'s kernels with a peer's step by step (tracecomm report "
-                f"--timeline-ranks {first},<peer>); different kernels mean different work "
-                "(data skew, an uneven shard), the same kernels slower mean the device",
-                "move the rank to another node for a run: a slowness that stays with the node is "
-                "the hardware",
-            ),
-            section="metrics.md §6",
+    if w is not None:
+        line = (
+            f"the dependency replay with {'it' if len(flagged) == 1 else 'them'} on par gives "
+            f"back {recoverable:.1f} % of the step (metrics.md §6)"
         )
-    ]
+        if not is_flagged:
+            line += ": under the flag line (5 % of the step), so not flagged"
+        evidence.append(line)
+    where_hosts = tuple(sorted({h for rank in flagged if (h := hosts.get(rank)) is not None}))
+    on = f" on {', '.join(where_hosts[:3])}" if where_hosts else ""
+    first = flagged[0]
+    what = label if label is not None and not label.startswith("rank") else _where(flagged, report)
+    return Finding(
+        kind="straggler",
+        severity="cost",
+        title=f"straggler: {what}{on}",
+        cost_ns=cost,
+        cost_pct=_share(cost, basis),
+        recoverable_pct=recoverable,
+        ranks=tuple(sorted(flagged)),
+        coll_type=None,
+        stage=None,
+        group=None,
+        hosts=where_hosts,
+        evidence=tuple(evidence),
+        advice=(
+            f"look at rank {first}'s GPU{on}: nvidia-smi -q -d CLOCK,PERFORMANCE,TEMPERATURE "
+            "(clocks throttled for power or heat?), ECC errors, the PCIe / NVLink link width",
+            f"compare rank {first}'s kernels with a peer's step by step (tracecomm report "
+            f"--timeline-ranks {first},<peer>); different kernels mean different work "
+            "(data skew, an uneven shard), the same kernels slower mean the device",
+            "move the rank to another node for a run: a slowness that stays with the node is "
+            "the hardware",
+        ),
+        section="metrics.md §6",
+    )
 
 
 def _stage_imbalance(report: Report, basis: StepBasis) -> list[Finding]:
@@ -371,10 +410,21 @@ def _stage_imbalance(report: Report, basis: StepBasis) -> list[Finding]:
             excess_by_stage.setdefault(heaviest.stage, []).append(
                 (heaviest.compute_ns - median, heaviest.rank, median, held, mean)
             )
+    replayed = _stage_candidates(report)
     out = []
     for stage, rows in sorted(excess_by_stage.items()):
         excess = statistics.median(r[0] for r in rows)
         cost = math.floor(statistics.median(r[0] * r[3] for r in rows) + 0.5)
+        recoverable = None
+        how = "each micro-batch after the first waits for it in turn"
+        candidate = replayed.get(stage)
+        if candidate is not None:  # the replay's what-if, where it holds, over the estimate
+            recoverable = min(100.0, candidate.recoverable_pct)
+            cost = math.floor(basis.step_ns * recoverable / 100 + 0.5)
+            how = (
+                f"the dependency replay with it at the other stages' compute gives back "
+                f"{recoverable:.1f} % of the step (metrics.md §6)"
+            )
         others = statistics.median(r[2] for r in rows)
         # to balance, the stage keeps the pipelines' mean compute and hands on the rest
         move = statistics.median(1 - r[4] / (r[2] + r[0]) for r in rows)
@@ -386,7 +436,7 @@ def _stage_imbalance(report: Report, basis: StepBasis) -> list[Finding]:
                 title=f"pipeline stage {stage} overloaded (+{100 * excess / others:.0f} % compute)",
                 cost_ns=cost,
                 cost_pct=_share(cost, basis),
-                recoverable_pct=None,
+                recoverable_pct=recoverable,
                 ranks=ranks,
                 coll_type=None,
                 stage=stage,
@@ -394,8 +444,7 @@ def _stage_imbalance(report: Report, basis: StepBasis) -> list[Finding]:
                 hosts=(),
                 evidence=(
                     f"stage {stage} computes {_ms(others + excess)} per step, the other stages "
-                    f"{_ms(others)} (medians over {len(rows)} pipeline(s), metrics.md §10); each "
-                    "micro-batch after the first waits for it in turn",
+                    f"{_ms(others)} (medians over {len(rows)} pipeline(s), metrics.md §10); {how}",
                 ),
                 advice=(
                     f"move about {100 * move:.0f} % of stage {stage}'s layers to its neighbours "
@@ -407,6 +456,15 @@ def _stage_imbalance(report: Report, basis: StepBasis) -> list[Finding]:
             )
         )
     return out
+
+
+def _stage_candidates(report: Report) -> dict[int, Candidate]:
+    """The what-if's stage candidates by stage, when the replay reproduces the run."""
+    st = report.stragglers
+    w = st.what_if if st is not None else None
+    if w is None or not w.reproduces:
+        return {}
+    return {c.index: c for c in w.candidates if c.kind == "stage" and c.gain_ns > 0}
 
 
 def _pipeline_bubble(
@@ -519,7 +577,7 @@ def _idle_causes(report: Report, basis: StepBasis) -> list[Finding]:
                 group=None,
                 hosts=(),
                 evidence=(
-                    f"{_ms(cost)} of idle GPU time per step on the median rank is "
+                    f"{_ms(cost)} of idle GPU time per step (median over ranks) is "
                     f"'{', '.join(names)}', in its steps and between them (metrics.md §10)",
                 ),
                 advice=advice,

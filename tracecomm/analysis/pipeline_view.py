@@ -1,19 +1,20 @@
 """Pipeline view (metrics.md §10): stages and micro-batches from the send/recv pattern, the
 measured bubble per stage next to the textbook 1F1B bubble (p − 1) / (m + p − 1).
 
-Per step of a pipeline (a send/recv group), on the clock-aligned timelines: the pipeline's
-span runs from the first compute kernel any stage launched in the step to the last one's end,
-and a stage's bubble is the share of that span in which it ran no compute. (On GPU traces the
-waiting of a pipeline sits inside NCCL receive kernels, which start early and spin, so the idle
-causes alone would miss most of it.) Stages are ordered by when their compute starts (stage 0
-runs the first forward); micro-batches are the sends from stage 0 to stage 1 per step.
+A pipeline is the chain of send/recv peers (chains.py), first stage first, however its
+send/recv groups are named (one per pipeline, or one per adjacent stage pair and direction).
+Per step, on the clock-aligned timelines: the pipeline's span runs from the first compute
+kernel any stage launched in the step to the last one's end, and a stage's bubble is the share
+of that span in which it ran no compute. (On GPU traces the waiting of a pipeline sits inside
+NCCL receive kernels, which start early and spin, so the idle causes alone would miss most of
+it.) Micro-batches are the sends from stage 0 to stage 1 per step.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -56,13 +57,41 @@ def pipeline_views(
     offset = {r: c.offset_ns or 0 for c in cr.clocks for r in c.ranks}
     by_rank = {r.rank: r for r in ranks}
     views = []
-    for group, members in sorted(cr.pipelines.items()):
+    for group, members in sorted(cr.pipelines.items(), key=lambda kv: kv[1]):
         present = [by_rank[r] for r in members if r in by_rank]
         if len(present) >= 2:
-            view = _view(group, present, offset, stages, microbatches)
+            view = _view(group, present, offset, stages, microbatches, cr.p2p_pairs)
             if view is not None:
                 views.append(view)
-    return tuple(views)
+    return tuple(_slow_rank_verdict(v, views) for v in views)
+
+
+def _slow_rank_verdict(view: PipelineView, views: Sequence[PipelineView]) -> PipelineView:
+    """A stage that computes more than the same stage of the other pipelines is one slow rank
+    (a straggler): when that stage is balanced in the other pipelines, the slow rank, not the
+    stage balance, sets this pipeline's pace; otherwise the verdict adds it."""
+    computes = [s.compute_ns for s in view.per_stage]
+    for s in view.per_stage:
+        same = [
+            o.per_stage[s.stage].compute_ns
+            for o in views
+            if o is not view and len(o.per_stage) == len(view.per_stage)
+        ]
+        typical = statistics.median(same) if same else None
+        if not typical or s.compute_ns <= (1 + _IMBALANCE) * typical:
+            continue
+        excess = 100 * (s.compute_ns / typical - 1)
+        slow = (
+            f"rank {s.rank} (stage {s.stage}) computes {excess:.0f} % more than stage "
+            f"{s.stage} of the other pipelines"
+        )
+        others = statistics.median(c for i, c in enumerate(computes) if i != s.stage)
+        if typical <= (1 + _IMBALANCE) * others:
+            verdict = f"{slow}: a slow rank, not the stage balance, sets this pipeline's pace"
+        else:
+            verdict = f"{view.verdict}; {slow}"
+        return replace(view, verdict=verdict)
+    return view
 
 
 def _view(
@@ -71,14 +100,13 @@ def _view(
     offset: Mapping[int, int],
     stages: int | None,
     microbatches: int | None,
+    pairs: pl.DataFrame,
 ) -> PipelineView | None:
     spans = {r.rank: _aligned_spans(r, offset.get(r.rank, 0)) for r in members}
     steps = sorted(set.intersection(*(set(s) for s in spans.values())))
     if not steps:
         return None
-    order = sorted(
-        spans, key=lambda r: (statistics.median(spans[r][s][0] for s in steps), r)
-    )  # stage 0 runs the first forward
+    order = [r.rank for r in members]  # the chain's order: first stage first
     compute = {
         r.rank: {
             s.step: s.window.figures.compute_ns for s in r.breakdown.included_steps if s.window
@@ -101,7 +129,7 @@ def _view(
     )
     p = stages or len(order)
     m, m_source = (
-        (microbatches, "--microbatches") if microbatches else _microbatches(members, order, steps)
+        (microbatches, "--microbatches") if microbatches else _microbatches(pairs, order, steps)
     )
     textbook = 100 * (p - 1) / (m + p - 1) if m else None
     return PipelineView(
@@ -127,20 +155,21 @@ def _aligned_spans(rank: RankReport, offset: int) -> dict[int, tuple[int, int]]:
 
 
 def _microbatches(
-    members: Sequence[RankReport], order: Sequence[int], steps: Sequence[int]
+    pairs: pl.DataFrame, order: Sequence[int], steps: Sequence[int]
 ) -> tuple[int | None, str]:
-    first = next(r for r in members if r.rank == order[0])
-    sends = first.breakdown.collectives
-    if sends is None or sends.height == 0:
+    """The median over steps of the sends from stage 0 to stage 1 (paired send/recv)."""
+    if pairs.height == 0 or "sender" not in pairs.columns:
         return None, "unknown"
     counts = (
-        sends.filter(
-            (pl.col("direction") == "send")
-            & (pl.col("peer") == order[1])
+        pairs.filter(
+            (pl.col("rank") == order[0])
+            & (pl.col("sender") == order[0])
+            & (pl.col("receiver") == order[1])
             & pl.col("step").is_in(list(steps))
         )
         .group_by("step")
-        .len()["len"]
+        .len()
+        .sort("step")["len"]
         .to_list()
     )
     if not counts:

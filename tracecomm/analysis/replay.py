@@ -1,216 +1,363 @@
-"""Dependency replay (metrics.md §6, ``recoverable_pct_replay``): re-time every rank's timeline
-with the flagged ranks' own work at their peers' median and see when each step would end.
+"""Dependency replay (metrics.md §6): re-time every rank's timeline with some ranks' own work
+changed and see when each step would end.
 
-The model. Each rank's timeline is a chain of shared waits — matched collective instances and
-send/recv pairs — separated by the rank's own work (compute, launches, idle: whatever lies
-between the end of one shared wait and the start of the next). A shared wait starts on every
-member when that member's own work before it is done, and each member leaves it its recorded
-transfer time after the last member arrived:
+The model. Each rank's timeline is a chain of elements: the shared waits it takes part in
+(synchronized collective instances and send/recv pairs, arrivals.py) and the start and end of
+each included step (zero-length marks). Between them lies the rank's own work — compute,
+copies, launches, host time. Each element's predecessor ``p`` is the rank's element that ended
+last before the element's arrival (one still running beside it, on another stream, cannot have
+held it back):
 
-    start'[r, i] = end'[r, i-1] + gap[r, i]
-    end'[r, i]   = max over members q of start'[q, i] + (end[r, i] - max_q start[q, i])
+    gap[r, i]      = arrival[r, i] − end[r, p]          (own work before it, >= 0)
+    arrival'[r, i] = end'[r, p] + gap[r, i]
+    end'[r, i]     = max over members q of arrival'[q, i] + (end[r, i] − max_q arrival[q, i])
 
-Replayed with the recorded gaps it gives back the recorded timeline exactly (a built-in check);
-replayed with the flagged ranks' gaps taken from their unflagged peers, position by position, it
-gives the step time without the stragglers, delays propagating through every collective and
-pipeline dependency. Ranks whose peers are all flagged (a slow pipeline stage: other stages
-run other work in another order, so no position-by-position donor exists) have their own work
-scaled to the target compute instead, a coarser estimate. Two shared waits on different
-streams of one rank are chained in order of their last arrival, a dependency the hardware may
-not have.
+Replayed with the recorded gaps it gives back the recorded timeline exactly (the built-in check
+the report carries); replayed with some ranks' gaps (or a shared wait's transfer time) changed,
+it gives the step time that change would bring, delays propagating through every collective and
+send/recv. An element depends on one predecessor only, the one that held it back in the
+recording; a what-if that delays another earlier element past it is not seen (what-ifs here
+make work shorter, not longer).
+
+The computation runs level by level (all elements whose inputs are known at once), and for many
+what-ifs side by side: ``gaps`` and ``transfers`` are (elements × what-ifs) arrays.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
 import polars as pl
 
+_FAR_PAST = np.iinfo(np.int64).min // 4  # "no constraint" without overflowing an addition
+RELEASE_SLACK_NS = 20_000
+
 
 @dataclass(frozen=True)
-class ReplayEstimate:
-    step_ns: int  # median step replayed with the recorded gaps (equals the measured median)
-    step_if_no_straggler_ns: int
-    recoverable_pct: float
-    shared_waits: int  # collective instances and send/recv pairs replayed
-    by_peers: tuple[int, ...]  # flagged ranks re-timed from their peers' gaps
-    by_scaling: tuple[int, ...]  # flagged ranks whose own work was scaled instead
+class Chain:
+    """Every rank's elements in one array, rows grouped by rank in chain order."""
+
+    rank: np.ndarray  # per row
+    pos: np.ndarray  # place in the rank's chain
+    inst: np.ndarray  # shared wait (or mark) id, in a global order that respects every chain
+    code: np.ndarray  # what the element is: 0 start mark, 1 end mark, else its kind's number
+    coll_code: np.ndarray  # the shared wait's type, as a number into coll_types (0: a mark)
+    gap: np.ndarray  # recorded own work before the element
+    transfer: np.ndarray  # recorded end − last arrival
+    in_step: np.ndarray  # the gap lies inside an included step (bool)
+    step: np.ndarray  # that step's number (-1 outside included steps)
+    # what the element is, whatever the order of concurrent elements on the rank: the step it
+    # follows, its code and how many elements of that code came before it there
+    label: np.ndarray  # (rows, 3)
+    starts: np.ndarray  # rows of step-start marks, one per (rank, included step)
+    ends: np.ndarray  # the matching step-end marks
+    mark_rank: np.ndarray  # the rank of each (start, end) pair
+    levels: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
+    shared_waits: int  # distinct shared waits in the chain
+    by_inst: np.ndarray  # rows ordered by element
+    inst_offsets: np.ndarray  # element i's rows are by_inst[inst_offsets[i]:inst_offsets[i + 1]]
+    coll_types: tuple[str, ...] = ("",)  # the names of coll_code's numbers
+
+    @property
+    def size(self) -> int:
+        return len(self.rank)
+
+    def rows_of(self, rank: int) -> slice:
+        lo, hi = np.searchsorted(self.rank, [rank, rank + 1])
+        return slice(int(lo), int(hi))
+
+    def rows_of_elements(self, elements: np.ndarray) -> np.ndarray:
+        """All member rows of the given elements, element by element."""
+        lo, hi = self.inst_offsets[elements], self.inst_offsets[elements + 1]
+        if lo.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        lengths = hi - lo
+        ramp = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        return self.by_inst[np.repeat(lo, lengths) + ramp]
 
 
-def replay(
-    shared: pl.DataFrame,
-    windows: pl.DataFrame,
-    flagged: Mapping[int, float],
-    peers: Mapping[int, tuple[int, ...]],
-) -> ReplayEstimate | None:
-    """``shared``: one row per (rank, shared wait): rank, pg, key, start_ns, end_ns, on one clock;
-    ``windows``: the included steps, rank, step, start_ns, end_ns on the same clock;
-    ``flagged``: rank -> factor its own work is scaled by when no unflagged peer matches it;
-    None when a rank with windows has no shared wait (nothing to propagate through)."""
-    chain = _chain(shared, windows)
-    if chain.is_empty() or chain.filter(pl.col("inst") >= 0).is_empty():
+def build_chain(waits: pl.DataFrame, windows: pl.DataFrame) -> Chain | None:
+    """``waits``: one row per (rank, synchronized shared wait): rank, pg, key, coll_type,
+    arrival_ns, end_ns, on one clock, and ``kind`` (what the wait is for the rank, alike on
+    peers: its type and group size, a send/recv's direction and peer offset; default the
+    type); ``windows``: the included steps (rank, step, start_ns,
+    end_ns) on that clock. None when some rank with windows has no shared wait."""
+    if waits.height == 0 or windows.height == 0:
         return None
-    gaps = chain["gap"].to_numpy().copy()
-    base = _replayed_steps(chain, gaps)
-    by_peers, by_scaling = [], []
-    shapes = _shapes(chain) if flagged else {}
-    for rank, factor in sorted(flagged.items()):
-        own = (chain["rank"] == rank).to_numpy()
-        if not own.any():
-            continue
-        alike = [
-            p
-            for p in peers.get(rank, ())
-            if p not in flagged and p != rank and shapes.get(p) == shapes[rank]
-        ]
-        donor = _peer_gaps(chain, alike)
-        if donor is not None:
-            gaps[own] = donor
-            by_peers.append(rank)
-        else:
-            gaps[own] = np.where(gaps[own] > 0, np.rint(gaps[own] * factor), gaps[own])
-            by_scaling.append(rank)
-    what_if = _replayed_steps(chain, gaps)
-    if base is None or what_if is None:
+    if windows.select(pl.col("rank").is_in(waits["rank"].unique().implode()).all()).item() is False:
         return None
-    return ReplayEstimate(
-        step_ns=base,
-        step_if_no_straggler_ns=what_if,
-        recoverable_pct=100.0 * (base - what_if) / base if base else 0.0,
-        shared_waits=chain.filter(pl.col("inst") >= 0)["inst"].n_unique(),
-        by_peers=tuple(by_peers),
-        by_scaling=tuple(by_scaling),
+    frame = _elements(waits, windows)
+    frame = frame.with_columns(pl.Series("inst", _global_order(frame)))
+    rank = frame["rank"].to_numpy()
+    pred = _predecessors(frame)
+    arrival = frame["arrival_ns"].to_numpy()
+    ended = frame["end_ns"].to_numpy()[np.maximum(pred, 0)]
+    gap = np.where(pred >= 0, arrival - ended, 0)
+    head = np.where(pred < 0, arrival, _FAR_PAST)
+    starts, ends, mark_rank = _step_marks(frame)
+    inst = frame["inst"].to_numpy().astype(np.int64)
+    levels = _levels(inst, pred, head)
+    types = {t: i for i, t in enumerate(["", *sorted(set(frame["coll_type"].unique()) - {""})])}
+    return Chain(
+        rank=rank,
+        pos=frame["pos"].to_numpy(),
+        inst=inst,
+        code=frame["code"].to_numpy(),
+        coll_code=frame["coll_type"].replace_strict(types, default=0).to_numpy().astype(np.int64),
+        coll_types=tuple(types),
+        gap=gap.astype(np.int64),
+        transfer=frame["transfer"].to_numpy().astype(np.int64),
+        in_step=(inside := _inside_steps(frame)),
+        step=np.where(inside, segment := _step_numbers(frame), -1),
+        label=_labels(frame, segment),
+        starts=starts,
+        ends=ends,
+        mark_rank=mark_rank,
+        levels=levels,
+        shared_waits=int(frame.filter(pl.col("code") >= 2)["inst"].n_unique()),
+        by_inst=np.argsort(inst, kind="stable"),
+        inst_offsets=np.searchsorted(np.sort(inst), np.arange(int(inst.max()) + 2)),
     )
 
 
-def _chain(shared: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
-    """Every rank's elements in one global order that respects each rank's chain: shared waits
-    keyed by their last arrival, step starts and ends (local, zero length) by their own time.
-    ``gap`` is the own work before each element; ``transfer`` what follows the last arrival."""
-    waits = (
-        shared.select("rank", "pg", "key", "start_ns", "end_ns")
-        .with_columns(pl.col("start_ns").max().over("pg", "key").alias("at"))
-        .with_columns((pl.col("end_ns") - pl.col("at")).alias("transfer"))
-    )
-    order = (
+def replay_steps(
+    chain: Chain, gaps: np.ndarray, transfers: np.ndarray | None = None
+) -> list[int | None]:
+    """The median step (median over ranks of each rank's median step, halves up) for each
+    column of ``gaps`` (elements × what-ifs); ``transfers`` likewise, default as recorded."""
+    width = gaps.shape[1]
+    moved = chain.transfer[:, None] if transfers is None else transfers
+    end = np.full((chain.size + 1, width), _FAR_PAST, dtype=np.int64)  # row -1: nothing
+    for rows, pred, head, bounds, counts in chain.levels:
+        arrived = np.maximum(end[pred], head[:, None]) + gaps[rows]
+        last = np.maximum.reduceat(arrived, bounds, axis=0)
+        end[rows] = np.repeat(last, counts, axis=0) + moved[rows]
+    return _median_steps(end[chain.ends] - end[chain.starts], chain.mark_rank)
+
+
+def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Shared waits and step marks with their chain order on each rank: by last arrival, a
+    step's start before a wait arriving at the same instant, its end after."""
+    if "kind" not in waits.columns:
+        waits = waits.with_columns(pl.col("coll_type").alias("kind"))
+    if "work_since_ns" not in waits.columns:
+        waits = waits.with_columns(pl.col("arrival_ns").alias("work_since_ns"))
+    # each shared wait numbered in the order of its group and key (a small table: the strings
+    # are hashed once, and every later sort and grouping runs on integers)
+    instances = (
         waits.group_by("pg", "key")
-        .agg(pl.col("at").first())
-        .sort("at", "pg", "key")
-        .with_row_index("inst")
-        .select("pg", "key", pl.col("inst").cast(pl.Int64))
+        .agg(pl.col("arrival_ns").max().alias("at"))
+        .sort("pg", "key")
+        .with_row_index("id")
+        .with_columns(pl.col("id").cast(pl.Int64))
     )
-    waits = waits.join(order, on=["pg", "key"]).select(
-        "rank", "at", "inst", "start_ns", "end_ns", "transfer", pl.lit(None, pl.Int64).alias("step")
+    shared = (
+        waits.join(instances, on=["pg", "key"], how="left", maintain_order="left")
+        .with_columns((pl.col("end_ns") - pl.col("at")).alias("transfer"))
+        .select(
+            "rank",
+            "at",
+            pl.lit(1, pl.Int8).alias("sub"),
+            "id",
+            "arrival_ns",
+            "end_ns",
+            pl.min_horizontal("arrival_ns", "work_since_ns").alias("work_since_ns"),
+            "transfer",
+            "coll_type",
+            "kind",
+            pl.lit(None, pl.Int64).alias("mark"),
+        )
     )
     marks = pl.concat(
         [
             windows.select(
                 "rank",
                 pl.col(edge).alias("at"),
-                pl.lit(-1, pl.Int64).alias("inst"),
-                pl.col(edge).alias("start_ns"),
+                pl.lit(sub, pl.Int8).alias("sub"),
+                # after every shared wait: rank, step and edge, in order
+                (instances.height + (pl.col("rank") * 2**32 + pl.col("step")) * 2 + sub // 2)
+                .cast(pl.Int64)
+                .alias("id"),
+                pl.col(edge).alias("arrival_ns"),
                 pl.col(edge).alias("end_ns"),
+                pl.col(edge).alias("work_since_ns"),
                 pl.lit(0, pl.Int64).alias("transfer"),
-                (pl.col("step") * 2 + int(edge == "end_ns")).alias("step"),
+                pl.lit("").alias("coll_type"),
+                pl.lit("").alias("kind"),
+                (pl.col("step") * 2 + int(sub == 2)).alias("mark"),
             )
-            for edge in ("start_ns", "end_ns")
+            for edge, sub in (("start_ns", 0), ("end_ns", 2))
         ]
     )
-    return (
-        pl.concat([waits, marks.cast(waits.schema)])
-        # a step's start before a wait arriving at the same instant, its end after
-        .sort("rank", "at", pl.col("step").fill_null(-1) % 2 == 1, "inst")
-        .with_row_index("row")
-        .with_columns(
-            (pl.col("start_ns") - pl.col("end_ns").shift(1).over("rank")).fill_null(0).alias("gap"),
-            pl.col("rank").cum_count().over("rank").alias("pos"),
-            pl.when(pl.col("inst") >= 0)
-            .then(pl.col("row").cast(pl.Int64))
-            .shift(1)
-            .forward_fill()
-            .over("rank")
-            .fill_null(-1)
-            .alias("prev_wait"),
-            pl.col("start_ns").first().over("rank").alias("head"),
-        )
+    kinds = {"": 0}
+    every = pl.concat([shared, marks.cast(shared.schema)])
+    codes = sorted(set(every["kind"].unique().to_list()) - {""})
+    kinds.update({t: i + 2 for i, t in enumerate(codes)})
+    return every.sort("rank", "at", "sub", "id").with_columns(
+        pl.int_range(pl.len()).over("rank").alias("pos"),
+        pl.when(pl.col("sub") == 0)
+        .then(0)
+        .when(pl.col("sub") == 2)
+        .then(1)
+        .otherwise(pl.col("kind").replace_strict(kinds, default=0))
+        .cast(pl.Int64)
+        .alias("code"),
     )
 
 
-def _peer_gaps(chain: pl.DataFrame, donors: list[int]) -> np.ndarray | None:
-    """The median gap per chain position over the donor ranks (chains of one shape)."""
-    if not donors:
-        return None
-    gaps = (
-        chain.filter(pl.col("rank").is_in(donors))
-        .group_by("pos")
-        .agg(pl.col("gap").median())
-        .sort("pos")["gap"]
-        .to_numpy()
+def _global_order(frame: pl.DataFrame) -> np.ndarray:
+    """Per row, its element's number in one order (last arrival, then start / wait / end, then
+    id) that every rank's chain follows."""
+    order = (
+        frame.group_by("id")
+        .agg(pl.col("at").first(), pl.col("sub").first())
+        .sort("at", "sub", "id")
+        .with_row_index("inst")
+        .select("id", pl.col("inst").cast(pl.Int64))
     )
-    return np.floor(gaps + 0.5).astype(np.int64)
+    return frame.join(order, on="id", how="left", maintain_order="left")["inst"].to_numpy()
 
 
-def _shapes(chain: pl.DataFrame) -> dict[int, tuple[int, int]]:
-    """Per rank, a digest of its chain's shape: the sequence of waits and step marks (the same
-    for ranks doing the same work in the same order) and its length."""
-    return {
-        rank: (digest, n)
-        for rank, digest, n in chain.group_by("rank")
-        .agg(pl.struct("pos", pl.col("step").fill_null(-1)).hash().sum(), pl.len())
-        .iter_rows()
-    }
-
-
-def _replayed_steps(chain: pl.DataFrame, gaps: np.ndarray) -> int | None:
-    """Median over ranks of each rank's median replayed step (halves round up)."""
-    marks = chain.with_columns(pl.Series("t", _replay_times(chain, gaps))).filter(
-        pl.col("inst") < 0
+def _predecessors(frame: pl.DataFrame) -> np.ndarray:
+    """Per row: the rank's earlier element that ended last before the work leading into this
+    one began (-1: none). Only an element that had ended can have held this one back; one
+    still running beside it (an all-reduce on another stream, the other half of a batched
+    send/recv) did not, and chaining it would invent a dependency. Within RELEASE_SLACK_NS:
+    timestamps rounded to µs put a kernel a hair before the end of the wait that released it.
+    Rows come grouped by rank in chain order."""
+    rank = frame["rank"].to_numpy()
+    end = frame["end_ns"].to_numpy()
+    released = np.minimum(
+        frame["arrival_ns"].to_numpy(), frame["work_since_ns"].to_numpy() + RELEASE_SLACK_NS
     )
-    steps = (
-        marks.group_by("rank", pl.col("step") // 2)
+    pred = np.full(len(rank), -1, dtype=np.int64)
+    bounds = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True])
+    for lo, hi in pairwise(bounds.tolist()):  # per rank, not per event
+        mine = _rank_predecessors(end[lo:hi], released[lo:hi])
+        pred[lo:hi] = np.where(mine >= 0, mine + lo, -1)
+    return pred
+
+
+def _rank_predecessors(end: np.ndarray, released: np.ndarray) -> np.ndarray:
+    """One rank's predecessors, as positions in its chain (-1: none)."""
+    n = len(end)
+    pos = np.arange(n)
+    # by end; among equal ends the earliest in the chain comes last
+    order = np.lexsort((-pos, end))
+    ordered = end[order]
+    found = np.searchsorted(ordered, released, side="right") - 1
+    pred = np.where(found >= 0, order[np.maximum(found, 0)], -1)
+    # itself, or an element placed after it ending exactly then: the latest strictly before
+    bad = pred >= pos
+    if bad.any():
+        strict = np.searchsorted(ordered, released[bad], side="left") - 1
+        pred[bad] = np.where(strict >= 0, order[np.maximum(strict, 0)], -1)
+    return pred
+
+
+def _levels(
+    inst: np.ndarray, pred: np.ndarray, head: np.ndarray
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]:
+    """Group rows into levels: an element's level is one more than the highest level among its
+    members' predecessors, so every level depends only on the ones before it. Each level:
+    (rows grouped by element, their predecessors (-1: none), head constraint, element bounds,
+    rows per element)."""
+    by_inst = np.argsort(inst, kind="stable")
+    count = int(inst.max()) + 1 if inst.size else 0
+    offsets = np.searchsorted(inst[by_inst], np.arange(count + 1))
+    pred_inst = np.where(pred >= 0, inst[np.maximum(pred, 0)], -1)[by_inst].tolist()
+    level = [0] * count
+    bounds = offsets.tolist()
+    for i in range(count):  # one pass over the elements, in an order that respects chains
+        best = -1
+        for p in pred_inst[bounds[i] : bounds[i + 1]]:
+            if p >= 0 and level[p] > best:
+                best = level[p]
+        level[i] = best + 1
+    row_level = np.asarray(level, dtype=np.int64)[inst]
+    order = np.lexsort((inst, row_level))
+    cuts = np.flatnonzero(np.diff(row_level[order])) + 1
+    out = []
+    for rows in np.split(order, cuts):
+        element = inst[rows]
+        starts = np.flatnonzero(np.r_[True, element[1:] != element[:-1]])
+        counts = np.diff(np.r_[starts, len(rows)])
+        out.append((rows, pred[rows], head[rows], starts, counts))
+    return tuple(out)
+
+
+def _step_marks(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rows = frame.with_row_index("row").filter(pl.col("mark").is_not_null())
+    pairs = (
+        rows.with_columns((pl.col("mark") // 2).alias("step"), (pl.col("mark") % 2).alias("edge"))
+        .group_by("rank", "step")
         .agg(
-            (
-                pl.col("t").filter(pl.col("step") % 2 == 1).first()
-                - pl.col("t").filter(pl.col("step") % 2 == 0).first()
-            ).alias("window")
+            pl.col("row").filter(pl.col("edge") == 0).first().alias("start"),
+            pl.col("row").filter(pl.col("edge") == 1).first().alias("end"),
         )
-        .group_by("rank")
-        .agg(pl.col("window").median())
+        .drop_nulls()
+        .sort("rank", "step")
     )
-    per_rank = [math.floor(v + 0.5) for v in steps["window"].drop_nulls().to_list()]
-    return math.floor(statistics.median(per_rank) + 0.5) if per_rank else None
+    return (
+        pairs["start"].to_numpy().astype(np.int64),
+        pairs["end"].to_numpy().astype(np.int64),
+        pairs["rank"].to_numpy(),
+    )
 
 
-def _replay_times(chain: pl.DataFrame, gaps: np.ndarray) -> np.ndarray:
-    """Replayed time of every element (a wait's end, a mark's instant). Shared waits go in
-    global order; a mark follows from the rank's wait before it. A rank's chain starts where
-    it was recorded to start."""
-    ranks = chain["rank"].to_numpy()
-    inst = chain["inst"].to_numpy()
-    transfer = chain["transfer"].to_numpy()
-    prev = chain["prev_wait"].to_numpy()  # the rank's latest wait before the element, -1: none
-    head = chain["head"].to_numpy()  # the rank's chain start
-    # own work since the rank's chain start: the gap sums between any two elements
-    first = np.r_[True, ranks[1:] != ranks[:-1]]
-    head_row = np.maximum.accumulate(np.where(first, np.arange(len(ranks)), 0))
-    total = np.cumsum(gaps)
-    since_head = total - (total - gaps)[head_row]
-    lead = since_head - np.where(prev >= 0, since_head[np.maximum(prev, 0)], 0)
-    times = np.zeros(len(ranks), dtype=np.int64)
-    rows = np.flatnonzero(inst >= 0)
-    rows = rows[np.argsort(inst[rows], kind="stable")]
-    bounds = np.flatnonzero(np.r_[True, np.diff(inst[rows]) != 0, True])
-    for a, b in pairwise(bounds.tolist()):
-        members = rows[a:b]
-        before = prev[members]
-        starts = np.where(before >= 0, times[np.maximum(before, 0)], head[members])
-        times[members] = (starts + lead[members]).max() + transfer[members]
-    marks = np.flatnonzero(inst < 0)
-    before = prev[marks]
-    times[marks] = np.where(before >= 0, times[np.maximum(before, 0)], head[marks]) + lead[marks]
-    return times
+def _step_numbers(frame: pl.DataFrame) -> np.ndarray:
+    """Per row: the number of the last step that started on its rank at or before it."""
+    started = pl.when(pl.col("code") == 0).then(pl.col("mark") // 2)
+    return (
+        frame.select(started.forward_fill().over("rank").fill_null(-1))
+        .to_series()
+        .to_numpy()
+        .astype(np.int64)
+    )
+
+
+def _labels(frame: pl.DataFrame, segment: np.ndarray) -> np.ndarray:
+    """Per row: (step it follows, code, occurrence of that code since that step's start)."""
+    rank, code = frame["rank"].to_numpy(), frame["code"].to_numpy().astype(np.int64)
+    # rows come by rank in chain order, steps rising: (rank, step) blocks are contiguous
+    block = np.cumsum(np.r_[True, (rank[1:] != rank[:-1]) | (segment[1:] != segment[:-1])])
+    key = block * (int(code.max()) + 1) + code
+    order = np.argsort(key, kind="stable")  # chain order kept inside each group
+    starts = np.r_[True, key[order][1:] != key[order][:-1]]
+    first = np.maximum.accumulate(np.where(starts, np.arange(len(order)), 0))
+    k = np.empty(len(order), dtype=np.int64)
+    k[order] = np.arange(len(order)) - first
+    return np.column_stack([segment, code, k]).astype(np.int64)
+
+
+def _inside_steps(frame: pl.DataFrame) -> np.ndarray:
+    """Rows whose gap lies inside an included step: after its start mark, up to its end."""
+    depth = (
+        pl.when(pl.col("code") == 0)
+        .then(1)
+        .when(pl.col("code") == 1)
+        .then(-1)
+        .otherwise(0)
+        .cum_sum()
+        .over("rank")
+    )
+    inside = frame.select(((depth > 0) | (pl.col("code") == 1)) & (pl.col("code") != 0))
+    return inside.to_series().to_numpy()
+
+
+def _median_steps(durations: np.ndarray, ranks: np.ndarray) -> list[int | None]:
+    """Median over ranks of each rank's median step, per column, halves rounded up."""
+    if durations.shape[0] == 0:
+        return [None] * durations.shape[1]
+    bounds = np.flatnonzero(np.r_[True, ranks[1:] != ranks[:-1], True])
+    per_rank = np.stack(
+        [_halves_up(np.median(durations[a:b], axis=0)) for a, b in pairwise(bounds.tolist())]
+    )
+    return [math.floor(v + 0.5) for v in np.median(per_rank, axis=0).tolist()]
+
+
+def _halves_up(values: np.ndarray) -> np.ndarray:
+    return np.floor(values + 0.5)

@@ -102,7 +102,8 @@ class RunRecord:
 def record_of_report(report: Report, label: str, source: str) -> RunRecord:
     tp = report.throughput
     st = report.stragglers
-    replayed = st.replay.recoverable_pct if st is not None and st.replay is not None else None
+    w = st.what_if if st is not None else None
+    replayed = w.recoverable_pct if w is not None and w.reproduces else None
     first_order = st.recoverable_pct if st is not None else None
     energy = tp.energy if tp is not None else None
     flops = tp.flops if tp is not None else None

@@ -1,24 +1,31 @@
-"""Stragglers (metrics.md §6): who arrived last at each collective, how long everyone waited,
-and which ranks caused the delay rather than inherited it."""
+"""Stragglers (metrics.md §6): who arrived last at each shared wait, how long everyone waited,
+which ranks caused the delay rather than inherited it, and — deciding — what the step would
+take with each candidate's work at its peers' median (whatif.py, by dependency replay)."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import polars as pl
 
+from tracecomm.analysis.chains import chain_of, stage_of
 from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.rank import RankReport
-from tracecomm.analysis.replay import ReplayEstimate, replay
+from tracecomm.analysis.replay import build_chain
+from tracecomm.analysis.whatif import (
+    FLAG_SHARE_OF_STEP,
+    FLAG_TIMES_MEDIAN_RANK,
+    Candidate,
+    Job,
+    WhatIf,
+    what_if,
+)
 
-# A rank is flagged when its root delay exceeds both of these (metrics.md §6).
-FLAG_SHARE_OF_STEP = 0.05
-FLAG_TIMES_MEDIAN_RANK = 3.0
+__all__ = ["FLAG_SHARE_OF_STEP", "FLAG_TIMES_MEDIAN_RANK", "Candidate", "WhatIf"]
 
 
 @dataclass(frozen=True)
@@ -27,7 +34,7 @@ class RankStraggle:
     divided by the number of included steps."""
 
     rank: int
-    times_last: int
+    times_last: int  # instances it alone arrived last at (lateness by schedule left out)
     times_last_share: float | None  # of the matched instances the rank took part in
     delay_caused_per_step_ns: int
     # of that, lateness it had itself collected earlier in the step waiting in other groups'
@@ -36,11 +43,13 @@ class RankStraggle:
     wait_per_step_ns: int
     compute_per_step_ns: int | None  # median over included steps
     compute_excess_ns: int  # over the peers' median, negative clipped to 0
-    # over the median of the other stages of its pipeline (send/recv group): an imbalanced stage
+    # over the median of the other stages of its pipeline (chain): an imbalanced stage
     stage_excess_ns: int
     compute_ratio: float | None  # peers' median / own (1.0 = on par)
     root_delay_ns: int  # max(compute, stage excess) + delay caused − inherited delay, per step
     flagged: bool
+    gain_ns: int | None = None  # what-if gain of fixing this rank alone (None: not replayed)
+    fix: str | None = None  # the flagged candidate it belongs to ("rank 5", "stage 1", …)
 
 
 @dataclass(frozen=True)
@@ -52,10 +61,10 @@ class InstanceRecord:
     coll_type: str
     step: int | None
     ranks: int
-    last_rank: int | None  # None when several ranks share the latest start
-    arrival_skew_ns: int  # latest − earliest start
-    transfer_ns: int  # earliest end − latest start: the part everyone spent moving data
-    delay_caused_ns: int  # latest − second-latest start
+    last_rank: int | None  # None when several ranks share the latest arrival
+    arrival_skew_ns: int  # latest − earliest arrival
+    transfer_ns: int  # earliest end − latest arrival: the part everyone spent moving data
+    delay_caused_ns: int  # latest − second-latest arrival
 
 
 @dataclass(frozen=True)
@@ -65,24 +74,26 @@ class GroupTypeDelay:
     group: str
     coll_type: str
     instances: int
-    arrival_skew_ns: int  # median over instances of latest − earliest aligned start
+    arrival_skew_ns: int  # median over instances of latest − earliest aligned arrival
     delay_caused_ns: int  # sum over instances
     top_rank: int | None  # the rank that caused most of it
+    by_schedule: bool = False  # members at different pipeline stages: lateness by schedule
 
 
 @dataclass(frozen=True)
 class Stragglers:
-    ranks: tuple[RankStraggle, ...]  # by root delay, largest first
+    ranks: tuple[RankStraggle, ...]  # flagged first, by gain (else root delay)
     flagged: tuple[int, ...]
     median_step_ns: int | None
-    threshold_ns: int | None  # the root delay a rank must exceed to be flagged
+    threshold_ns: int | None  # the gain (or root delay) a flagged rank exceeds
     step_if_no_straggler_ns: int | None  # first-order estimate (metrics.md §6)
     recoverable_pct: float | None
     delay_by_step: dict[int, dict[int, int]]  # rank -> step -> delay caused (the heat map)
     by_group_type: tuple[GroupTypeDelay, ...] = ()
     instances: tuple[InstanceRecord, ...] = ()  # only when asked for (they grow with the run)
     delay_by_host_step: dict[str, dict[int, int]] = field(default_factory=dict)  # max over ranks
-    replay: ReplayEstimate | None = None  # the dependency-replay what-if, when it could run
+    what_if: WhatIf | None = None  # the replay what-if, when it could run
+    flag_basis: str = "root delay"  # "replay gain" when the replay decides
 
 
 def stragglers(
@@ -95,70 +106,111 @@ def stragglers(
     hosts: Mapping[int, str] | None = None,
     p2p_waits: pl.DataFrame | None = None,
     pipelines: Mapping[int, tuple[int, ...]] | None = None,
+    by_schedule: frozenset[str] = frozenset(),
 ) -> Stragglers:
-    """``aligned``: matched instances on one clock (rank, pg, key, step, start_ns, end_ns);
-    ``compute_per_step`` / ``step_time``: each rank's median over its included steps;
-    ``peers``: the ranks doing the same work as each rank (default: all ranks)."""
-    per_instance = _per_instance(aligned, p2p_waits)
+    """The first-order figures. ``aligned``: matched instances on one clock (rank, pg, key,
+    step, start_ns, end_ns; arrival_ns and synchronized when known); ``compute_per_step`` /
+    ``step_time``: each rank's median over its included steps; ``peers``: the ranks doing the
+    same work as each rank (default: all ranks); ``pipelines``: each pipeline rank's chain;
+    ``by_schedule``: groups whose order of arrival the pipeline schedule sets."""
+    per_instance = _per_instance(_synchronized(aligned), p2p_waits, by_schedule)
     in_steps = _in_included_steps(per_instance, included_steps)
-    lasts = in_steps.filter(pl.col("is_last")).with_columns(
+    lasts = in_steps.filter(pl.col("counted")).with_columns(
         pl.min_horizontal("inherited", "delay").alias("inherited_delay")
     )
     caused = _sum_by_rank(lasts, "delay", included_steps)
     inherited = _sum_by_rank(lasts, "inherited_delay", included_steps)
     waited = _sum_by_rank(in_steps, "wait", included_steps)
-    last_counts = dict(per_instance.filter(pl.col("is_last")).group_by("rank").len().iter_rows())
-    taken = dict(per_instance.group_by("rank").len().iter_rows())
-    everyone = tuple(compute_per_step)
-    rows = []
-    for rank in sorted(compute_per_step):
-        mine = (peers or {}).get(rank, everyone)
-        peers_median = _median([v for p in mine if (v := compute_per_step.get(p)) is not None])
-        own = compute_per_step[rank]
-        excess = max(0, own - peers_median) if own is not None and peers_median is not None else 0
-        stages = (pipelines or {}).get(rank, ())
-        stage_median = _median(
-            [v for p in stages if p != rank and (v := compute_per_step.get(p)) is not None]
+    last_counts = _counts(per_instance.filter(pl.col("counted")))
+    taken = _counts(per_instance)
+    rows = [
+        _rank_row(
+            rank,
+            compute_per_step,
+            (peers or {}).get(rank, tuple(compute_per_step)),
+            (pipelines or {}).get(rank, ()),
+            caused.get(rank, 0),
+            inherited.get(rank, 0),
+            waited.get(rank, 0),
+            last_counts.get(rank, 0),
+            taken.get(rank, 0),
         )
-        stage_excess = (
-            max(0, own - stage_median) if own is not None and stage_median is not None else 0
-        )
-        delay = caused.get(rank, 0)
-        passed_on = inherited.get(rank, 0)
-        rows.append(
-            RankStraggle(
-                rank=rank,
-                times_last=last_counts.get(rank, 0),
-                times_last_share=(last_counts.get(rank, 0) / taken[rank])
-                if taken.get(rank)
-                else None,
-                delay_caused_per_step_ns=delay,
-                inherited_delay_per_step_ns=passed_on,
-                wait_per_step_ns=waited.get(rank, 0),
-                compute_per_step_ns=own,
-                compute_excess_ns=excess,
-                stage_excess_ns=stage_excess,
-                compute_ratio=(peers_median / own) if own and peers_median is not None else None,
-                root_delay_ns=max(excess, stage_excess) + delay - passed_on,
-                flagged=False,
-            )
-        )
+        for rank in sorted(compute_per_step)
+    ]
     median_step = _median([v for v in step_time.values() if v is not None])
-    median_root = _median([r.root_delay_ns for r in rows]) or 0
-    threshold = (
-        max(FLAG_SHARE_OF_STEP * median_step, FLAG_TIMES_MEDIAN_RANK * median_root)
-        if median_step is not None
-        else None
-    )
+    threshold = _root_threshold(rows, median_step)
     flagged = {r.rank for r in rows if threshold is not None and r.root_delay_ns > threshold}
     rows = [
-        RankStraggle(**{**r.__dict__, "flagged": r.rank in flagged})
+        replace(r, flagged=r.rank in flagged)
         for r in sorted(rows, key=lambda r: (-r.root_delay_ns, r.rank))
     ]
-    # First-order what-if (metrics.md §6): a flagged rank's compute at its peers' median and its
-    # collectives no longer waiting for it. Its late arrivals are a consequence of its excess
-    # compute, so the larger of the two counts, not their sum; and ranks run side by side, so
-    # the step gets back the largest such gain among the flagged ranks, not their total.
+    step_if = _first_order_step(rows, median_step, compute_per_step)
+    by_rank = _delay_by_step(in_steps)
+    return Stragglers(
+        ranks=tuple(rows),
+        flagged=tuple(sorted(flagged)),
+        median_step_ns=median_step,
+        threshold_ns=threshold,
+        step_if_no_straggler_ns=step_if,
+        recoverable_pct=_recoverable(median_step, step_if),
+        delay_by_step=by_rank,
+        by_group_type=_by_group_type(in_steps),
+        instances=_instance_records(per_instance) if keep_instances else (),
+        delay_by_host_step=_by_host(by_rank, hosts or {}),
+    )
+
+
+def _rank_row(
+    rank: int,
+    compute_per_step: Mapping[int, int | None],
+    peers: Sequence[int],
+    chain: Sequence[int],
+    delay: int,
+    passed_on: int,
+    waited: int,
+    times_last: int,
+    taken: int,
+) -> RankStraggle:
+    own = compute_per_step[rank]
+    peers_median = _median([v for p in peers if (v := compute_per_step.get(p)) is not None])
+    stage_median = _median(
+        [v for p in chain if p != rank and (v := compute_per_step.get(p)) is not None]
+    )
+    excess = max(0, own - peers_median) if own is not None and peers_median is not None else 0
+    stage_excess = max(0, own - stage_median) if own is not None and stage_median is not None else 0
+    return RankStraggle(
+        rank=rank,
+        times_last=times_last,
+        times_last_share=times_last / taken if taken else None,
+        delay_caused_per_step_ns=delay,
+        inherited_delay_per_step_ns=passed_on,
+        wait_per_step_ns=waited,
+        compute_per_step_ns=own,
+        compute_excess_ns=excess,
+        stage_excess_ns=stage_excess,
+        compute_ratio=(peers_median / own) if own and peers_median is not None else None,
+        root_delay_ns=max(excess, stage_excess) + delay - passed_on,
+        flagged=False,
+    )
+
+
+def _root_threshold(rows: Sequence[RankStraggle], median_step: int | None) -> int | None:
+    if median_step is None:
+        return None
+    median_root = _median([r.root_delay_ns for r in rows]) or 0
+    return round(max(FLAG_SHARE_OF_STEP * median_step, FLAG_TIMES_MEDIAN_RANK * median_root))
+
+
+def _first_order_step(
+    rows: Sequence[RankStraggle], median_step: int | None, compute: Mapping[int, int | None]
+) -> int | None:
+    """metrics.md §6's first-order what-if: a flagged rank's compute at its peers' median and
+    its collectives no longer waiting for it. Its late arrivals are a consequence of its excess
+    compute, so the larger of the two counts, not their sum; ranks run side by side, so the
+    step gets back the largest such gain among the flagged ranks, not their total. Never
+    shorter than the longest rank's own work once fixed, never negative."""
+    if median_step is None:
+        return None
     saved = max(
         (
             max(
@@ -171,19 +223,32 @@ def stragglers(
         ),
         default=0,
     )
-    step_if = None if median_step is None else median_step - saved
-    return Stragglers(
-        ranks=tuple(rows),
-        flagged=tuple(sorted(flagged)),
-        median_step_ns=median_step,
-        threshold_ns=None if threshold is None else round(threshold),
-        step_if_no_straggler_ns=step_if,
-        recoverable_pct=(100.0 * saved / median_step) if median_step else None,
-        delay_by_step=_delay_by_step(in_steps),
-        by_group_type=_by_group_type(in_steps),
-        instances=_instance_records(per_instance) if keep_instances else (),
-        delay_by_host_step=_by_host(_delay_by_step(in_steps), hosts or {}),
+    fixed = {r.rank: max(r.compute_excess_ns, r.stage_excess_ns) if r.flagged else 0 for r in rows}
+    floor = max(
+        (max(0, own - fixed.get(rank, 0)) for rank, own in compute.items() if own is not None),
+        default=0,
     )
+    return max(min(median_step, floor), median_step - max(0, saved))
+
+
+def _recoverable(median_step: int | None, step_if: int | None) -> float | None:
+    if not median_step or step_if is None:
+        return None
+    return min(100.0, max(0.0, 100.0 * (median_step - step_if) / median_step))
+
+
+def _counts(frame: pl.DataFrame) -> dict[int, int]:
+    return dict(frame.group_by("rank").len().sort("rank").iter_rows())
+
+
+def _synchronized(aligned: pl.DataFrame) -> pl.DataFrame:
+    """The instances that were a rendezvous of their members, with each member's arrival."""
+    frame = (
+        aligned
+        if "arrival_ns" in aligned.columns
+        else aligned.with_columns(pl.col("start_ns").alias("arrival_ns"))
+    )
+    return frame.filter(pl.col("synchronized")) if "synchronized" in frame.columns else frame
 
 
 def _by_host(
@@ -191,11 +256,11 @@ def _by_host(
 ) -> dict[str, dict[int, int]]:
     """The worst rank's delay per host and step: the heat map of runs too large to list."""
     out: dict[str, dict[int, int]] = {}
-    for rank, steps in by_rank.items():
+    for rank, steps in sorted(by_rank.items()):
         row = out.setdefault(hosts.get(rank, f"rank {rank}"), {})
-        for step, delay in steps.items():
+        for step, delay in sorted(steps.items()):
             row[step] = max(row.get(step, 0), delay)
-    return out
+    return dict(sorted(out.items()))
 
 
 def _instance_records(per_instance: pl.DataFrame) -> tuple[InstanceRecord, ...]:
@@ -205,12 +270,12 @@ def _instance_records(per_instance: pl.DataFrame) -> tuple[InstanceRecord, ...]:
             pl.col("step").min(),
             pl.len().alias("ranks"),
             pl.col("rank").filter(pl.col("is_last")).first().alias("last_rank"),
-            (pl.col("start_ns").max() - pl.col("start_ns").min()).alias("skew"),
-            (pl.col("end_ns").min() - pl.col("start_ns").max()).alias("transfer"),
+            (pl.col("arrival_ns").max() - pl.col("arrival_ns").min()).alias("skew"),
+            (pl.col("end_ns").min() - pl.col("arrival_ns").max()).alias("transfer"),
             pl.col("delay").first(),
-            pl.col("start_ns").min().alias("first_start"),
+            pl.col("arrival_ns").min().alias("first_arrival"),
         )
-        .sort("first_start", "pg", "key")
+        .sort("first_arrival", "pg", "key")
     )
     return tuple(
         InstanceRecord(
@@ -221,7 +286,7 @@ def _instance_records(per_instance: pl.DataFrame) -> tuple[InstanceRecord, ...]:
             r["ranks"],
             r["last_rank"],
             r["skew"],
-            r["transfer"],
+            max(0, r["transfer"]),
             r["delay"],
         )
         for r in rows.iter_rows(named=True)
@@ -230,20 +295,26 @@ def _instance_records(per_instance: pl.DataFrame) -> tuple[InstanceRecord, ...]:
 
 def _by_group_type(in_steps: pl.DataFrame) -> tuple[GroupTypeDelay, ...]:
     per_instance = in_steps.group_by("pg", "key", "coll_type").agg(
-        (pl.col("start_ns").max() - pl.col("start_ns").min()).alias("skew"),
+        (pl.col("arrival_ns").max() - pl.col("arrival_ns").min()).alias("skew"),
         pl.col("delay").filter(pl.col("is_last")).sum().alias("delay"),
         pl.col("rank").filter(pl.col("is_last")).first().alias("last"),
+        pl.col("structural").first(),
     )
     by_rank = (
         per_instance.group_by("pg", "coll_type", "last")
         .agg(pl.col("delay").sum())
-        .sort("delay", "last", descending=[True, False])
+        .sort("delay", "pg", "coll_type", "last", descending=[True, False, False, False])
         .group_by("pg", "coll_type", maintain_order=True)
         .agg(pl.col("last").first().alias("top_rank"), pl.col("delay").first().alias("top"))
     )
     rows = (
         per_instance.group_by("pg", "coll_type")
-        .agg(pl.len().alias("instances"), pl.col("skew").median(), pl.col("delay").sum())
+        .agg(
+            pl.len().alias("instances"),
+            pl.col("skew").median(),
+            pl.col("delay").sum(),
+            pl.col("structural").first(),
+        )
         .join(by_rank, on=["pg", "coll_type"], how="left")
         .sort("delay", "pg", "coll_type", descending=[True, False, False])
     )
@@ -252,34 +323,38 @@ def _by_group_type(in_steps: pl.DataFrame) -> tuple[GroupTypeDelay, ...]:
             group=r["pg"],
             coll_type=r["coll_type"],
             instances=r["instances"],
-            arrival_skew_ns=round(r["skew"]),
+            arrival_skew_ns=_halves_up(r["skew"]),
             delay_caused_ns=r["delay"],
             top_rank=r["top_rank"] if r["top"] else None,
+            by_schedule=bool(r["structural"]),
         )
         for r in rows.iter_rows(named=True)
     )
 
 
-def _per_instance(aligned: pl.DataFrame, p2p_waits: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Per (instance, rank): wait = latest start − own start; the last rank carries the delay
-    it alone caused, latest start − second-latest start. When several ranks share the latest
-    start (common with µs timestamps) nobody alone was last and no rank is counted.
+def _per_instance(
+    aligned: pl.DataFrame, p2p_waits: pl.DataFrame | None, by_schedule: frozenset[str]
+) -> pl.DataFrame:
+    """Per (instance, rank): wait = latest arrival − own arrival; the last rank carries the
+    delay it alone caused, latest − second-latest arrival. When several ranks share the latest
+    arrival (common with µs timestamps) nobody alone was last and no rank is counted; nor is
+    anyone in a group whose order of arrival the pipeline schedule sets (``counted``).
     ``inherited`` is the time the rank spent waiting earlier in the same step in *other*
     groups' collectives or in point-to-point transfers — lateness another rank passed on to
     it, which it cannot have caused."""
     instance = ["pg", "key"]
+    latest = pl.col("arrival_ns").max().over(instance)
     per = aligned.with_columns(
-        (pl.col("start_ns").max().over(instance) - pl.col("start_ns")).alias("wait"),
+        (latest - pl.col("arrival_ns")).alias("wait"),
         (
-            (pl.col("start_ns") == pl.col("start_ns").max().over(instance))
-            & ((pl.col("start_ns") == pl.col("start_ns").max()).sum().over(instance) == 1)
+            (pl.col("arrival_ns") == latest)
+            & ((pl.col("arrival_ns") == pl.col("arrival_ns").max()).sum().over(instance) == 1)
         ).alias("is_last"),
-        (
-            pl.col("start_ns").max().over(instance)
-            - pl.col("start_ns").top_k(2).min().over(instance)
-        ).alias("delay"),
-    ).with_row_index("_row")
-    waits = [per.select("_row", "rank", "step", "pg", "start_ns", "wait")]
+        (latest - pl.col("arrival_ns").top_k(2).min().over(instance)).alias("delay"),
+        pl.col("pg").is_in(sorted(by_schedule)).alias("structural"),
+    ).with_columns((pl.col("is_last") & ~pl.col("structural")).alias("counted"))
+    per = per.with_row_index("_row")
+    waits = [per.select("_row", "rank", "step", "pg", "arrival_ns", "wait")]
     if p2p_waits is not None and p2p_waits.height:
         waits.append(
             p2p_waits.select(
@@ -287,7 +362,7 @@ def _per_instance(aligned: pl.DataFrame, p2p_waits: pl.DataFrame | None = None) 
                 "rank",
                 "step",
                 pl.lit("\x00p2p").alias("pg"),
-                "start_ns",
+                pl.col("start_ns").alias("arrival_ns"),
                 "wait",
             )
         )
@@ -296,12 +371,12 @@ def _per_instance(aligned: pl.DataFrame, p2p_waits: pl.DataFrame | None = None) 
     same_before = pl.col("wait").cum_sum().over("rank", "step", "pg") - pl.col("wait")
     inherited = (
         pl.concat(waits)
-        .sort("rank", "start_ns")
+        .sort("rank", "arrival_ns", "pg", "_row", nulls_last=True)
         .with_columns((all_before - same_before).fill_null(0).alias("inherited"))
         .filter(pl.col("_row").is_not_null())
         .select("_row", "inherited")
     )
-    return per.join(inherited, on="_row", how="left").drop("_row")
+    return per.join(inherited, on="_row", how="left").sort("_row").drop("_row")
 
 
 def _in_included_steps(
@@ -309,18 +384,18 @@ def _in_included_steps(
 ) -> pl.DataFrame:
     included = pl.DataFrame(
         {
-            "rank": [r for r, steps in included_steps.items() for _ in steps],
-            "step": [s for steps in included_steps.values() for s in steps],
+            "rank": [r for r, steps in sorted(included_steps.items()) for _ in steps],
+            "step": [s for _, steps in sorted(included_steps.items()) for s in sorted(steps)],
         },
         schema={"rank": pl.Int64, "step": pl.Int64},
     )
-    return per_instance.join(included, on=["rank", "step"], how="semi")
+    return per_instance.join(included, on=["rank", "step"], how="semi", maintain_order="left")
 
 
 def _sum_by_rank(
     frame: pl.DataFrame, column: str, included_steps: Mapping[int, frozenset[int]]
 ) -> dict[int, int]:
-    totals = dict(frame.group_by("rank").agg(pl.col(column).sum()).iter_rows())
+    totals = dict(frame.group_by("rank").agg(pl.col(column).sum()).sort("rank").iter_rows())
     return {
         rank: _halves_up(total / len(included_steps[rank]))
         for rank, total in totals.items()
@@ -330,8 +405,10 @@ def _sum_by_rank(
 
 def _delay_by_step(in_steps: pl.DataFrame) -> dict[int, dict[int, int]]:
     out: dict[int, dict[int, int]] = {}
-    last = in_steps.filter(pl.col("is_last"))
-    for rank, step, delay in last.group_by("rank", "step").agg(pl.col("delay").sum()).iter_rows():
+    last = in_steps.filter(pl.col("counted"))
+    for rank, step, delay in (
+        last.group_by("rank", "step").agg(pl.col("delay").sum()).sort("rank", "step").iter_rows()
+    ):
         out.setdefault(rank, {})[step] = delay
     return out
 
@@ -345,19 +422,23 @@ def _halves_up(value: float) -> int:
     return math.floor(value + 0.5)
 
 
+# ---- the whole analysis over a report's ranks -----------------------------------------------
+
+
 def rank_stragglers(
     ranks: Sequence[RankReport], cr: CrossRank | None, detail_instances: bool
 ) -> Stragglers | None:
-    """metrics.md §6 over the ranks with analyzed steps, with the replay what-if."""
+    """metrics.md §6 over the ranks with analyzed steps: first-order figures, then the
+    what-if by replay, which decides the flags when it reproduces the measured step."""
     timed = [r for r in ranks if r.step_summary is not None]
     if cr is None or cr.matched == 0 or len(timed) < 2:
         return None
     peers = peer_groups(cr.groups, {r.rank: r.breakdown.work_signature for r in timed})
+    chains = chain_of(cr.pipelines)
+    compute = {r.rank: r.step_summary.median.compute_ns for r in timed if r.step_summary}
     found = stragglers(
         cr.aligned,
-        compute_per_step={
-            r.rank: r.step_summary.median.compute_ns for r in timed if r.step_summary
-        },
+        compute_per_step=compute,
         step_time={r.rank: r.step_summary.median.window_ns for r in timed if r.step_summary},
         included_steps={
             r.rank: frozenset(s.step for s in r.breakdown.included_steps) for r in timed
@@ -366,18 +447,32 @@ def rank_stragglers(
         peers=peers,
         hosts={r.rank: r.host or Path(r.path).name for r in timed},
         p2p_waits=cr.p2p_waits,
-        pipelines={r: m for m in cr.pipelines.values() for r in m},
+        pipelines=chains,
+        by_schedule=by_schedule_groups(cr.groups, stage_of(cr.pipelines)),
     )
-    return dataclasses.replace(found, replay=_replay(timed, cr, found, peers))
+    if found.median_step_ns is None:
+        return found
+    job = Job(
+        measured_step_ns=found.median_step_ns,
+        peers=peers,
+        compute=compute,
+        compute_by_step={
+            r.rank: {
+                s.step: s.window.figures.compute_ns
+                for s in r.breakdown.included_steps
+                if s.window is not None
+            }
+            for r in timed
+        },
+        stages=stage_of(cr.pipelines),
+        replicas=replicas(cr.groups, cr.pipelines, peers, sorted(compute)),
+        first_order={r.rank: r.root_delay_ns for r in found.ranks},
+    )
+    return _decided(found, _what_if(timed, cr, job), compute)
 
 
-def _replay(
-    timed: Sequence[RankReport],
-    cr: CrossRank,
-    found: Stragglers,
-    peers: Mapping[int, tuple[int, ...]],
-) -> ReplayEstimate | None:
-    """The dependency-replay what-if over the included steps, on the aligned clock."""
+def _what_if(timed: Sequence[RankReport], cr: CrossRank, job: Job) -> WhatIf | None:
+    """The replay what-if over the included steps, on the aligned clock."""
     offset = {r: c.offset_ns or 0 for c in cr.clocks for r in c.ranks}
     windows = pl.DataFrame(
         [
@@ -389,37 +484,143 @@ def _replay(
         schema={"rank": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
         orient="row",
     ).with_columns(pl.col("start_ns", "end_ns") - pl.col("rank").replace_strict(offset, default=0))
-    columns = ["rank", "pg", "key", "start_ns", "end_ns"]
-    shared = pl.concat(
-        [cr.aligned.select(columns)]
-        + ([cr.p2p_pairs.select(columns)] if cr.p2p_pairs.height else [])
+    columns = ["rank", "pg", "key", "coll_type", "arrival_ns", "end_ns", "work_since_ns"]
+    # what each wait is for its rank, the same on its peers: a collective's type and group
+    # size; a send/recv's direction and how far its peer's rank number lies from its own
+    collectives = _synchronized(cr.aligned).select(
+        *columns, pl.format("{} ×{}", "coll_type", pl.len().over("pg", "key")).alias("kind")
     )
-    # with no unflagged peer to copy, a flagged rank keeps (own − excess) / own of its own work
-    factors = {
-        r.rank: 1.0 - max(r.compute_excess_ns, r.stage_excess_ns) / r.compute_per_step_ns
-        if r.compute_per_step_ns
-        else 1.0
+    shared = [collectives]
+    if cr.p2p_pairs.height:
+        peer_offset = (
+            pl.when(pl.col("direction") == "send")
+            .then(pl.col("receiver") - pl.col("sender"))
+            .otherwise(pl.col("sender") - pl.col("receiver"))
+        )
+        shared.append(
+            _synchronized(cr.p2p_pairs).select(
+                *columns, pl.format("SendRecv {} {}", "direction", peer_offset).alias("kind")
+            )
+        )
+    chain = build_chain(pl.concat(shared), windows)
+    return None if chain is None else what_if(chain, job)
+
+
+def _decided(
+    found: Stragglers, whatif: WhatIf | None, compute: Mapping[int, int | None]
+) -> Stragglers:
+    """With a replay that reproduces the measured step, its gains rank and flag the ranks (and
+    the first-order estimate is taken for those ranks); else the first-order figures keep
+    deciding and the what-if says why."""
+    if whatif is None or not whatif.reproduces:
+        return replace(found, what_if=whatif)
+    rank_gain = dict.fromkeys(whatif.considered, 0)
+    rank_gain.update({c.index: c.gain_ns for c in whatif.candidates if c.kind == "rank"})
+    fix: dict[int, Candidate] = {}
+    for c in whatif.candidates:  # by gain, largest first: each rank's best flagged candidate
+        if c.flagged:
+            for r in c.ranks:
+                fix.setdefault(r, c)
+    flagged = set(whatif.flagged_ranks)
+    rows = [
+        replace(
+            r,
+            flagged=r.rank in flagged,
+            gain_ns=rank_gain.get(r.rank),
+            fix=fix[r.rank].label if r.rank in fix else None,
+        )
         for r in found.ranks
-        if r.flagged
-    }
-    return replay(shared, windows, factors, peers)
+    ]
+
+    def order(r: RankStraggle) -> tuple[int, int, int, int]:
+        best = fix[r.rank].gain_ns if r.rank in fix else 0
+        return (-best, -(r.gain_ns or 0), -r.root_delay_ns, r.rank)
+
+    step_if = _first_order_step(rows, found.median_step_ns, compute)
+    return replace(
+        found,
+        ranks=tuple(sorted(rows, key=order)),
+        flagged=tuple(sorted(flagged)),
+        threshold_ns=whatif.threshold_ns,
+        step_if_no_straggler_ns=step_if,
+        recoverable_pct=_recoverable(found.median_step_ns, step_if),
+        what_if=whatif,
+        flag_basis="replay gain",
+    )
+
+
+def by_schedule_groups(
+    groups: Mapping[str, tuple[int, ...]], stages: Mapping[int, int]
+) -> frozenset[str]:
+    """Groups whose members sit at different stages of the pipelines (the embedding all-reduce
+    between the first and the last stage): their order of arrival is the schedule's (in 1F1B
+    the first stage finishes its backward last), not evidence of slowness."""
+    return frozenset(
+        g for g, members in groups.items() if len({stages[m] for m in members if m in stages}) > 1
+    )
 
 
 def peer_groups(
     groups: Mapping[str, tuple[int, ...]], signatures: Mapping[int, str | None]
 ) -> dict[int, tuple[int, ...]]:
     """metrics.md §6 peers(r): the largest non-world process group holding r whose members all
-    run the same kernels in the same order as r (same work signature); else every rank."""
+    run the same kernels in the same order as r (same work signature); else every rank. Ties
+    between equally large groups go to the one spread widest over rank numbers (in Megatron's
+    layout data-parallel groups stride over the tensor-parallel ones, which wait for each
+    other at every layer), then to the one whose member list sorts last."""
     everyone = tuple(sorted(signatures))
     out: dict[int, tuple[int, ...]] = {}
-    for rank, signature in signatures.items():
+    ordered = sorted(set(groups.values()))
+    for rank, signature in sorted(signatures.items()):
         candidates = [
             members
-            for members in groups.values()
+            for members in ordered
             if rank in members
             and len(members) < len(everyone)
             and signature is not None
             and all(signatures.get(m) == signature for m in members)
         ]
-        out[rank] = max(candidates, key=lambda m: (len(m), m)) if candidates else everyone
+        out[rank] = max(candidates, key=_peer_preference) if candidates else everyone
     return out
+
+
+def _peer_preference(members: tuple[int, ...]) -> tuple[int, int, tuple[int, ...]]:
+    return (len(members), max(members) - min(members), members)
+
+
+def replicas(
+    groups: Mapping[str, tuple[int, ...]],
+    pipelines: Mapping[str, tuple[int, ...]],
+    peers: Mapping[int, tuple[int, ...]],
+    ranks: Sequence[int],
+) -> tuple[tuple[int, ...], ...]:
+    """The data-parallel replicas: ranks joined by send/recv (a pipeline) and by every
+    non-world group that holds no two peers (tensor parallel, the embedding group): one model
+    copy each. Ordered by their lowest rank; a pure data-parallel job has one rank per replica."""
+    parent = {r: r for r in ranks}
+
+    def root(r: int) -> int:
+        while parent[r] != r:
+            parent[r] = parent[parent[r]]
+            r = parent[r]
+        return r
+
+    def join(members: Sequence[int]) -> None:
+        present = sorted(m for m in members if m in parent)
+        for m in present[1:]:
+            a, b = root(present[0]), root(m)
+            parent[max(a, b)] = min(a, b)
+
+    everyone = set(ranks)
+    for chain in pipelines.values():
+        join(chain)
+    for members in sorted(set(groups.values())):
+        inside = [m for m in members if m in everyone]
+        if len(inside) < len(everyone) and all(
+            len(set(peers.get(m, ())) & set(inside)) <= 1 for m in inside
+        ):
+            join(inside)
+    out: dict[int, list[int]] = {}
+    for r in sorted(ranks):
+        out.setdefault(root(r), []).append(r)
+    return tuple(tuple(v) for _, v in sorted(out.items()))

@@ -80,7 +80,10 @@ def breakdown(
                 comm.drop(*(c for c in comm.columns if c in linked.columns and c != "_row")),
                 on="_row",
                 how="left",
-            )
+            ),
+            linked.filter(pl.col("cls") != "sync").select(
+                "start_ns", "end_ns", "step", "cls", "stream"
+            ),
         ),
         work_signature=_work_signature(linked, result),
         devices=devices,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import polars as pl
 
 WORLD = "world"
@@ -21,7 +24,16 @@ INSTANCE_SCHEMA: dict[str, pl.DataType] = {
     "p2p_ordinal": pl.Int64(),  # among this rank's sends to (recvs from) that peer, in order
     "bytes": pl.Int64(),  # nccl-tests' S (metrics.md §7), when the trace carries sizes
     "group_size": pl.Int64(),
+    # GPU idle right before the kernel (metrics.md §6 arrivals): from the end of the rank's
+    # previous device work to the kernel's start, within its step; 0 when work runs at its start
+    "idle_before_ns": pl.Int64(),
+    # start of the run of back-to-back compute kernels that leads into the kernel (its own
+    # start when none does): the work that had to finish before it, for the replay (§6)
+    "work_since_ns": pl.Int64(),
 }
+
+# compute kernels this close count as one run (launch gaps); a longer gap is a wait
+_RUN_GAP_NS = 20_000
 
 # c10 scalar type -> bytes per element (kineto-traces.md §12)
 DTYPE_BYTES = {
@@ -39,13 +51,19 @@ DTYPE_BYTES = {
 }
 
 
-def collective_instances(linked: pl.DataFrame) -> pl.DataFrame:
+def collective_instances(linked: pl.DataFrame, work: pl.DataFrame | None = None) -> pl.DataFrame:
     """Comm kernels keyed for matching: process group (``Process Group Name``, else its rank
     list, else "world"), ``Seq`` when the trace has it, and the ordinal among the group's ops of
-    the same type in launch order."""
+    the same type in launch order. ``work``: every device event of the rank (start_ns, end_ns,
+    step, cls, stream), for the idle time and the compute run before each kernel; without it
+    that idle time is 0 and no compute leads into any kernel."""
     comm = linked.filter(pl.col("cls") == "comm")
     if comm.height == 0:
         return pl.DataFrame(schema=INSTANCE_SCHEMA)
+    comm = comm.with_columns(
+        pl.Series("idle_before_ns", idle_before(comm, work)),
+        pl.Series("work_since_ns", work_since(comm, work)),
+    )
     launch_order = pl.coalesce("launch_ns", "start_ns")
     name = pl.col("collective_name").str.to_lowercase()
     direction = (
@@ -73,6 +91,120 @@ def collective_instances(linked: pl.DataFrame) -> pl.DataFrame:
         .select(list(INSTANCE_SCHEMA))
         .cast(INSTANCE_SCHEMA)  # type: ignore[arg-type]
     )
+
+
+def idle_before(kernels: pl.DataFrame, work: pl.DataFrame | None) -> np.ndarray:
+    """Per kernel: how long the GPU sat idle right before it started, not reaching back before
+    the first device event of its step. A wait that happens before a kernel instead of inside
+    it (the CPU held the launch until a peer was ready) shows as such a gap; metrics.md §6
+    decides, across ranks, whether it was one. A lone communication kernel of another stream
+    inside that gap (a receive for the next micro-batch landing while the rank waits for this
+    one) does not end it: only work, or this kernel's own stream, does."""
+    starts = kernels["start_ns"].to_numpy().astype(np.int64)
+    if work is None or work.height == 0:
+        return np.zeros(len(starts), dtype=np.int64)
+    runs = _runs(work.sort("start_ns"))
+    run = np.searchsorted(runs.starts, starts, side="right") - 1
+    begins_run = (run > 0) & (runs.starts[np.maximum(run, 0)] == starts)
+    stream = (
+        kernels["stream"].fill_null(-1).to_numpy().astype(np.int64)
+        if "stream" in kernels.columns
+        else np.full(len(starts), -1, dtype=np.int64)
+    )
+    before = np.where(begins_run, run - 1, -1)
+    for _ in range(_LOOK_BACK):  # a few islands at most, each a vectorized step back
+        safe = np.maximum(before, 0)
+        foreign = (
+            (before > 0)
+            & runs.comm_only[safe]
+            & (runs.stream_lo[safe] != stream)
+            & (runs.stream_hi[safe] != stream)
+        )
+        if not foreign.any():
+            break
+        before = np.where(foreign, before - 1, before)
+    gap = np.where(before >= 0, starts - runs.ends[np.maximum(before, 0)], 0)
+    first = (
+        work.filter(pl.col("step").is_not_null())
+        .group_by("step")
+        .agg(pl.col("start_ns").min().alias("step_start"))
+    )
+    step_start = (
+        kernels.select("step", "start_ns")
+        .join(first, on="step", how="left", maintain_order="left")
+        .select(pl.coalesce("step_start", "start_ns"))
+        .to_series()
+        .to_numpy()
+        .astype(np.int64)
+    )
+    return np.maximum(0, np.minimum(gap, starts - step_start))
+
+
+_LOOK_BACK = 8
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """Maximal runs of overlapping device work: bounds, whether only communication kernels ran
+    in them, and the lowest / highest stream they ran on."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    comm_only: np.ndarray
+    stream_lo: np.ndarray
+    stream_hi: np.ndarray
+
+
+def _runs(ordered: pl.DataFrame) -> _Runs:
+    begins = ordered["start_ns"].to_numpy().astype(np.int64)
+    finishes = ordered["end_ns"].to_numpy().astype(np.int64)
+    reach = np.maximum.accumulate(finishes)
+    heads = np.flatnonzero(np.r_[True, begins[1:] > reach[:-1]])
+    is_comm = (
+        (ordered["cls"] == "comm").to_numpy()
+        if "cls" in ordered.columns
+        else np.zeros(len(begins), dtype=bool)
+    )
+    stream = (
+        ordered["stream"].fill_null(-1).to_numpy().astype(np.int64)
+        if "stream" in ordered.columns
+        else np.full(len(begins), -1, dtype=np.int64)
+    )
+    return _Runs(
+        begins[heads],
+        np.maximum.reduceat(finishes, heads),
+        np.logical_and.reduceat(is_comm, heads),
+        np.minimum.reduceat(stream, heads),
+        np.maximum.reduceat(stream, heads),
+    )
+
+
+def work_since(kernels: pl.DataFrame, work: pl.DataFrame | None) -> np.ndarray:
+    """Per kernel: where the run of compute kernels that ends at (or runs through) its start
+    began — consecutive compute kernels less than _RUN_GAP_NS apart are one run — and the
+    kernel's own start when no compute leads into it."""
+    starts = kernels["start_ns"].to_numpy().astype(np.int64)
+    if work is None or "cls" not in work.columns:
+        return starts
+    compute = work.filter(pl.col("cls") == "compute").sort("start_ns")
+    if compute.height == 0:
+        return starts
+    run_starts, run_ends = _busy_runs(
+        compute["start_ns"].to_numpy().astype(np.int64),
+        compute["end_ns"].to_numpy().astype(np.int64) + _RUN_GAP_NS,
+    )
+    run = np.searchsorted(run_starts, starts, side="right") - 1
+    safe = np.maximum(run, 0)
+    leads = (run >= 0) & (run_ends[safe] >= starts)
+    return np.where(leads, np.minimum(run_starts[safe], starts), starts)
+
+
+def _busy_runs(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Maximal runs of overlapping or touching intervals (sorted by start): their starts, ends."""
+    reach = np.maximum.accumulate(ends)
+    new_run = np.r_[True, starts[1:] > reach[:-1]]
+    heads = np.flatnonzero(new_run)
+    return starts[heads], np.maximum.reduceat(ends, heads)
 
 
 def message_bytes() -> pl.Expr:

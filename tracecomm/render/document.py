@@ -110,19 +110,20 @@ def plain(value: Any) -> Any:
 def _stragglers(st: Stragglers | None, top: int | None) -> dict[str, Any] | None:
     if st is None:
         return None
+    w = st.what_if
+    decided = w is not None and w.reproduces
     return {
         "ranks": [asdict(r) for r in st.ranks[:top]],
         "flagged": list(st.flagged),
+        "flag_basis": st.flag_basis,
         "median_step_ns": st.median_step_ns,
         "threshold_ns": st.threshold_ns,
         "step_if_no_straggler_ns": st.step_if_no_straggler_ns,
         "recoverable_pct": st.recoverable_pct,
-        "step_if_no_straggler_replay_ns": st.replay.step_if_no_straggler_ns if st.replay else None,
-        "recoverable_pct_replay": st.replay.recoverable_pct if st.replay else None,
-        "replay": None
-        if st.replay is None
-        else asdict(st.replay)
-        | {"by_peers": list(st.replay.by_peers), "by_scaling": list(st.replay.by_scaling)},
+        "step_if_no_straggler_replay_ns": w.step_if_fixed_ns if decided and w else None,
+        "recoverable_pct_replay": w.recoverable_pct if decided and w else None,
+        "replay": _replay(st),
+        "candidates": [plain(asdict(c)) for c in (w.candidates if decided and w else ())][:top],
         "by_group_type": [asdict(g) for g in st.by_group_type],
         "instances": [asdict(i) for i in st.instances],
         "delay_by_step": [
@@ -130,6 +131,26 @@ def _stragglers(st: Stragglers | None, top: int | None) -> dict[str, Any] | None
             for rank, steps in sorted(st.delay_by_step.items())
             for step, delay in sorted(steps.items())
         ],
+    }
+
+
+def _replay(st: Stragglers) -> dict[str, Any] | None:
+    """The replay's self-check and its all-flagged what-if (metrics.md §6)."""
+    w = st.what_if
+    if w is None:
+        return None
+    return {
+        "measured_step_ns": w.measured_step_ns,
+        "step_ns": w.replayed_step_ns,
+        "reproduction_error_pct": w.reproduction_error_pct,
+        "tolerance_pct": w.tolerance_pct,
+        "reproduces": w.reproduces,
+        "shared_waits": w.shared_waits,
+        "step_if_no_straggler_ns": w.step_if_fixed_ns,
+        "recoverable_pct": w.recoverable_pct,
+        "by_peers": list(w.by_peers),
+        "by_scaling": list(w.by_scaling),
+        "reason": w.reason,
     }
 
 
@@ -143,6 +164,7 @@ def _cross_rank(cr: CrossRank | None) -> dict[str, Any] | None:
         "point_to_point": cr.point_to_point,
         "p2p_paired": cr.p2p_paired,
         "p2p_unpaired": cr.p2p_unpaired,
+        "unsynchronized": cr.unsynchronized,
         "keyed_by": cr.keyed_by,
         "mismatches": [
             {

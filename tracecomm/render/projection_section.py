@@ -21,7 +21,7 @@ def projection_section(projection: Projection | str) -> Group | Text:
         title_justify="left",
         caption="first row: the measured size, replayed with the fitted network (a check)",
     )
-    for name in ("GPUs", "Step ms", "Throughput ×", "MFU %", "Exposed comm ms"):
+    for name in ("GPUs", "Projected step ms", "Throughput ×", "MFU %", "Exposed comm ms"):
         table.add_column(name, justify="right")
     for t in types:
         table.add_column(f"{t} exposed", justify="right")

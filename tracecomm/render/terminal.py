@@ -18,7 +18,8 @@ from tracecomm.render.bottom_line import bottom_line, findings_section
 from tracecomm.render.mfu_panel import mfu_panel
 from tracecomm.render.nccl_section import nccl_section
 from tracecomm.render.projection_section import projection_section
-from tracecomm.text import compact_ranges, map_strings, ms, pct, visible
+from tracecomm.render.whatif_section import whatif_section
+from tracecomm.text import compact_ranges, map_strings, ms, pct, rank_list, visible
 
 # Beyond this many ranks the table shows the slowest ones; JSON and CSV always hold them all.
 MAX_RANK_ROWS = 32
@@ -93,15 +94,18 @@ def _report(
         console.print(_straggler_table(report, straggler_rows or MAX_STRAGGLER_ROWS))
         console.print(_group_type_delays(report))
         console.print(_heat_map(report))
+        fix = whatif_section(report.stragglers)
+        if fix is not None:
+            console.print(fix)
     if report.cross_rank is not None:
         console.print()
         console.print(_cross_rank(report))
     if report.bandwidth is not None and report.bandwidth.rows:
         console.print()
         console.print(_bandwidth_table(report))
-    for view in report.pipelines:
+    for item in _pipelines(report.pipelines):
         console.print()
-        console.print(_pipeline(view))
+        console.print(item)
     if report.projection is not None:
         console.print()
         console.print(projection_section(report.projection))
@@ -228,6 +232,31 @@ def _idle_causes(report: Report) -> Text | None:
     return text
 
 
+MAX_PIPELINES = 4
+
+
+def _pipelines(views: Sequence[PipelineView]) -> list[Text]:
+    """Every pipeline when few; else the ones whose verdict names a cause, then one line for
+    the balanced rest (the JSON holds them all)."""
+    if len(views) <= MAX_PIPELINES:
+        return [_pipeline(v) for v in views]
+    named = [v for v in views if not v.verdict.startswith("stages are balanced")]
+    shown = named[:MAX_PIPELINES] if named else list(views[:1])
+    rest = [v for v in views if v not in shown]
+    out = [_pipeline(v) for v in shown]
+    if rest:
+        worst = max(s.bubble_pct for v in rest for s in v.per_stage)
+        out.append(
+            Text(
+                f"{len(rest)} more pipelines of {rest[0].stages} stages "
+                f"({', '.join(v.group for v in rest[:3])}{', …' if len(rest) > 3 else ''}): "
+                f"{'balanced, ' if all(v not in named for v in rest) else ''}"
+                f"bubble up to {worst:.1f} % (all in the JSON)"
+            )
+        )
+    return out
+
+
 def _pipeline(view: PipelineView) -> Text:
     m = (
         f"{view.microbatches} micro-batches ({view.microbatches_source})"
@@ -260,29 +289,23 @@ _SHADES = " ░▒▓█"
 def _straggler_table(report: Report, rows: int) -> Table:
     st = report.stragglers
     assert st is not None
-    flagged = ", ".join(map(str, st.flagged)) or "none"
-    caption = f"flagged: {flagged}"
+    flagged = rank_list(st.flagged) or "none"
+    caption = f"flagged (by {st.flag_basis}): {flagged}"
     if st.flagged and st.recoverable_pct is not None:
         caption += (
-            f" · without them a step would take ≈ {ms(st.step_if_no_straggler_ns)} ms instead of "
-            f"{ms(st.median_step_ns)} ms ({st.recoverable_pct:.1f}% back; first-order estimate)"
-        )
-    if st.flagged and st.replay is not None:
-        scaled = f", ranks {', '.join(map(str, st.replay.by_scaling))} scaled" * bool(
-            st.replay.by_scaling
-        )
-        caption += (
-            f"\ndependency replay{scaled}: ≈ {ms(st.replay.step_if_no_straggler_ns)} ms "
-            f"({st.replay.recoverable_pct:.1f}% back)"
+            f" · without them the ranks' median step would take ≈ "
+            f"{ms(st.step_if_no_straggler_ns)} ms instead of {ms(st.median_step_ns)} ms "
+            f"({st.recoverable_pct:.1f}% back; first-order estimate)"
         )
     table = Table(
-        title="Stragglers, ms per step (root delay = max(compute, stage excess) + delay caused "
-        "− inherited)",
+        title="Stragglers, ms per step (gain = the step shortened by fixing the rank alone, "
+        "by replay; root delay = max(compute, stage excess) + delay caused − inherited)",
         caption=caption,
         title_justify="left",
     )
     for name in (
         "Rank",
+        "Gain",
         "Root delay",
         "Compute excess",
         "Stage excess",
@@ -296,6 +319,7 @@ def _straggler_table(report: Report, rows: int) -> Table:
     for r in st.ranks[:rows]:
         table.add_row(
             f"{r.rank}{' ⚑' if r.flagged else ''}",
+            ms(r.gain_ns),
             ms(r.root_delay_ns),
             ms(r.compute_excess_ns),
             ms(r.stage_excess_ns),
@@ -314,8 +338,11 @@ def _group_type_delays(report: Report) -> Text:
     text = Text(
         "where the delay happened (group, type: instances, median arrival skew, delay caused):\n"
     )
-    for g in st.by_group_type[:6]:
+    # groups whose order of arrival the schedule sets come after the ones that count
+    for g in sorted(st.by_group_type, key=lambda g: g.by_schedule)[:6]:
         top = f", mostly rank {g.top_rank}" if g.top_rank is not None else ""
+        if g.by_schedule:
+            top += " (lateness by schedule: not counted against the rank)"
         text.append(
             f"  group {g.group} {g.coll_type}: {g.instances}, {ms(g.arrival_skew_ns)} ms, "
             f"{ms(g.delay_caused_ns)} ms{top}\n"
@@ -383,6 +410,12 @@ def _cross_rank(report: Report) -> Text:
             + (f", {cr.p2p_unpaired} without their other side" if cr.p2p_unpaired else "")
         )
     text.append("\n")
+    if cr.unsynchronized:
+        text.append(
+            f"  {cr.unsynchronized} matched instances are no rendezvous (a member's kernel ended "
+            "before the last member arrived): left out of the straggler figures\n",
+            style="yellow",
+        )
     for m in cr.mismatches:
         missing = f", missing on ranks {compact_ranges(m.missing_ranks)}" if m.missing_ranks else ""
         sizes = ", message sizes differ" if m.sizes_disagree else ""

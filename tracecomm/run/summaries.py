@@ -31,7 +31,7 @@ from tracecomm.errors import TraceError
 from tracecomm.ingest.model import TraceMeta
 from tracecomm.run.discover import SUFFIX
 
-FORMAT = "1"
+FORMAT = "2"  # 2: collectives carry idle_before_ns
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 _META_DECODER = msgspec.json.Decoder(TraceMeta)
 _OPTIONS_DECODER = msgspec.json.Decoder(BreakdownOptions)

@@ -1,8 +1,15 @@
-"""Data parallel x pipeline parallel: a 1F1B schedule with point-to-point send/recv.
+"""Data parallel x pipeline parallel (x tensor parallel): a 1F1B schedule with point-to-point
+send/recv.
 
-world = dp * pp and rank = stage * dp + dp_index (stage-major). Group ``dp{s}`` holds the dp
-ranks of stage s and all-reduces their gradients once the pipeline has drained; group ``pp{d}``
-holds the pp ranks with dp_index d (one whole pipeline) and carries its send/recv traffic.
+world = dp * pp * tp, laid out and grouped as pp_layout.py says (tp = 1: rank = stage * dp +
+dp_index, stage-major). Group ``dp{s}`` holds the dp ranks of stage s and all-reduces their
+gradients once the pipeline has drained; the send/recv traffic runs in one group per pipeline
+(``pp{d}``) or, as Megatron names them, one per adjacent stage pair and direction. With tp > 1
+every layer all-reduces its activations (forward) and their gradients (backward) twice inside
+its tensor-parallel group, the next kernels waiting for it. With the embedding all-reduce the
+first and the last stage of each pipeline all-reduce the shared embedding's gradients before
+the data-parallel all-reduce; in 1F1B the first stage finishes its backward last, so it is
+always last there (lateness by schedule).
 
 Each step, stage s runs min(pp - s - 1, m) warm-up forwards, then alternates one forward and
 one backward, then runs the remaining backwards. A forward on stage s > 0 first receives the
@@ -16,12 +23,15 @@ start) + a transfer time; a collective ends a transfer time after its last membe
 launches never wait for the GPU except at the end-of-step synchronize, as on real hardware.
 Each direction of each link has its own stream (activation send/recv, gradient send/recv), so
 the messages of one stream pair up in micro-batch order and the schedule cannot deadlock.
+With ``recv_waits_outside`` a receive kernel starts only once its send has started (the CPU
+posts it after a handshake, as NDTimeline-timed Megatron jobs show): the receiving GPU idles
+before the kernel instead of spinning inside it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tracecomm.synth import names as kn
 from tracecomm.synth.fsdp import (
@@ -39,16 +49,34 @@ from tracecomm.synth.fsdp import (
     _StepMark,
     _Sync,
 )
-from tracecomm.synth.schedule import CollType, Naming, Op, OpKind, ProcessGroup, RankSpec, RunSpec
+from tracecomm.synth.pp_layout import DP_DESC, PP_DESC, P2pGroups, PipelineLayout
+from tracecomm.synth.schedule import (
+    CollType,
+    Naming,
+    Op,
+    OpKind,
+    ProcessGroup,
+    RankSpec,
+    RunSpec,
+    Step,
+)
+
+__all__ = ["DP_DESC", "PP_DESC", "dp_pp_groups", "dp_pp_run", "one_f_one_b"]
 
 DP_STREAM = 28
+TP_STREAM = 24
 SEND_ACT_STREAM, RECV_ACT_STREAM, SEND_GRAD_STREAM, RECV_GRAD_STREAM = 32, 36, 40, 44
-PP_DESC = "mesh_pp"
-DP_DESC = "mesh_dp"
 _P2P_US = 96.7  # one micro-batch's activations (or their gradient) over NVLink / IB
 _P2P_NELEMS = 4_194_304
 _DP_AR_US = 412.9  # per layer of the stage
 _GRAD_NELEMS = 3_145_728  # per layer of the stage
+_TP_AR_US = 57.3  # one layer's activations inside the tensor-parallel group
+_TP_NELEMS = 4_194_304
+_EMB_AR_US = 81.4  # the shared embedding's gradients, first and last stage
+_EMB_NELEMS = 8_388_608
+# after which kernels of a layer the tensor-parallel all-reduces run (attention output and
+# MLP output in the forward, their gradients in the backward)
+_TP_AFTER = {"main": (3, 8), "autograd": (5, 12)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +90,12 @@ class _P2p:
     peer_stage: int
     deps: tuple[int, ...] = ()
     thread: str = "main"
+
+    @property
+    def link(self) -> int:
+        """The lower of the two stages it connects: activations go up, gradients down."""
+        towards_later = (self.channel == "act") == self.send
+        return self.peer_stage - 1 if towards_later else self.peer_stage
 
     @property
     def stream(self) -> int:
@@ -83,6 +117,8 @@ class _StageBuilder:
     micro: int
     layers: int
     sync_before_recv: bool = False
+    tp: int = 1
+    embedding: bool = False
     program: list[_PpInstr] = field(default_factory=list)
     next_key: int = 0
     last_backward: int = -1
@@ -96,20 +132,35 @@ class _StageBuilder:
         self, pattern: tuple[tuple[str, float], ...], thread: str, deps: tuple[int, ...]
     ) -> int:
         last = -1
-        for rep in range(self.layers):
+        waits = deps
+        for _ in range(self.layers):
             for i, (name, dur) in enumerate(pattern):
-                first = rep == 0 and i == 0
                 launch = _Launch(
-                    self.next_key,
-                    "compute",
-                    COMPUTE_STREAM,
-                    dur,
-                    name,
-                    thread=thread,
-                    deps=deps if first else (),
+                    self.next_key, "compute", COMPUTE_STREAM, dur, name, thread=thread, deps=waits
                 )
                 last = self.add(launch)
+                waits = ()
+                if self.tp > 1 and i in _TP_AFTER[thread]:
+                    last = waits_for = self.tp_allreduce(thread, last)
+                    waits = (waits_for,)
         return last
+
+    def tp_allreduce(self, thread: str, after: int) -> int:
+        return self.add(
+            _Launch(
+                self.next_key,
+                "comm",
+                TP_STREAM,
+                _TP_AR_US,
+                "",
+                "AllReduce",
+                _TP_NELEMS,
+                thread,
+                (after,),
+                cost_us=31.0,
+                group="tp",
+            )
+        )
 
     def p2p(
         self, send: bool, channel: str, micro: int, peer: int, deps: tuple[int, ...] = ()
@@ -150,6 +201,21 @@ class _StageBuilder:
 
     def optimizer(self) -> None:
         deps = (self.last_backward,)
+        if self.embedding and self.pp > 1 and self.stage in (0, self.pp - 1):
+            shared = _Launch(
+                self.next_key,
+                "comm",
+                DP_STREAM,
+                _EMB_AR_US,
+                "",
+                "AllReduce",
+                _EMB_NELEMS,
+                "main",
+                deps,
+                cost_us=31.0,
+                group="emb",
+            )
+            deps = (self.add(shared),)
         if self.dp > 1:
             reduce = _Launch(
                 self.next_key,
@@ -183,21 +249,37 @@ def one_f_one_b(stage: int, pp: int, micro: int) -> list[tuple[str, int]]:
     return order
 
 
-def dp_pp_groups(dp: int, pp: int) -> tuple[ProcessGroup, ...]:
-    """The DP groups dp0..dp{pp-1} (one per stage), then the pipelines pp0..pp{dp-1}."""
-    dp_groups = tuple(
-        ProcessGroup(f"dp{s}", DP_DESC, tuple(range(s * dp, (s + 1) * dp))) for s in range(pp)
-    )
-    pp_groups = tuple(
-        ProcessGroup(f"pp{d}", PP_DESC, tuple(range(d, dp * pp, dp))) for d in range(dp)
-    )
-    return dp_groups + pp_groups
+def dp_pp_groups(
+    dp: int,
+    pp: int,
+    tp: int = 1,
+    p2p_groups: P2pGroups = "pipeline",
+    embedding: bool = False,
+) -> tuple[ProcessGroup, ...]:
+    """The DP groups (one per stage and tensor-parallel index), the TP groups, the send/recv
+    groups, the embedding groups (pp_layout.py)."""
+    return PipelineLayout(dp, pp, tp, p2p_groups, embedding).groups()
 
 
-def p2p_per_step(program: Sequence[_PpInstr]) -> int:
-    """Send/recv ops one rank runs per step: its stage program's ops in the first step."""
+def per_step(program: Sequence[_PpInstr], pair_groups: bool) -> dict[str, int]:
+    """Ops one rank runs per step in each of its groups (its stage program's first step): the
+    collectives of "dp", "tp", "emb" and the send/recv of its pipeline group ("p2p"), or of
+    each link and direction ("p2p act 0", …) when the groups are per stage pair."""
     marks = [i for i, x in enumerate(program) if isinstance(x, _StepMark)]
-    return sum(isinstance(x, _P2p) for x in program[marks[0] : marks[1]])
+    counts: dict[str, int] = {}
+    for x in program[marks[0] : marks[1]]:
+        kind = _seq_group(x, pair_groups)
+        if kind is not None:
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def _seq_group(x: _PpInstr, pair_groups: bool) -> str | None:
+    if isinstance(x, _P2p):
+        return f"p2p {x.channel} {x.link}" if pair_groups else "p2p"
+    if isinstance(x, _Launch) and x.kind == "comm":
+        return x.group
+    return None
 
 
 @dataclass
@@ -223,21 +305,35 @@ class _Rec:
 class _PpRank:
     """One rank's progress through its stage's program."""
 
-    def __init__(self, sim: _RankSim, stage: int, d: int, program: list[_PpInstr]) -> None:
+    def __init__(self, sim: _RankSim, layout: PipelineLayout, program: list[_PpInstr]) -> None:
         self.sim = sim
-        self.stage = stage
-        self.d = d
+        self.layout = layout
+        self.stage, self.d, self.t = layout.place(sim.rank)
         self.program = program
         self.pc = 0
         self.step = 0
         self.last_on: dict[int, int] = {}  # stream -> key of the last op queued on it
         self.recs: dict[int, _Rec] = {}  # key -> op of the open step
         self.ends: dict[int, int] = {}  # key -> end, once known
-        # ProcessGroupNCCL numbers a rank's send/recv ops with a counter of their own per group,
-        # in the rank's launch order (so the two ends of a pair need not share a Seq); as for
-        # collectives, steps 0..step-1 are taken to have run before
-        self.p2p_per_step = p2p_per_step(program)
-        self.p2p_seq = 0
+        # ProcessGroupNCCL numbers a rank's ops with a counter of their own per group, in the
+        # rank's launch order (so the two ends of a send/recv need not share a Seq); steps
+        # 0..step-1 are taken to have run before
+        self.per_step = per_step(program, layout.p2p_groups == "pair")
+        self.seqs: dict[str, int] = {}
+
+    def next_seq(self, kind: str) -> int:
+        seq = self.seqs.get(kind, self.step * self.per_step.get(kind, 0)) + 1
+        self.seqs[kind] = seq
+        return seq
+
+    def group(self, kind: str) -> tuple[str, int]:
+        """Name and size of this rank's collective group of a kind ("dp", "tp", "emb")."""
+        lay, s, d, t = self.layout, self.stage, self.d, self.t
+        if kind == "tp":
+            return lay.tp_group(s, d), lay.tp
+        if kind == "emb":
+            return lay.emb_group(d, t), 2
+        return lay.dp_group(s, t), lay.dp
 
     @property
     def done(self) -> bool:
@@ -296,11 +392,9 @@ class _Meet:
 
 
 class _PpSim:
-    def __init__(self, ranks: list[_PpRank], dp: int, pp: int, micro: int) -> None:
+    def __init__(self, ranks: list[_PpRank], recv_waits_outside: bool = False) -> None:
         self.ranks = ranks
-        self.dp = dp
-        self.pp = pp
-        self.micro = micro
+        self.recv_waits_outside = recv_waits_outside
         self.meets: dict[tuple[object, ...], _Meet] = {}
 
     def run(self) -> None:
@@ -319,7 +413,7 @@ class _PpSim:
             rank.flush()
             sim.mark(instr.number)
             rank.step = instr.number or rank.step
-            rank.p2p_seq = rank.step * rank.p2p_per_step
+            rank.seqs = {}
             return True
         if isinstance(instr, _Cpu):
             sim.cpu += sim.ns(instr.dur_us)
@@ -350,10 +444,12 @@ class _PpSim:
             scale = sim.factor if launch.kind == "compute" else 1.0
             rank.settle(launch.key, start + sim.ns(launch.dur_us * scale))
             return True
-        # The stage's gradient all-reduce: one per step in group dp{stage}.
-        rec.pg, rec.seq = f"dp{rank.stage}", rank.step + 1
+        # a collective of the rank's group of that kind (data parallel, tensor parallel,
+        # embedding), numbered per group
+        rec.pg, size = rank.group(launch.group)
+        rec.seq = rank.next_seq(launch.group)
         own = sim.ns(launch.dur_us, spread=0.002)
-        self.meet(("dp", rank.stage, rank.step), self.dp, rank, launch.key, start, own)
+        self.meet(("coll", rec.pg, rec.seq), size, rank, launch.key, start, own)
         return True
 
     def p2p(self, rank: _PpRank, op: _P2p) -> bool:
@@ -364,17 +460,17 @@ class _PpSim:
         at, start = timing
         sim.cpu += sim.ns(31.0)
         rank.last_on[op.stream] = op.key
-        rank.p2p_seq += 1
+        lay, d, t = rank.layout, rank.d, rank.t
         src = rank.stage if op.send else op.peer_stage
-        peer = op.peer_stage * self.dp + rank.d
         rec = _Rec("comm", op.stream, at, start, None, "", "SendRecv", _P2P_NELEMS, op.thread)
-        rec.pg, rec.p2p, rec.peer = f"pp{rank.d}", "send" if op.send else "recv", peer
-        rec.seq = rank.p2p_seq
+        rec.pg = lay.p2p_group(op.channel, op.link, d, t)
+        rec.p2p, rec.peer = "send" if op.send else "recv", lay.rank(op.peer_stage, d, t)
+        rec.seq = rank.next_seq(_seq_group(op, lay.p2p_groups == "pair") or "p2p")
         rank.recs[op.key] = rec
         # The sender's draw times the transfer; both ends finish together.
         transfer = sim.ns(_P2P_US, spread=0.01) if op.send else 0
         pair = (src, op.channel, op.micro)  # one pair per sending stage, direction, micro-batch
-        self.meet(("pp", rank.d, *pair), 2, rank, op.key, start, transfer)
+        self.meet(("pp", d, t, *pair), 2, rank, op.key, start, transfer)
         return True
 
     def meet(
@@ -389,6 +485,8 @@ class _PpSim:
         if where[0] == "pp":
             transfer = max(d for *_, d in meet.arrived)
             for member, k, _, _ in meet.arrived:
+                if self.recv_waits_outside and member.recs[k].p2p == "recv":
+                    member.recs[k].start = last  # the kernel starts once its send has
                 member.settle(k, last + transfer)
         else:
             for member, k, _, own in meet.arrived:
@@ -409,8 +507,13 @@ def dp_pp_run(
     host_offsets_ns: Sequence[int] | None = None,
     jitter: float = JITTER,
     sync_before_recv: bool = False,
+    tp: int = 1,
+    p2p_groups: P2pGroups = "pipeline",
+    embedding_allreduce: bool = False,
+    recv_waits_outside: bool = False,
+    peer_ranks: bool = True,
 ) -> RunSpec:
-    """A DP x PP (1F1B) run of ``steps`` complete steps; groups are in ``RunSpec.groups``.
+    """A DP x PP (x TP) 1F1B run of ``steps`` complete steps; groups are in ``RunSpec.groups``.
 
     ``layers_per_stage[s]`` (default 2 each) scales stage s's forward and backward compute.
     ``slow_rank`` runs its compute ``slowdown`` slower; unlike ``fsdp_run`` and ``dp_tp_run``
@@ -418,18 +521,28 @@ def dp_pp_run(
     ``jitter`` as in ``fsdp_run``. A group with one rank runs nothing (dp=1: no gradient
     all-reduce; pp=1: no send/recv). ``sync_before_recv``: the CPU waits for the GPU to drain
     before posting each receive, so the GPU idles until the receive starts (pipeline waits).
+
+    What real Megatron jobs show (the module's doc): ``tp`` ranks per stage with their
+    all-reduces, ``p2p_groups="pair"`` (one send/recv group per adjacent stage pair and
+    direction), ``embedding_allreduce`` between the first and the last stage,
+    ``recv_waits_outside`` (receive kernels start once their send has), and ``peer_ranks``
+    False: no Src/Dst Rank on send/recv (NDTimeline-converted traces have none; the two-member
+    groups say who the peer is).
     """
     layers = list(layers_per_stage) if layers_per_stage is not None else [2] * pp
-    if dp < 1 or pp < 1 or microbatches < 1 or steps < 1:
-        raise ValueError("dp, pp, microbatches and steps must all be >= 1")
+    if dp < 1 or pp < 1 or tp < 1 or microbatches < 1 or steps < 1:
+        raise ValueError("dp, pp, tp, microbatches and steps must all be >= 1")
     if len(layers) != pp or min(layers) < 1:
         raise ValueError(f"layers_per_stage needs {pp} entries, each >= 1; got {layers}")
-    world = dp * pp
+    layout = PipelineLayout(dp, pp, tp, p2p_groups, embedding_allreduce)
+    world = layout.world
     if slow_rank is not None and not 0 <= slow_rank < world:
         raise ValueError(f"slow_rank {slow_rank} is not in [0, {world})")
     programs = []
     for s in range(pp):
-        builder = _StageBuilder(s, pp, dp, microbatches, layers[s], sync_before_recv)
+        builder = _StageBuilder(
+            s, pp, dp, microbatches, layers[s], sync_before_recv, tp, embedding_allreduce
+        )
         for i in range(steps):
             builder.step(FIRST_STEP + i)
         builder.program.append(_StepMark(None))
@@ -437,18 +550,31 @@ def dp_pp_run(
     ranks = [
         _PpRank(
             _RankSim(r, seed, 1.0 + slowdown if r == slow_rank else 1.0, False, off, jitter),
-            r // dp,
-            r % dp,
-            programs[r // dp],
+            layout,
+            programs[layout.place(r)[0]],
         )
         for r, off in enumerate(_offsets(world, host_offsets_ns))
     ]
-    _PpSim(ranks, dp, pp, microbatches).run()
+    _PpSim(ranks, recv_waits_outside).run()
     sims = [r.sim for r in ranks]
     specs = tuple(
-        RankSpec(sim.rank, tuple(sim.steps), _extras(sim), f"node{sim.rank // 8}", naming)
+        RankSpec(
+            sim.rank,
+            _without_peers(sim.steps, peer_ranks),
+            _extras(sim),
+            f"node{sim.rank // 8}",
+            naming,
+        )
         for sim in sims
     )
-    return RunSpec(
-        world, specs, gzip, groups=dp_pp_groups(dp, pp), host_offsets_ns=_host_truth(sims)
+    return RunSpec(world, specs, gzip, groups=layout.groups(), host_offsets_ns=_host_truth(sims))
+
+
+def _without_peers(steps: Sequence[Step], keep: bool) -> tuple[Step, ...]:
+    """The steps, their send/recv ops without Src/Dst Rank unless ``keep``."""
+    if keep:
+        return tuple(steps)
+    return tuple(
+        replace(s, ops=tuple(replace(o, peer_args=False) if o.p2p else o for o in s.ops))
+        for s in steps
     )

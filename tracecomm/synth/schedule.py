@@ -55,9 +55,11 @@ class Op:
     # (0 = let the writer number the rank's collectives consecutively, as for one group).
     pg: str = ""
     seq: int = 0
-    # Point-to-point ops ("send" / "recv", coll SendRecv): the peer's global rank.
+    # Point-to-point ops ("send" / "recv", coll SendRecv): the peer's global rank, and whether
+    # the trace says it (Src / Dst Rank; converted traces may only give a two-member group).
     p2p: str = ""
     peer: int = -1
+    peer_args: bool = True
     # record_shapes: the launching cpu_op's Input Dims and Concrete Inputs (empty: not written)
     shapes: tuple[tuple[int, ...], ...] = ()
     concrete: tuple[str, ...] = ()

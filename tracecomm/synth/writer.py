@@ -323,7 +323,7 @@ class _RankWriter:
         in_n, out_n = _message_sizes(op.coll or "Other", op.nelems, n)
         ranks = ", ".join(str(r) for r in members)
         peers = ""
-        if op.p2p:
+        if op.p2p and op.peer_args:
             me = self.spec.rank
             src, dst = (me, op.peer) if op.p2p == "send" else (op.peer, me)
             peers = f'"Src Rank": {src}, "Dst Rank": {dst}, '

@@ -309,6 +309,50 @@
     svg.appendChild(g);
   }
 
+  // the replay's candidates (metrics.md §6): which rank, stage or replica to fix
+  function flaggedFixes(st) {
+    return st && st.candidates ? st.candidates.filter(function (c) { return c.flagged; }) : [];
+  }
+  function topFix(st) { return flaggedFixes(st)[0] || null; }
+  function fixName(c) {
+    return c.kind + " " + c.index + (c.kind === "rank" ? "" : " (" + rankList(c.ranks) + ")");
+  }
+  function rankList(ranks) {
+    return ranks.length <= 6 ? "ranks " + ranks.join(", ") :
+      ranks.length + " ranks: " + ranks.slice(0, 4).join(", ") + ", …, " + ranks[ranks.length - 1];
+  }
+  function fixTable(s, st) {
+    var shown = (st.candidates || []).filter(function (c) { return c.gain_ns > 0; }).slice(0, 8);
+    var rp = st.replay;
+    s.appendChild(el("h3", null, "What to fix (dependency replay)"));
+    if (rp) {
+      s.appendChild(el("p", { class: "explain" }, "Replaying the recorded work gives " +
+        ms(rp.step_ns) + " for the ranks' median step of " + ms(rp.measured_step_ns) + " (" +
+        rp.reproduction_error_pct.toFixed(2) + " % off, tolerance " + rp.tolerance_pct + " %)" +
+        (rp.reproduces ? "." : ": " + rp.reason)));
+    }
+    if (!shown.length) {
+      s.appendChild(el("p", { class: "empty" }, "No rank, stage or replica would shorten the step."));
+      return;
+    }
+    var table = el("table", { class: "figures", id: "what-to-fix" },
+      el("tr", null, el("th", null, "fix"), el("th", null, "ranks"),
+        el("th", null, "the ranks' median step"),
+        el("th", null, "back"), el("th", null, "by op type (gain with only that part fixed)")));
+    shown.forEach(function (c) {
+      var parts = c.by_op_type ? Object.keys(c.by_op_type).map(function (k) {
+        return k + " " + pct(100 * c.by_op_type[k] / st.median_step_ns);
+      }).join(", ") : "–";
+      table.appendChild(el("tr", { "data-kind": c.kind, "data-index": c.index,
+        class: c.flagged ? "flagged" : "" },
+        el("td", null, (c.flagged ? "⚑ " : "") + c.kind + " " + c.index),
+        el("td", null, rankList(c.ranks)),
+        el("td", null, ms(st.median_step_ns) + " → " + ms(c.step_if_fixed_ns)),
+        el("td", null, pct(c.recoverable_pct)), el("td", null, parts)));
+    });
+    s.appendChild(table);
+  }
+
   // ---- 3. straggler heat map -----------------------------------------------------------
   function heatmap() {
     var s = section("stragglers", "Who made the others wait",
@@ -366,9 +410,11 @@
     svg.appendChild(sv("text", { x: lx, y: top + 24 }, "0 … " + ms(max)));
     s.appendChild(svg);
     s.appendChild(el("p", { class: "explain" }, flagged.length ?
-      "Flagged (⚑): rank " + flagged.join(", ") + ". Median step " + ms(st.median_step_ns) +
-      "; without the straggler(s) about " + ms(st.step_if_no_straggler_replay_ns ||
-        st.step_if_no_straggler_ns) + "." : "No rank is flagged as a straggler."));
+      "Flagged (⚑, by " + st.flag_basis + "): rank " + flagged.join(", ") + ". The ranks' median step " +
+      ms(st.median_step_ns) + "; without the straggler(s) about " +
+      ms(st.step_if_no_straggler_replay_ns || st.step_if_no_straggler_ns) + "." :
+      "No rank is flagged as a straggler."));
+    if (st.replay) fixTable(s, st);
   }
 
   function heat(t) {  // white to red
@@ -583,7 +629,7 @@
     p.sizes.forEach(function (z) {
       Object.keys(z.exposed_comm_ns).forEach(function (t) { if (types.indexOf(t) < 0) types.push(t); });
     });
-    var head = el("tr", null, el("th", null, "GPUs"), el("th", null, "step"),
+    var head = el("tr", null, el("th", null, "GPUs"), el("th", null, "projected step"),
       el("th", null, "throughput ×"), el("th", null, "MFU"), el("th", null, "exposed comm"));
     types.forEach(function (t) { head.appendChild(el("th", null, t + " exposed")); });
     var table = el("table", { class: "figures", id: "projection" }, head);

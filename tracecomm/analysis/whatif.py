@@ -1,0 +1,521 @@
+"""What-if by replay (metrics.md §6): for each candidate — a rank, a pipeline stage, a
+data-parallel replica — the step the dependency replay gives with the candidate's work at its
+peers' median; rank and flag by that gain; decompose it by op type.
+
+How a candidate's work is replaced:
+
+- **by its peers, position by position** (a rank, the ranks of a replica): the rank's peers
+  (its data-parallel group, stragglers.peer_groups) run the same chain of elements, so the own
+  work before each element becomes the median over its peers (the rank itself left out) of
+  theirs. A send/recv or collective whose instance holds no other peer (a pipeline transfer, a
+  tensor-parallel all-reduce of another replica) also gets its transfer time cut to the peers'
+  median at that position: the op-type part of the what-if.
+- **by scaling** (a whole stage, or a rank whose chain differs from its peers'): the other
+  stages run other work in another order, so there is no position-by-position donor; the
+  rank's own work inside its steps is scaled down so that its compute per step drops to the
+  target (the other stages' median compute per step; for a rank, its peers' median).
+
+The gain is measured step − replayed step, clipped at 0 (a what-if that makes things slower
+gains nothing); as a share of the measured step it lies within 0–100 %.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tracecomm.analysis.replay import Chain, replay_steps
+
+FLAG_SHARE_OF_STEP = 0.05  # a flagged candidate gains more than this share of the step …
+FLAG_TIMES_MEDIAN_RANK = 3.0  # … and more than this many times the median rank's gain
+TOLERANCE_PCT = 1.0  # the recorded work must replay to the measured step within this
+MAX_RANK_CANDIDATES = 256  # above: the ranks with the largest first-order root delay
+RANK_SHORTLIST = 32
+MAX_REPLICA_CANDIDATES = 64
+DECOMPOSED = 5  # candidates whose gain is split by op type
+_CELLS = 1 << 23  # int64 cells per what-if array (64 MiB): how many what-ifs replay at once
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One thing to fix and what the replay says fixing it gives."""
+
+    kind: str  # "rank", "stage" or "replica"
+    index: int  # the rank, the stage number, the replica number
+    ranks: tuple[int, ...]
+    method: str  # "peers" (work from its peers, position by position), "scaled" or "mixed"
+    step_if_fixed_ns: int
+    gain_ns: int  # measured step − replayed step, >= 0
+    recoverable_pct: float  # 100 · gain / measured step, within 0–100
+    flagged: bool = False
+    # gain when only that part is fixed: "compute" (own work between shared waits) and each
+    # collective type / "SendRecv" (transfer times); None when not decomposed
+    by_op_type: dict[str, int] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.index}"
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    measured_step_ns: int
+    replayed_step_ns: int  # the recorded work, replayed (the self-check)
+    reproduction_error_pct: float
+    tolerance_pct: float
+    reproduces: bool
+    shared_waits: int
+    candidates: tuple[Candidate, ...] = ()  # by gain, largest first
+    threshold_ns: int | None = None  # the gain a flagged candidate exceeds
+    flagged_ranks: tuple[int, ...] = ()
+    step_if_fixed_ns: int | None = None  # every flagged candidate fixed at once
+    recoverable_pct: float | None = None
+    by_peers: tuple[int, ...] = ()  # flagged ranks whose work came from their peers
+    by_scaling: tuple[int, ...] = ()  # flagged ranks whose own work was scaled
+    reason: str | None = None  # why the replay does not decide, when it does not
+    considered: tuple[int, ...] = ()  # ranks weighed as candidates (gain 0 unless listed)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the candidates are built from, besides the chain."""
+
+    measured_step_ns: int
+    peers: Mapping[int, tuple[int, ...]]
+    compute: Mapping[int, int | None]  # compute per step (median over included steps)
+    compute_by_step: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
+    stages: Mapping[int, int] = field(default_factory=dict)  # pipeline rank -> stage
+    replicas: tuple[tuple[int, ...], ...] = ()
+    first_order: Mapping[int, int] = field(default_factory=dict)  # rank -> root delay
+
+
+@dataclass(frozen=True)
+class _Fix:
+    """A what-if: some ranks' gaps replaced, some elements' transfers cut (for all members)."""
+
+    gaps: dict[int, np.ndarray]
+    cuts: dict[str, tuple[np.ndarray, np.ndarray]]  # op type -> (elements, cut ns)
+    method: str
+
+
+def what_if(chain: Chain, job: Job) -> WhatIf:
+    """Replay the recorded work (the check), then every candidate; flag and decompose."""
+    base = np.repeat(chain.gap[:, None], 1, axis=1)
+    replayed = replay_steps(chain, base)[0] or 0
+    measured = job.measured_step_ns
+    error = 100.0 * abs(replayed - measured) / measured if measured else 100.0
+    check = WhatIf(
+        measured, replayed, error, TOLERANCE_PCT, error <= TOLERANCE_PCT, chain.shared_waits
+    )
+    if not check.reproduces:
+        reason = (
+            f"the replay of the recorded work gives {replayed} ns for a measured {measured} ns "
+            f"({error:.2f} % off, tolerance {TOLERANCE_PCT} %): first-order estimate instead"
+        )
+        return _replace(check, reason=reason)
+    donors = _donors(chain, job.peers)
+    fixes = _candidate_fixes(chain, job, donors)
+    gains = _gains(chain, measured, [fix for _, fix in fixes])
+    candidates = [
+        _candidate(key, fix, measured, gain) for (key, fix), gain in zip(fixes, gains, strict=True)
+    ]
+    decided = _decide(chain, check, candidates, {(k[0], k[1]): f for k, f in fixes})
+    present = sorted(set(np.unique(chain.rank).tolist()))
+    return _replace(decided, considered=tuple(_rank_shortlist(present, job)))
+
+
+def _replace(w: WhatIf, **changes: object) -> WhatIf:
+    from dataclasses import replace
+
+    return replace(w, **changes)  # type: ignore[arg-type]
+
+
+# ---- donors: each rank's work as its peers do it ------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Donor:
+    gaps: np.ndarray  # the peers' median gap at each of the rank's positions
+    cuts: dict[str, tuple[np.ndarray, np.ndarray]]  # op type -> (elements, transfer excess)
+
+
+def _donors(chain: Chain, peers: Mapping[int, tuple[int, ...]]) -> dict[int, _Donor]:
+    """Per rank with alike peers: its peers' median work, element by element. Peers' chains
+    are matched by what each element is (its label), not by its place: concurrent elements
+    (a gradient send beside the data-parallel all-reduce) may come in either order."""
+    out: dict[int, _Donor] = {}
+    groups = sorted({tuple(sorted(g)) for g in peers.values() if len(g) > 1})
+    present = set(np.unique(chain.rank).tolist())
+    for group in groups:
+        alike = _same_shape([r for r in group if r in present], chain)
+        if len(alike) < 2:
+            continue
+        rows = [_canonical_rows(chain, r) for r in alike]
+        gaps = _median_of_others(np.stack([chain.gap[i] for i in rows]))
+        transfers = _median_of_others(np.stack([chain.transfer[i] for i in rows]))
+        elements = np.stack([chain.inst[i] for i in rows])
+        shared = _shared_with_peer(elements)
+        for i, rank in enumerate(alike):
+            own = chain.transfer[rows[i]]
+            excess = np.where(shared[i], 0, np.maximum(0, own - transfers[i]))
+            back = np.argsort(rows[i], kind="stable")  # canonical order -> the rank's order
+            out[rank] = _Donor(gaps[i][back], _cuts_by_type(chain, rows[i], elements[i], excess))
+    return out
+
+
+def _canonical_rows(chain: Chain, rank: int) -> np.ndarray:
+    """The rank's rows ordered by label: the same order for every alike peer."""
+    span = chain.rows_of(rank)
+    label = chain.label[span]
+    return span.start + np.lexsort((label[:, 2], label[:, 1], label[:, 0]))
+
+
+def _same_shape(ranks: list[int], chain: Chain) -> list[int]:
+    """The ranks whose chain has the group's most common set of labels (ties: the lowest
+    rank's)."""
+    digests = {
+        r: hashlib.blake2b(
+            chain.label[_canonical_rows(chain, r)].tobytes(), digest_size=16
+        ).hexdigest()
+        for r in ranks
+    }
+    counts: dict[str, int] = {}
+    for r in ranks:
+        counts[digests[r]] = counts.get(digests[r], 0) + 1
+    best = max(counts.values(), default=0)
+    shape = next((digests[r] for r in ranks if counts[digests[r]] == best), None)
+    return [r for r in ranks if digests[r] == shape]
+
+
+def _median_of_others(values: np.ndarray) -> np.ndarray:
+    """Per member (row) and position (column): the median of the other members' values,
+    halves rounded up."""
+    n = values.shape[0]
+    order = np.argsort(values, axis=0, kind="stable")
+    ordered = np.take_along_axis(values, order, axis=0)
+    place = np.empty_like(order)
+    np.put_along_axis(place, order, np.arange(n)[:, None].repeat(values.shape[1], 1), axis=0)
+
+    def others(q: int) -> np.ndarray:  # the q-th smallest value once the member is left out
+        index = q + (q >= place)
+        return np.take_along_axis(ordered, index, axis=0)
+
+    m = n - 1
+    middle = others(m // 2) if m % 2 else (others(m // 2 - 1) + others(m // 2)) / 2
+    return np.floor(middle + 0.5).astype(np.int64)
+
+
+def _shared_with_peer(elements: np.ndarray) -> np.ndarray:
+    """Per member and position: whether another member takes part in the same element (a
+    collective of the peer group itself: its transfer is the group's, not the rank's)."""
+    width = int(elements.max()) + 1
+    keys = (np.arange(elements.shape[1], dtype=np.int64)[None, :] * width + elements).ravel()
+    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    return (counts[inverse] > 1).reshape(elements.shape)
+
+
+def _cuts_by_type(
+    chain: Chain, rows: np.ndarray, elements: np.ndarray, excess: np.ndarray
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    keep = excess > 0
+    codes = chain.coll_code[rows][keep]
+    out = {}
+    for code in sorted(set(codes.tolist())):
+        pick = codes == code
+        out[chain.coll_types[code]] = (elements[keep][pick], excess[keep][pick])
+    return dict(sorted(out.items()))
+
+
+# ---- candidates ---------------------------------------------------------------------------
+
+
+_Key = tuple[str, int, tuple[int, ...]]  # kind, index, ranks
+
+
+def _candidate_fixes(
+    chain: Chain, job: Job, donors: Mapping[int, _Donor]
+) -> list[tuple[_Key, _Fix]]:
+    """Every candidate with something to fix (its work above its peers' or the target)."""
+    present = sorted(set(np.unique(chain.rank).tolist()))
+    out: list[tuple[_Key, _Fix]] = []
+    for rank in _rank_shortlist(present, job):
+        fix = _rank_fix(chain, job, donors, rank)
+        if fix is not None:
+            out.append((("rank", rank, (rank,)), fix))
+    for stage, members in sorted(_stage_members(job, present).items()):
+        fix = _stage_fix(chain, job, members)
+        if fix is not None:
+            out.append((("stage", stage, tuple(members)), fix))
+    for index, replica in _replica_shortlist(job, present):
+        fix = _merge([f for r in replica if (f := _rank_fix(chain, job, donors, r)) is not None])
+        if fix is not None:
+            out.append((("replica", index, replica), fix))
+    return out
+
+
+def _rank_shortlist(present: list[int], job: Job) -> list[int]:
+    if len(present) <= MAX_RANK_CANDIDATES:
+        return present
+    by_delay = sorted(present, key=lambda r: (-job.first_order.get(r, 0), r))
+    median = by_delay[len(by_delay) // 2]
+    return sorted({*by_delay[:RANK_SHORTLIST], median})
+
+
+def _stage_members(job: Job, present: list[int]) -> dict[int, list[int]]:
+    stages: dict[int, list[int]] = {}
+    for rank in present:
+        if rank in job.stages:
+            stages.setdefault(job.stages[rank], []).append(rank)
+    return stages if len(stages) > 1 else {}
+
+
+def _replica_shortlist(job: Job, present: list[int]) -> list[tuple[int, tuple[int, ...]]]:
+    here = set(present)
+    replicas = [(i, tuple(r for r in ranks if r in here)) for i, ranks in enumerate(job.replicas)]
+    replicas = [(i, ranks) for i, ranks in replicas if len(ranks) > 1]
+    if len(replicas) <= MAX_REPLICA_CANDIDATES:
+        return replicas
+    worst = sorted(replicas, key=lambda x: (-max(job.first_order.get(r, 0) for r in x[1]), x[0]))
+    return sorted(worst[:RANK_SHORTLIST])
+
+
+def _rank_fix(chain: Chain, job: Job, donors: Mapping[int, _Donor], rank: int) -> _Fix | None:
+    donor = donors.get(rank)
+    if donor is not None:
+        return _Fix({rank: donor.gaps}, dict(donor.cuts), "peers")
+    peers = [p for p in job.peers.get(rank, ()) if p != rank]
+    scaled = _scaled(chain, job, rank, _targets(job, peers))
+    return None if scaled is None else _Fix({rank: scaled}, {}, "scaled")
+
+
+def _stage_fix(chain: Chain, job: Job, ranks: Sequence[int]) -> _Fix | None:
+    """Every rank of the stage does the other stages' median compute in each step: its own
+    work first replaced by its peers' median pattern (one median rank of the stage, where its
+    peers run the same chain), then scaled down to that target."""
+    stage = job.stages[ranks[0]]
+    targets = _targets(job, [r for r, s in sorted(job.stages.items()) if s != stage])
+    gaps: dict[int, np.ndarray] = {}
+    for group in sorted({tuple(sorted(job.peers.get(r, (r,)))) for r in ranks}):
+        members = [r for r in group if r in ranks]
+        alike = _same_shape(members, chain)
+        pattern = _group_median(chain, alike) if len(alike) > 1 else None
+        typical = _median_by_step(job, alike)
+        for r in members:
+            if pattern is not None and r in alike:
+                scaled = _scaled_gaps(pattern[r], chain.step[chain.rows_of(r)], typical, targets)
+            else:
+                scaled = _scaled(chain, job, r, targets)
+            if scaled is not None:
+                gaps[r] = scaled
+    return _Fix(gaps, {}, "scaled") if gaps else None
+
+
+def _group_median(chain: Chain, ranks: Sequence[int]) -> dict[int, np.ndarray]:
+    """Per rank: the median gap over ``ranks`` (alike chains) of each of its elements."""
+    rows = [_canonical_rows(chain, r) for r in ranks]
+    median = np.median(np.stack([chain.gap[i] for i in rows]), axis=0)
+    pattern = np.floor(median + 0.5).astype(np.int64)
+    return {r: pattern[np.argsort(i, kind="stable")] for r, i in zip(ranks, rows, strict=True)}
+
+
+def _median_by_step(job: Job, ranks: Sequence[int]) -> dict[int, int]:
+    return _targets(job, ranks)
+
+
+def _targets(job: Job, ranks: Sequence[int]) -> dict[int, int]:
+    """Per step: the median compute of ``ranks`` in that step."""
+    by_step: dict[int, list[int]] = {}
+    for r in ranks:
+        for step, compute in sorted(job.compute_by_step.get(r, {}).items()):
+            by_step.setdefault(step, []).append(compute)
+    return {
+        step: m
+        for step, values in sorted(by_step.items())
+        if (m := _median_int(values)) is not None
+    }
+
+
+def _scaled(chain: Chain, job: Job, rank: int, targets: Mapping[int, int]) -> np.ndarray | None:
+    """The rank's gaps with its own work inside each step scaled so that its compute in that
+    step drops to the step's target; None when no step is above its target."""
+    rows = chain.rows_of(rank)
+    return _scaled_gaps(
+        chain.gap[rows], chain.step[rows], job.compute_by_step.get(rank, {}), targets
+    )
+
+
+def _scaled_gaps(
+    gaps: np.ndarray, step: np.ndarray, own: Mapping[int, int], targets: Mapping[int, int]
+) -> np.ndarray | None:
+    """``gaps`` (with each one's step) whose positive part in each step shrinks in the ratio
+    of the step's target compute to ``own`` compute; None when no step is above its target.
+    A ratio, not a difference: part of a rank's compute runs while a shared wait of another
+    stream spins (a pipeline's early receive), out of any gap, and shrinks out of sight."""
+    steps = sorted(s for s in own if s in targets and own[s] > targets[s])
+    if not steps:
+        return None
+    factor = np.ones(len(gaps))
+    for s in steps:  # per step, not per event
+        factor[step == s] = targets[s] / own[s]
+    return np.where(gaps > 0, np.floor(gaps * factor + 0.5), gaps).astype(np.int64)
+
+
+def _merge(fixes: Sequence[_Fix]) -> _Fix | None:
+    """Several fixes at once: per row the smaller gap, per element the larger cut."""
+    if not fixes:
+        return None
+    gaps: dict[int, np.ndarray] = {}
+    cuts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for fix in fixes:
+        for rank, g in fix.gaps.items():
+            gaps[rank] = np.minimum(gaps[rank], g) if rank in gaps else g
+        for t, cut in fix.cuts.items():
+            cuts.setdefault(t, []).append(cut)
+    methods = {f.method for f in fixes}
+    merged = {t: _max_cuts(parts) for t, parts in sorted(cuts.items())}
+    return _Fix(gaps, merged, methods.pop() if len(methods) == 1 else "mixed")
+
+
+def _max_cuts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    elements = np.concatenate([p[0] for p in parts])
+    cut = np.concatenate([p[1] for p in parts])
+    order = np.lexsort((-cut, elements))
+    elements, cut = elements[order], cut[order]
+    first = np.r_[True, elements[1:] != elements[:-1]]
+    return elements[first], cut[first]
+
+
+# ---- replaying many what-ifs ----------------------------------------------------------------
+
+
+def _gains(
+    chain: Chain, measured: int, fixes: Sequence[_Fix], parts: Sequence[str | None] | None = None
+) -> list[int]:
+    """Per fix (with only the named part fixed: "compute", an op type, or None for all), the
+    gain over the measured step, clipped at 0; replayed in batches that fit in memory."""
+    chosen = list(parts) if parts is not None else [None] * len(fixes)
+    width = max(1, min(64, _CELLS // max(chain.size, 1)))
+    out: list[int] = []
+    for lo in range(0, len(fixes), width):
+        batch = list(zip(fixes[lo : lo + width], chosen[lo : lo + width], strict=True))
+        gaps = np.repeat(chain.gap[:, None], len(batch), axis=1)
+        transfers = None
+        for k, (fix, part) in enumerate(batch):
+            if part in (None, "compute"):
+                for rank, g in fix.gaps.items():
+                    gaps[chain.rows_of(rank), k] = g
+            for t, (elements, cut) in fix.cuts.items():
+                if part not in (None, t):
+                    continue
+                if transfers is None:
+                    transfers = np.repeat(chain.transfer[:, None], len(batch), axis=1)
+                rows = chain.rows_of_elements(elements)
+                lengths = chain.inst_offsets[elements + 1] - chain.inst_offsets[elements]
+                transfers[rows, k] = np.maximum(0, transfers[rows, k] - np.repeat(cut, lengths))
+        steps = replay_steps(chain, gaps, transfers)
+        out += [max(0, measured - s) if s is not None else 0 for s in steps]
+    return out
+
+
+def _candidate(key: _Key, fix: _Fix, measured: int, gain: int) -> Candidate:
+    kind, index, ranks = key
+    return Candidate(
+        kind=kind,
+        index=index,
+        ranks=ranks,
+        method=fix.method,
+        step_if_fixed_ns=measured - gain,
+        gain_ns=gain,
+        recoverable_pct=min(100.0, 100.0 * gain / measured) if measured else 0.0,
+    )
+
+
+# ---- the decision ---------------------------------------------------------------------------
+
+
+def _decide(
+    chain: Chain,
+    check: WhatIf,
+    candidates: list[Candidate],
+    fixes: Mapping[tuple[str, int], _Fix],
+) -> WhatIf:
+    """Flag: a rank whose gain exceeds the threshold; a stage or replica whose gain exceeds its
+    best rank's by more than the threshold and by more than twice (what fixing it adds over
+    fixing that one rank must itself be worth flagging, and most of it). Then decompose, and
+    replay all flagged at once."""
+    measured = check.measured_step_ns
+    rank_gains = [c.gain_ns for c in candidates if c.kind == "rank"]
+    median_rank = statistics.median(rank_gains) if rank_gains else 0
+    threshold = math.floor(
+        max(FLAG_SHARE_OF_STEP * measured, FLAG_TIMES_MEDIAN_RANK * median_rank) + 0.5
+    )
+    by_rank = {c.index: c.gain_ns for c in candidates if c.kind == "rank"}
+    flagged = []
+    for c in candidates:
+        if c.kind == "rank":
+            flagged.append(c.gain_ns > threshold)
+            continue
+        # the group, not one of its ranks, is the cause: fixing it adds more than the flag line
+        # over fixing its best rank, and that rank gives less than half of it
+        best = max((by_rank.get(r, 0) for r in c.ranks), default=0)
+        flagged.append(c.gain_ns - best > threshold and c.gain_ns > 2 * best)
+    candidates = [_flag(c, f) for c, f in zip(candidates, flagged, strict=True)]
+    ordered = sorted(candidates, key=lambda c: (-c.gain_ns, _KIND_ORDER[c.kind], c.index))
+    decomposed = _decompose(chain, measured, ordered, fixes)
+    chosen = [f for c in decomposed if c.flagged and (f := fixes.get((c.kind, c.index)))]
+    merged = _merge(chosen)
+    gain = _gains(chain, measured, [merged])[0] if merged is not None else 0
+    ranks = sorted({r for c in decomposed if c.flagged for r in c.ranks})
+    return _replace(
+        check,
+        candidates=tuple(decomposed),
+        threshold_ns=threshold,
+        flagged_ranks=tuple(ranks),
+        step_if_fixed_ns=measured - gain,
+        recoverable_pct=min(100.0, 100.0 * gain / measured) if measured else 0.0,
+        by_peers=tuple(r for c in decomposed if c.flagged and c.method == "peers" for r in c.ranks),
+        by_scaling=tuple(
+            r for c in decomposed if c.flagged and c.method != "peers" for r in c.ranks
+        ),
+    )
+
+
+_KIND_ORDER = {"rank": 0, "stage": 1, "replica": 2}
+
+
+def _flag(c: Candidate, flagged: bool) -> Candidate:
+    from dataclasses import replace
+
+    return replace(c, flagged=flagged)
+
+
+def _decompose(
+    chain: Chain,
+    measured: int,
+    ordered: list[Candidate],
+    fixes: Mapping[tuple[str, int], _Fix],
+) -> list[Candidate]:
+    """The gain of the flagged candidates (or the best one when none is) and the next ones up
+    to DECOMPOSED, split by op type: the gain with only that part of the work fixed."""
+    from dataclasses import replace
+
+    picked = [c for c in ordered if c.flagged] or ordered[:1]
+    picked = (picked + [c for c in ordered if c not in picked])[:DECOMPOSED]
+    picked = [c for c in picked if c.gain_ns > 0 and (c.kind, c.index) in fixes]
+    jobs = [(c, part) for c in picked for part in ["compute", *fixes[(c.kind, c.index)].cuts]]
+    gains = _gains(
+        chain, measured, [fixes[(c.kind, c.index)] for c, _ in jobs], [p for _, p in jobs]
+    )
+    parts: dict[tuple[str, int], dict[str, int]] = {}
+    for (c, part), gain in zip(jobs, gains, strict=True):
+        parts.setdefault((c.kind, c.index), {})[part] = gain
+    return [replace(c, by_op_type=parts.get((c.kind, c.index))) for c in ordered]
+
+
+def _median_int(values: list[int]) -> int | None:
+    return math.floor(statistics.median(values) + 0.5) if values else None

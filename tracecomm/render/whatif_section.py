@@ -1,0 +1,100 @@
+"""The terminal's "what to fix" section (metrics.md §6, what-if by replay): which rank, stage
+or replica to fix, what the step would become, and the op-type split of each gain."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tracecomm.analysis.stragglers import Candidate, Stragglers, WhatIf
+from tracecomm.text import ms, pct, rank_list
+
+MAX_CANDIDATES = 5
+_OTHERS = {
+    "peers": "its work taken from its peers, position by position",
+    "scaled": "its own work scaled down to the target compute",
+    "mixed": "work from peers where they match, else scaled",
+}
+_STAGE = "every rank at the stage's median work, scaled to the other stages' median compute"
+
+
+def whatif_section(st: Stragglers) -> Text | None:
+    w = st.what_if
+    if w is None:
+        return None
+    text = Text("What to fix ", style="bold")
+    text.append(f"(dependency replay of {w.shared_waits:,} shared waits)\n")
+    text.append(f"  {_check(w)}\n")
+    if not w.reproduces:
+        return text.append(f"  {w.reason}\n")
+    # the flagged, then the ones worth a look: a tenth of the flag line or more
+    floor = (w.threshold_ns or 0) / 10
+    shown = [c for c in w.candidates if c.flagged or (c.gain_ns > 0 and c.gain_ns >= floor)]
+    shown = shown[:MAX_CANDIDATES]
+    if not shown:
+        return text.append("  no rank, stage or replica would shorten the step\n")
+    if w.flagged_ranks and w.step_if_fixed_ns is not None:
+        text.append(
+            f"  fixing the flagged ({_names(w)}): the ranks' median step ≈ "
+            f"{ms(w.step_if_fixed_ns)} ms instead of "
+            f"{ms(w.measured_step_ns)} ms ({pct(w.recoverable_pct)} % back)\n",
+            style="bold",
+        )
+    else:
+        text.append(
+            "  nothing gains more than the flag line "
+            f"({ms(w.threshold_ns)} ms: 5 % of the step, or 3× the median rank's gain)\n"
+        )
+    by_rank = {c.index: c for c in w.candidates if c.kind == "rank"}
+    for c in shown:
+        text.append(_candidate_line(c, w.measured_step_ns, _mostly(c, by_rank)))
+    return text
+
+
+def _mostly(c: Candidate, by_rank: dict[int, Candidate]) -> str:
+    """For a stage or replica: the rank inside it that gives most of its gain, if one does."""
+    if c.kind == "rank" or not c.gain_ns:
+        return ""
+    best = max((by_rank[r] for r in c.ranks if r in by_rank), key=lambda r: r.gain_ns, default=None)
+    if best is None or 2 * best.gain_ns < c.gain_ns:
+        return ""
+    return f"; most of it is rank {best.index}'s"
+
+
+def _check(w: WhatIf) -> str:
+    verdict = "reproduces" if w.reproduces else "does not reproduce"
+    return (
+        f"replaying the recorded work gives {ms(w.replayed_step_ns)} ms for the ranks' median "
+        f"step of {ms(w.measured_step_ns)} ms: {verdict} it ({w.reproduction_error_pct:.2f} % off, "
+        f"tolerance {w.tolerance_pct:g} %)"
+    )
+
+
+def _names(w: WhatIf) -> str:
+    flagged = [c for c in w.candidates if c.flagged]
+    return ", ".join(_label(c) for c in flagged)
+
+
+def _label(c: Candidate) -> str:
+    if c.kind == "rank":
+        return c.label
+    return f"{c.label}: {_ranks(c.ranks)}"
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    return f"rank{'s' * (len(ranks) > 1)} {rank_list(ranks)}"
+
+
+def _candidate_line(c: Candidate, measured: int, mostly: str = "") -> str:
+    mark = "⚑" if c.flagged else " "
+    how = _STAGE if c.kind == "stage" else _OTHERS.get(c.method, c.method)
+    line = (
+        f"  {mark} {_label(c)}: {ms(measured)} → {ms(c.step_if_fixed_ns)} ms "
+        f"({pct(c.recoverable_pct)} % back{mostly}) — {how}\n"
+    )
+    if c.by_op_type:
+        parts = ", ".join(
+            f"{part} {pct(100 * gain / measured if measured else 0.0)} %"
+            for part, gain in c.by_op_type.items()
+        )
+        line += f"      by op type (gain with only that part fixed): {parts}\n"
+    return line
