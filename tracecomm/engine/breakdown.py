@@ -23,7 +23,13 @@ from tracecomm.engine.model import (
     WindowFigures,
 )
 from tracecomm.engine.observed import observed_flops
-from tracecomm.engine.steps import link_launches, step_windows
+from tracecomm.engine.steps import (
+    CAPTURE_BEGIN_PATTERN,
+    LaunchNames,
+    captured,
+    link_launches,
+    step_windows,
+)
 from tracecomm.ingest.model import RankEvents
 from tracecomm.ingest.power import PowerSeries
 
@@ -55,9 +61,14 @@ def breakdown(
     opts = opts or BreakdownOptions()
     device, comm = classify_with_comm(rank, opts.comm_patterns, opts.compute_patterns)
     work = device.filter(pl.col("cls") != "sync")
+    in_capture = captured(rank, LaunchNames.of(rank))
+    if work.height == 0 and in_capture.any():
+        # launches made while a stream captured a graph ran nothing: no CPU timeline either
+        note = capture_note(rank, in_capture, replayed=0)
+        return RankBreakdown("gpu", None, (), 0, device.height, 0, (note,))
     if work.height == 0 and rank.cpu.height:
         cpu = _cpu_breakdown(rank, opts)
-        return replace(cpu, notes=lost_activity_notes(rank, device) + cpu.notes)
+        return replace(cpu, notes=lost_activity_notes(rank, device, in_capture) + cpu.notes)
     devices = tuple(
         work.filter(pl.col("device").is_not_null())
         .group_by("device")
@@ -71,8 +82,12 @@ def breakdown(
     result = _gpu_breakdown(
         linked.filter(pl.col("cls") != "sync"), steps, device, opts, series, HostActivity.of(rank)
     )
+    notes = lost_activity_notes(rank, linked, in_capture)
+    if in_capture.any():
+        replayed = int(linked["graph_via"].is_not_null().sum())
+        notes += (capture_note(rank, in_capture, replayed),)
     # first: the last note says why nothing could be analyzed, when nothing could
-    result = replace(result, notes=lost_activity_notes(rank, device) + result.notes)
+    result = replace(result, notes=notes + result.notes)
     return replace(
         result,
         collectives=collective_instances(
@@ -93,10 +108,35 @@ LOST_SHARE_PCT = 5.0
 _KERNEL_LAUNCH = r"(?i)launch(?:kernel|cooperativekernel)|graphlaunch|launchkernelex"
 
 
-def lost_activity_notes(rank: RankEvents, device: pl.DataFrame) -> tuple[str, ...]:
+def capture_note(rank: RankEvents, in_capture: pl.Series, replayed: int) -> str:
+    """What a trace that records graph capture holds (metrics.md §16)."""
+    launches = rank.launches.filter(in_capture & pl.col("name").str.contains(_KERNEL_LAUNCH))
+    captures = rank.launches.filter(pl.col("name").str.contains(CAPTURE_BEGIN_PATTERN)).height
+    made = (
+        f"{launches.height} kernel launches were made while a stream captured a CUDA/HIP "
+        f"graph ({captures} capture(s), between StreamBeginCapture and StreamEndCapture): "
+        "they run nothing, their kernels run when the graph is replayed"
+    )
+    if replayed:
+        return made + f"; they are not counted as missing ({replayed} replayed kernels are)"
+    return (
+        "this trace records graph capture: "
+        + made
+        + ", and no replay was recorded; profile the replay (the steps after the graph is "
+        "captured)"
+    )
+
+
+def lost_activity_notes(
+    rank: RankEvents, device: pl.DataFrame, in_capture: pl.Series | None = None
+) -> tuple[str, ...]:
     """Kernel launches the trace recorded without the GPU events they started: the profiler
-    lost device activity (ProfilerActivity.CUDA off, CUPTI busy or out of buffer space)."""
-    launches = rank.launches.filter(pl.col("name").str.contains(_KERNEL_LAUNCH))
+    lost device activity (ProfilerActivity.CUDA off, CUPTI busy or out of buffer space).
+    Launches made during a graph capture run nothing: never lost. ``device``: the device
+    frame, or the linked one (``launch_corr``: a graph launch tied to its kernels by their
+    graph nodes launched them)."""
+    kept = rank.launches if in_capture is None else rank.launches.filter(~in_capture)
+    launches = kept.filter(pl.col("name").str.contains(_KERNEL_LAUNCH))
     if launches.height == 0:
         return ()
     if device.height == 0:
@@ -106,7 +146,8 @@ def lost_activity_notes(rank: RankEvents, device: pl.DataFrame) -> tuple[str, ..
             "could not start: another profiler held it), so this rank is analyzed on its CPU "
             "timeline and its GPU time is unknown",
         )
-    seen = device["correlation"].drop_nulls().unique()
+    column = "launch_corr" if "launch_corr" in device.columns else "correlation"
+    seen = pl.concat([device[column], device["correlation"]]).drop_nulls().unique()
     lost = launches.filter(
         pl.col("correlation").is_not_null() & ~pl.col("correlation").is_in(seen.implode())
     ).height
