@@ -12,8 +12,9 @@ import polars as pl
 from tracecomm.engine.classify import COLL_TYPES, classify_with_comm, coll_type_of
 from tracecomm.engine.collectives import collective_instances
 from tracecomm.engine.energy import window_energy
-from tracecomm.engine.idle import HostActivity, idle_by_cause
+from tracecomm.engine.idle import HostActivity, cause_sums, idle_gaps
 from tracecomm.engine.intervals import Coverage, IntArray, coverage, measure
+from tracecomm.engine.kernels import kernel_stats
 from tracecomm.engine.model import (
     Figures,
     RankBreakdown,
@@ -22,7 +23,7 @@ from tracecomm.engine.model import (
     TypeFigures,
     WindowFigures,
 )
-from tracecomm.engine.observed import observed_flops
+from tracecomm.engine.observed import counted_ops, observed_flops
 from tracecomm.engine.steps import (
     CAPTURE_BEGIN_PATTERN,
     LaunchNames,
@@ -79,8 +80,15 @@ def breakdown(
     series = (power or {}).get(devices[0]) if devices and rank.epoch_clock else None
     linked = link_launches(device, rank)
     steps = step_windows(linked, rank)
+    detail: dict[str, pl.DataFrame] = {}
     result = _gpu_breakdown(
-        linked.filter(pl.col("cls") != "sync"), steps, device, opts, series, HostActivity.of(rank)
+        linked.filter(pl.col("cls") != "sync"),
+        steps,
+        device,
+        opts,
+        series,
+        HostActivity.of(rank),
+        detail,
     )
     notes = lost_activity_notes(rank, linked, in_capture)
     if in_capture.any():
@@ -88,6 +96,8 @@ def breakdown(
         notes += (capture_note(rank, in_capture, replayed),)
     # first: the last note says why nothing could be analyzed, when nothing could
     result = replace(result, notes=notes + result.notes)
+    included = {s.step for s in result.included_steps}
+    counted = counted_ops(rank.shaped_ops, linked, included) if rank.shaped_ops.height else None
     return replace(
         result,
         collectives=collective_instances(
@@ -99,7 +109,17 @@ def breakdown(
         ),
         work_signature=_work_signature(linked, result),
         devices=devices,
-        observed=observed_flops(rank.shaped_ops, linked, {s.step for s in result.included_steps}),
+        observed=observed_flops(rank.shaped_ops, linked, included, counted),
+        kernels=kernel_stats(
+            rank,
+            linked,
+            included,
+            detail.get("gaps"),
+            in_capture,
+            counted,
+        )
+        if result.timeline == "gpu"
+        else None,
     )
 
 
@@ -185,6 +205,7 @@ def _gpu_breakdown(
     opts: BreakdownOptions,
     power: PowerSeries | None = None,
     host: HostActivity | None = None,
+    idle_detail: dict[str, pl.DataFrame] | None = None,
 ) -> RankBreakdown:
     comm_kernels = int((device["cls"] == "comm").sum())
     unlinked = int(work["launch_ns"].is_null().sum())
@@ -205,7 +226,17 @@ def _gpu_breakdown(
             )
         )
     return _figures_for(
-        work, steps, "gpu", opts, comm_kernels, device.height, unlinked, notes, power, host
+        work,
+        steps,
+        "gpu",
+        opts,
+        comm_kernels,
+        device.height,
+        unlinked,
+        notes,
+        power,
+        host,
+        idle_detail,
     )
 
 
@@ -249,7 +280,10 @@ def _figures_for(
     notes: list[str],
     power: PowerSeries | None = None,
     host: HostActivity | None = None,
+    idle_detail: dict[str, pl.DataFrame] | None = None,
 ) -> RankBreakdown:
+    """``idle_detail``: receives the analysis window's idle gaps (``gaps``, engine.idle)."""
+    idle_detail = {} if idle_detail is None else idle_detail
     if work.height == 0:
         notes.append(f"no {timeline.upper()} activity to analyze")
         return RankBreakdown(
@@ -275,7 +309,10 @@ def _figures_for(
             )
     windows = _window_figures(events, types, [*step_spans, rank_spans])
     if host is not None:
-        idle = idle_by_cause(events.cov, [*step_spans, rank_spans], work, steps, host)
+        gaps = idle_gaps(events.cov, [*step_spans, rank_spans], work, steps, host)
+        # the analysis window's gaps: where the kernel view finds the ops that starve the GPU
+        idle_detail["gaps"] = gaps.filter(pl.col("w") == len(step_spans))
+        idle = cause_sums(gaps, [*step_spans, rank_spans])
         windows = [
             None if w is None else replace(w, idle_by_cause=causes)
             for w, causes in zip(windows, idle, strict=True)

@@ -39,6 +39,7 @@ _RUNTIME = {
     "memset": ("cudaMemsetAsync", 51),
 }
 _GRAPH_LAUNCH = ("cudaGraphLaunch", 311)
+SHAPE_DTYPE = "c10::BFloat16"  # the Input type of every recorded tensor (record_shapes)
 _CATS = {"compute": "kernel", "comm": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
 # Bytes per ns (= GB/s) used to derive plausible byte counts from durations.
 _BANDWIDTH = {"memcpy": 24, "memset": 1_200}
@@ -308,6 +309,7 @@ class _RankWriter:
                 args += ", " + self._coll_args(launch) + f', "Rank": {within}'
             if launch.op.shapes and span.cat == "cpu_op":
                 args += f', "Input Dims": {json.dumps([list(d) for d in launch.op.shapes])}'
+                args += f', "Input type": {json.dumps([SHAPE_DTYPE] * len(launch.op.shapes))}'
                 if launch.op.concrete:
                     args += f', "Concrete Inputs": {json.dumps(list(launch.op.concrete))}'
             yield self._x(span.cat, span.name, self.pid, tid, span.start, span.end, args)
