@@ -62,7 +62,8 @@ def breakdown(
     opts = opts or BreakdownOptions()
     device, comm = classify_with_comm(rank, opts.comm_patterns, opts.compute_patterns)
     work = device.filter(pl.col("cls") != "sync")
-    in_capture = captured(rank, LaunchNames.of(rank))
+    names = LaunchNames.of(rank)
+    in_capture = captured(rank, names)
     if work.height == 0 and in_capture.any():
         # launches made while a stream captured a graph ran nothing: no CPU timeline either
         note = capture_note(rank, in_capture, replayed=0)
@@ -78,8 +79,8 @@ def breakdown(
         .to_list()
     )
     series = (power or {}).get(devices[0]) if devices and rank.epoch_clock else None
-    linked = link_launches(device, rank)
-    steps = step_windows(linked, rank)
+    linked = link_launches(device, rank, names)
+    steps = step_windows(linked, rank, names)
     detail: dict[str, pl.DataFrame] = {}
     result = _gpu_breakdown(
         linked.filter(pl.col("cls") != "sync"),
@@ -116,6 +117,7 @@ def breakdown(
             included,
             detail.get("gaps"),
             in_capture,
+            names,
             counted,
         )
         if result.timeline == "gpu"
@@ -166,8 +168,9 @@ def lost_activity_notes(
             "could not start: another profiler held it), so this rank is analyzed on its CPU "
             "timeline and its GPU time is unknown",
         )
-    column = "launch_corr" if "launch_corr" in device.columns else "correlation"
-    seen = pl.concat([device[column], device["correlation"]]).drop_nulls().unique()
+    corr = pl.col("correlation")
+    linked = pl.coalesce("launch_corr", corr) if "launch_corr" in device.columns else corr
+    seen = device.select(linked.drop_nulls().unique()).to_series()
     lost = launches.filter(
         pl.col("correlation").is_not_null() & ~pl.col("correlation").is_in(seen.implode())
     ).height

@@ -141,7 +141,7 @@ def _gaps(cov: Coverage, windows: Sequence[Sequence[tuple[int, int]]]) -> pl.Dat
 def _causes(
     gaps: pl.DataFrame, work: pl.DataFrame, steps: pl.DataFrame, host: HostActivity
 ) -> pl.DataFrame:
-    ender = _enders(work)
+    ender = _enders(work, gaps["g1"])
     gaps = (
         gaps.with_row_index("_i")
         .join(ender, left_on="g1", right_on="start_ns", how="left")
@@ -172,14 +172,15 @@ def _causes(
     return gaps.with_columns(cause.alias("cause"))
 
 
-def _enders(work: pl.DataFrame) -> pl.DataFrame:
-    """Per start time, the device work starting then: its earliest launch (and thread), and
-    whether a point-to-point receive is among it."""
+def _enders(work: pl.DataFrame, ends: pl.Series) -> pl.DataFrame:
+    """Per gap end (``ends``), the device work starting then: its earliest launch (and thread,
+    correlation and name), and whether a point-to-point receive is among it."""
     p2p = pl.col("coll_type") == "SendRecv"
     send_only = pl.col("name").str.contains(r"(?i)send") & ~pl.col("name").str.contains(r"(?i)recv")
     corr = pl.col("launch_corr") if "launch_corr" in work.columns else pl.col("correlation")
     return (
-        work.sort("launch_ns", nulls_last=True)
+        work.filter(pl.col("start_ns").is_in(ends.implode()))
+        .sort("launch_ns", nulls_last=True)
         .group_by("start_ns")
         .agg(
             pl.col("launch_ns").first(),

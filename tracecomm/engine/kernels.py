@@ -26,7 +26,7 @@ from tracecomm.engine.model import (
     StarvingOp,
 )
 from tracecomm.engine.observed import Counted
-from tracecomm.engine.steps import DEVICE_LAUNCH_PATTERN, LaunchNames, step_of
+from tracecomm.engine.steps import DEVICE_LAUNCH_PATTERN, LaunchNames
 from tracecomm.ingest.model import RankEvents
 
 TOP_KERNELS = 10  # per class
@@ -52,6 +52,7 @@ def kernel_stats(
     included: Collection[int],
     gaps: pl.DataFrame | None,
     in_capture: pl.Series,
+    names: LaunchNames,
     counted: Counted | None = None,
 ) -> KernelStats | None:
     """``linked``: the device frame with launches and steps (``steps.link_launches``);
@@ -63,13 +64,12 @@ def kernel_stats(
     work = linked.filter((pl.col("cls") != "sync") & pl.col("step").is_in(steps)).with_columns(
         (pl.col("end_ns") - pl.col("start_ns")).alias("dur")
     )
-    names = LaunchNames.of(rank)
     return KernelStats(
         steps=len(steps),
         events=work.height,
         groups=_groups(work, len(steps)),
         short=_short(work, len(steps)),
-        launches=_launches(rank, work, steps, gaps, in_capture, names),
+        launches=_launches(rank, work, steps, gaps),
         graphs=_graphs(rank, linked, work, steps, in_capture, names),
         ops=_op_shapes(counted),
     )
@@ -161,19 +161,15 @@ def _short(work: pl.DataFrame, steps: int) -> ShortKernels:
 
 
 def _launches(
-    rank: RankEvents,
-    work: pl.DataFrame,
-    steps: list[int],
-    gaps: pl.DataFrame | None,
-    in_capture: pl.Series,
-    names: LaunchNames,
+    rank: RankEvents, work: pl.DataFrame, steps: list[int], gaps: pl.DataFrame | None
 ) -> LaunchStats:
-    calls = rank.launches.filter(
-        ~in_capture & pl.col("name").str.contains(DEVICE_LAUNCH_PATTERN)
-    ).select("name", "start_ns")
-    calls = calls.with_columns(step_of(pl.col("start_ns"), rank.steps, calls).alias("step")).filter(
-        pl.col("step").is_in(steps)
+    """A kernel launch of an included step is a runtime call whose kernels ran in it (a
+    complete step lost none; a graph launch counts once, a captured launch ran nothing)."""
+    kernel = pl.col("cls").is_in(["compute", "comm"]) & pl.col("launch_corr").is_not_null()
+    calls = work.filter(kernel | pl.col("graph_via").is_not_null()).select(
+        "step", "launch_corr", pl.col("graph_via").is_not_null().alias("graph")
     )
+    calls = calls.unique("launch_corr", keep="any")
     per_step = dict(calls.group_by("step").len().iter_rows())
     counts = sorted(per_step.get(s, 0) for s in steps)
     direct = work.filter(pl.col("launch_ns").is_not_null() & pl.col("graph_via").is_null())
@@ -189,7 +185,7 @@ def _launches(
     return LaunchStats(
         launches=calls.height,
         per_step_median=counts[(len(counts) - 1) // 2],
-        graph_launches=int(calls["name"].is_in(list(names.graph)).sum()) if names.graph else 0,
+        graph_launches=int(calls["graph"].sum()),
         delayed=delay.height,
         delay_median_ns=None if stats[0] is None else int(stats[0]),
         delay_p95_ns=None if stats[1] is None else int(stats[1]),
@@ -203,9 +199,9 @@ def _starving(rank: RankEvents, bound: pl.DataFrame) -> tuple[StarvingOp, ...]:
     """The ops whose launches ended host-bound gaps: the GPU waited for them."""
     if bound.height == 0:
         return ()
-    ops = rank.launches.filter(pl.col("correlation").is_not_null()).unique(
-        "correlation", keep="any"
-    )
+    ops = rank.launches.filter(
+        pl.col("correlation").is_in(bound["ender_corr"].drop_nulls().implode())
+    ).unique("correlation", keep="any")
     joined = bound.join(
         ops.select(pl.col("correlation").alias("ender_corr"), "op"), on="ender_corr", how="left"
     ).with_columns((pl.col("g1") - pl.col("g0")).alias("gap"))
@@ -245,13 +241,9 @@ def _graphs(
         return None
     replayed = work.filter(pl.col("graph_via").is_not_null())
     by_method = dict(replayed.group_by("graph_via").len().sort("graph_via").iter_rows())
-    graph_calls = rank.launches.filter(pl.col("name").is_in(list(names.graph)))
-    graph_calls = graph_calls.with_columns(
-        step_of(pl.col("start_ns"), rank.steps, graph_calls).alias("step")
-    ).filter(pl.col("step").is_in(steps))
-    op_of = rank.launches.filter(pl.col("correlation").is_not_null()).unique(
-        "correlation", keep="any"
-    )
+    op_of = rank.launches.filter(
+        pl.col("correlation").is_in(replayed["launch_corr"].drop_nulls().unique().implode())
+    ).unique("correlation", keep="any")
     per_op = (
         replayed.join(
             op_of.select(pl.col("correlation").alias("launch_corr"), "op"),
@@ -274,7 +266,7 @@ def _graphs(
         with_ids.filter(pl.col("launch_ns").is_null()).height if with_ids is not None else 0
     )
     return GraphStats(
-        graph_launches=graph_calls.height,
+        graph_launches=replayed["launch_corr"].n_unique() if replayed.height else 0,
         replayed=replayed.height,
         replayed_ns=int(replayed["dur"].sum()),
         by_method={str(k): int(v) for k, v in by_method.items()},

@@ -44,7 +44,9 @@ class LaunchNames:
         )
 
 
-def link_launches(device: pl.DataFrame, rank: RankEvents) -> pl.DataFrame:
+def link_launches(
+    device: pl.DataFrame, rank: RankEvents, names: LaunchNames | None = None
+) -> pl.DataFrame:
     """Add ``launch_ns``, ``launch_tid`` and ``launch_corr`` (the runtime call that launched
     the event: its start, thread and correlation id), ``graph_via`` (for a kernel a graph
     replayed: how it was tied to the launch; else null) and ``step``."""
@@ -202,7 +204,9 @@ def step_of(times: pl.Expr, steps: pl.DataFrame, frame: pl.DataFrame) -> pl.Seri
     return probe.join(hit, on="_row", how="left").sort("_row")["step"]
 
 
-def step_windows(linked: pl.DataFrame, rank: RankEvents) -> pl.DataFrame:
+def step_windows(
+    linked: pl.DataFrame, rank: RankEvents, names: LaunchNames | None = None
+) -> pl.DataFrame:
     """One row per ProfilerStep: its GPU window, event count, missing launches, completeness."""
     steps = rank.steps.unique("step", keep="first").sort("step")
     work = linked.filter((pl.col("cls") != "sync") & pl.col("step").is_not_null())
@@ -211,7 +215,7 @@ def step_windows(linked: pl.DataFrame, rank: RankEvents) -> pl.DataFrame:
         pl.col("end_ns").max().alias("end_ns"),
         pl.len().alias("events"),
     )
-    missing = _missing_launches(linked, rank).group_by("step").agg(pl.len().alias("missing"))
+    missing = _missing_launches(linked, rank, names).group_by("step").agg(pl.len().alias("missing"))
     table = (
         steps.select(
             "step", pl.col("start_ns").alias("cpu_start_ns"), pl.col("end_ns").alias("cpu_end_ns")
@@ -233,13 +237,15 @@ def step_windows(linked: pl.DataFrame, rank: RankEvents) -> pl.DataFrame:
     )
 
 
-def _missing_launches(linked: pl.DataFrame, rank: RankEvents) -> pl.DataFrame:
+def _missing_launches(
+    linked: pl.DataFrame, rank: RankEvents, names: LaunchNames | None = None
+) -> pl.DataFrame:
     recorded = (
         linked.select(pl.coalesce("launch_corr", "correlation").alias("correlation"))
         .drop_nulls()
         .unique()
     )
-    launches = rank.launches.with_columns(captured(rank).alias("_captured")).filter(
+    launches = rank.launches.with_columns(captured(rank, names).alias("_captured")).filter(
         pl.col("name").str.contains(DEVICE_LAUNCH_PATTERN)
         & pl.col("correlation").is_not_null()
         & ~pl.col("_captured")
