@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from tracecomm.analysis.bandwidth import bandwidth
 from tracecomm.analysis.crossrank import ranks_cross_rank
+from tracecomm.analysis.kernels import kernel_view
 from tracecomm.analysis.model import RankFiles, Report, RunData
 from tracecomm.analysis.options import AnalysisOptions
 from tracecomm.analysis.pipeline_view import pipeline_views
@@ -56,6 +57,11 @@ def step_rate(report: Report, ctx: Context) -> Report:
     )
     warnings = report.warnings + (rate.warnings if rate else ())
     return replace(report, throughput=rate, warnings=warnings)
+
+
+def kernels(report: Report, ctx: Context) -> Report:
+    """metrics.md §15–§16: the ranks' kernel views across ranks, the roofline with peaks."""
+    return replace(report, kernels=kernel_view(report.rank_reports))
 
 
 def link_bandwidth(report: Report, ctx: Context) -> Report:
@@ -103,6 +109,7 @@ PROCESSORS: tuple[Processor, ...] = (
     cross_rank,
     stragglers,
     step_rate,
+    kernels,
     link_bandwidth,
     pipelines,
     hta_compat,

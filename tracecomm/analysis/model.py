@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, 
 
     from tracecomm.analysis.bandwidth import Bandwidth
     from tracecomm.analysis.crossrank import CrossRank
+    from tracecomm.analysis.kernels import KernelView
     from tracecomm.analysis.pipeline_view import PipelineView
     from tracecomm.analysis.projection import Projection
     from tracecomm.analysis.stragglers import Stragglers
@@ -102,6 +103,7 @@ class Report:
     # metrics.md §11 with --project: the projection, or why there is none
     projection: Projection | str | None = None
     pipelines: tuple[PipelineView, ...] = ()  # §10's pipeline view, one per send/recv group
+    kernels: KernelView | None = None  # §15–§16: top kernels, launches, graphs, roofline
 
     @property
     def partial(self) -> bool:

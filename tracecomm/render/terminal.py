@@ -14,6 +14,7 @@ from tracecomm.analysis.pipeline_view import PipelineView
 from tracecomm.compat.crosscheck import Crosscheck
 from tracecomm.nccl.diagnose import NcclSummary
 from tracecomm.render import View
+from tracecomm.render.kernel_section import kernel_section
 from tracecomm.render.mfu_panel import mfu_panel
 from tracecomm.render.nccl_section import nccl_section
 from tracecomm.render.projection_section import projection_section
@@ -78,6 +79,9 @@ def _report(report: Report, console: Console, straggler_rows: int | None) -> Non
     if report.throughput is not None:
         console.print()
         console.print(mfu_panel(report.throughput, "all ranks"))
+    if report.kernels is not None:
+        console.print()
+        console.print(kernel_section(report.kernels))
     if report.stragglers is not None:
         console.print()
         console.print(_straggler_table(report, straggler_rows or MAX_STRAGGLER_ROWS))
