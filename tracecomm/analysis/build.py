@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from tracecomm.analysis.bandwidth import bandwidth
 from tracecomm.analysis.crossrank import ranks_cross_rank
+from tracecomm.analysis.export import trace_export
 from tracecomm.analysis.kernels import kernel_view
 from tracecomm.analysis.model import RankFiles, Report, RunData
 from tracecomm.analysis.options import AnalysisOptions
@@ -98,6 +99,14 @@ def timeline(report: Report, ctx: Context) -> Report:
     )
 
 
+def export(report: Report, ctx: Context) -> Report:
+    """metrics.md §17: the chosen ranks' and steps' events for ``tracecomm export``."""
+    if not ctx.options.export or ctx.data.files is None:
+        return report
+    found = trace_export(report, ctx.options.export_ranks, ctx.options.export_steps, ctx.data.files)
+    return replace(report, export=found)
+
+
 def projection(report: Report, ctx: Context) -> Report:
     if ctx.options.project_to is None or ctx.data.files is None:
         return report
@@ -115,6 +124,7 @@ PROCESSORS: tuple[Processor, ...] = (
     hta_compat,
     nccl,
     timeline,
+    export,
     projection,
 )
 

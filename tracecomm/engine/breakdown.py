@@ -418,6 +418,12 @@ class _Events:
         )
 
 
+def work_coverage(work: pl.DataFrame, types: Sequence[str]) -> Coverage:
+    """The sweep the figures are measured on: labels compute, comm, memory, then each
+    collective type of ``types`` (the export's idle gaps use the same one)."""
+    return _coverage(work, types)
+
+
 def _coverage(work: pl.DataFrame, types: Sequence[str]) -> Coverage:
     """One sweep over compute, comm, memory and each collective type present."""
     label_of_cls = {"compute": _COMPUTE, "comm": _COMM, "memory": _MEMORY}

@@ -5,7 +5,17 @@ from __future__ import annotations
 import importlib
 
 # in the order ``tracecomm --help`` lists them
-ORDER = ("analyze", "ingest", "report", "project", "gate", "nccl", "crosscheck", "docs")
+ORDER = (
+    "analyze",
+    "ingest",
+    "report",
+    "export",
+    "project",
+    "gate",
+    "nccl",
+    "crosscheck",
+    "docs",
+)
 
 
 def register() -> None:

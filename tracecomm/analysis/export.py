@@ -1,0 +1,154 @@
+"""What ``tracecomm export`` writes (metrics.md §17): which ranks and steps, each rank's events
+of them (read again by the run: ``RankFiles``), its clock offset, the waits inside its
+collectives, and the markers the trace shows as instant events.
+
+Default ranks: the fastest, median and slowest (by median step time) and every flagged
+straggler; default step: the median rank's typical step (``analysis.timeline``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from tracecomm.analysis.export_model import ExportedRank, Marker, TraceExport
+from tracecomm.analysis.model import RankFiles, RankReport, Report
+from tracecomm.analysis.timeline import typical_step
+from tracecomm.engine.export import RankExport
+from tracecomm.text import ms
+
+MAX_DEFAULT_STRAGGLERS = 8
+__all__ = [
+    "ExportedRank",
+    "Marker",
+    "TraceExport",
+    "export_markers",
+    "export_roles",
+    "trace_export",
+]
+
+
+def trace_export(
+    report: Report,
+    chosen_ranks: Sequence[int],
+    chosen_steps: tuple[int | None, int | None] | None,
+    files: RankFiles,
+) -> TraceExport:
+    by_rank = {r.rank: r for r in report.rank_reports}
+    roles = export_roles(report, chosen_ranks)
+    steps = _steps(report, by_rank, chosen_steps)
+    if not roles or not steps:
+        return TraceExport((), (), (), "no analyzed step to export")
+    out = []
+    for rank, role in roles.items():
+        r = by_rank[rank]
+        offset = _offset(report, rank)
+        got = files.rank_export(r, steps)
+        events = got if isinstance(got, RankExport) else None
+        out.append(
+            ExportedRank(
+                rank,
+                role,
+                r.host,
+                r.devices,
+                offset,
+                events,
+                _waits(report, rank, steps, offset),
+                reason=got if isinstance(got, str) else None,
+            )
+        )
+    return TraceExport(steps, tuple(out), export_markers(report, roles))
+
+
+def export_roles(report: Report, chosen: Sequence[int]) -> dict[int, str]:
+    """Rank -> why it is exported, in the order the trace lists them."""
+    analyzed = {r.rank for r in report.rank_reports}
+    if chosen:
+        return {r: "chosen" for r in chosen if r in analyzed}
+    order = report.summary.slowest_first
+    if not order:
+        return {}
+    roles = {order[-1]: "fastest"}
+    if report.summary.median_rank is not None:
+        roles.setdefault(report.summary.median_rank, "median")
+    roles.setdefault(order[0], "slowest")
+    flagged = [r.rank for r in (report.stragglers.ranks if report.stragglers else ()) if r.flagged]
+    for rank in flagged[:MAX_DEFAULT_STRAGGLERS]:
+        roles.setdefault(rank, "straggler")
+    return roles
+
+
+def export_markers(report: Report, roles: dict[int, str]) -> tuple[Marker, ...]:
+    """The instant events of the trace: the place where the report's findings go (issue 22:
+    one marker per finding, on its rank when it names one). Until then: flagged stragglers on
+    their ranks, the run's notes and warnings on the whole trace."""
+    markers: list[Marker] = []
+    st = report.stragglers
+    for r in st.ranks if st is not None else ():
+        if r.flagged and r.rank in roles:
+            markers.append(
+                Marker(
+                    "straggler",
+                    f"rank {r.rank}: root delay {ms(r.root_delay_ns)} ms per step (metrics.md §6)",
+                    rank=r.rank,
+                    severity="warning",
+                )
+            )
+    for note in report.notes:
+        if set(note.ranks) & set(roles):
+            markers.append(Marker("note", note.text))
+    markers.extend(Marker("warning", w, severity="warning") for w in report.warnings)
+    return tuple(markers)
+
+
+def _steps(
+    report: Report,
+    by_rank: dict[int, RankReport],
+    chosen: tuple[int | None, int | None] | None,
+) -> tuple[int, ...]:
+    median = by_rank.get(report.summary.median_rank or -1)
+    if chosen is None:
+        step = typical_step(median) if median is not None else None
+        return () if step is None else (step,)
+    lo, hi = chosen
+    return tuple(
+        s for s in report.summary.steps if (lo is None or s >= lo) and (hi is None or s <= hi)
+    )
+
+
+def _offset(report: Report, rank: int) -> int:
+    cr = report.cross_rank
+    if cr is None or not cr.clock_aligned:
+        return 0
+    for clock in cr.clocks:
+        if rank in clock.ranks:
+            return clock.offset_ns or 0
+    return 0
+
+
+def _waits(report: Report, rank: int, steps: tuple[int, ...], offset: int) -> pl.DataFrame:
+    """Per collective of the rank in ``steps``: how long it waited inside the kernel for the
+    last member to arrive (§6: latest start − own start), on its own clock."""
+    schema = pl.Schema({"start_ns": pl.Int64(), "wait_ns": pl.Int64(), "kind": pl.String()})
+    cr = report.cross_rank
+    if cr is None:
+        return pl.DataFrame(schema=schema)
+    parts = []
+    aligned = cr.aligned
+    if aligned.height:
+        per = aligned.with_columns(
+            (pl.col("start_ns").max().over("pg", "key") - pl.col("start_ns")).alias("wait_ns")
+        ).filter((pl.col("rank") == rank) & pl.col("step").is_in(list(steps)))
+        parts.append(per.select("start_ns", "wait_ns", pl.col("coll_type").alias("kind")))
+    p2p = cr.p2p_waits
+    if p2p.height:
+        mine = p2p.filter((pl.col("rank") == rank) & pl.col("step").is_in(list(steps)))
+        parts.append(
+            mine.select(
+                "start_ns", pl.col("wait").alias("wait_ns"), pl.lit("SendRecv").alias("kind")
+            )
+        )
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    waits = pl.concat([p.cast(schema) for p in parts]).filter(pl.col("wait_ns") > 0)
+    return waits.with_columns(pl.col("start_ns") + offset).sort("start_ns")
