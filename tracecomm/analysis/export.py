@@ -37,13 +37,24 @@ def trace_export(
     by_rank = {r.rank: r for r in report.rank_reports}
     roles = export_roles(report, chosen_ranks)
     steps = _steps(report, by_rank, chosen_steps)
-    if not roles or not steps:
-        return TraceExport((), (), (), "no analyzed step to export")
+    if not roles:
+        return TraceExport((), (), (), "no analyzed rank")
+    if not steps:
+        reason = (
+            "the run has no analyzed ProfilerStep (the export writes whole steps)"
+            if not report.summary.steps
+            else f"--export-steps selects none of the analyzed steps "
+            f"({report.summary.steps[0]}–{report.summary.steps[-1]})"
+        )
+        return TraceExport((), (), (), reason)
     out = []
     for rank, role in roles.items():
         r = by_rank[rank]
         offset = _offset(report, rank)
-        got = files.rank_export(r, steps)
+        got: RankExport | str = files.rank_export(r, steps)
+        if isinstance(got, RankExport) and not got.windows:
+            timeline = r.breakdown.timeline.upper()
+            got = f"no device work in step(s) {', '.join(map(str, steps))} ({timeline} timeline)"
         events = got if isinstance(got, RankExport) else None
         out.append(
             ExportedRank(
@@ -68,14 +79,14 @@ def export_roles(report: Report, chosen: Sequence[int]) -> dict[int, str]:
     order = report.summary.slowest_first
     if not order:
         return {}
-    roles = {order[-1]: "fastest"}
+    roles: dict[int, list[str]] = {order[-1]: ["fastest"]}
     if report.summary.median_rank is not None:
-        roles.setdefault(report.summary.median_rank, "median")
-    roles.setdefault(order[0], "slowest")
+        roles.setdefault(report.summary.median_rank, []).append("median")
+    roles.setdefault(order[0], []).append("slowest")
     flagged = [r.rank for r in (report.stragglers.ranks if report.stragglers else ()) if r.flagged]
     for rank in flagged[:MAX_DEFAULT_STRAGGLERS]:
-        roles.setdefault(rank, "straggler")
-    return roles
+        roles.setdefault(rank, []).append("straggler")
+    return {rank: "/".join(names) for rank, names in roles.items()}
 
 
 def export_markers(report: Report, roles: dict[int, str]) -> tuple[Marker, ...]:
@@ -106,7 +117,8 @@ def _steps(
     by_rank: dict[int, RankReport],
     chosen: tuple[int | None, int | None] | None,
 ) -> tuple[int, ...]:
-    median = by_rank.get(report.summary.median_rank or -1)
+    anchor = report.summary.median_rank
+    median = by_rank.get(anchor) if anchor is not None else None
     if chosen is None:
         step = typical_step(median) if median is not None else None
         return () if step is None else (step,)

@@ -48,8 +48,11 @@ def export(run: RUNS, *, options: dict[str, Any]) -> None:
     if not quiet:
         flow.print_lines(flow.warning_lines(result))
     found = result.export
-    if found is None or not found.ranks:
-        stderr(f"error: nothing to export: {found.reason if found else 'no analyzed rank'}")
+    if found is None or not any(r.events is not None for r in found.ranks):
+        why = found.reason if found is not None else None
+        if found is not None and found.ranks and why is None:
+            why = "; ".join(f"rank {r.rank}: {r.reason}" for r in found.ranks[:3])
+        stderr(f"error: nothing to export: {why or 'no analyzed rank'}")
         raise typer.Exit(EXIT_NO_INPUT)
     data = EXPORT["chrome"](result, flow.view())
     written = gzip.compress(data, compresslevel=6, mtime=0) if output.name.endswith(".gz") else data
