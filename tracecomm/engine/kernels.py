@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+import numpy as np
 import polars as pl
 
 from tracecomm.engine.classify import COLL_TYPES
@@ -79,13 +80,7 @@ def _groups(work: pl.DataFrame, steps: int) -> tuple[KernelGroup, ...]:
     keyed = work.with_columns(
         pl.when(pl.col("cls") == "comm").then(pl.col("coll_type")).alias("coll_type")
     )
-    per_name = keyed.group_by("cls", "coll_type", "name").agg(
-        pl.len().alias("count"),
-        pl.col("dur").sum().alias("total_ns"),
-        lower_median("dur").alias("median_ns"),
-        nearest_rank_p95("dur").alias("p95_ns"),
-        pl.col("dur").max().alias("max_ns"),
-    )
+    per_name = _per_name(keyed)
     totals = per_name.group_by("cls", "coll_type").agg(
         pl.col("count").sum().alias("events"),
         pl.len().alias("names"),
@@ -134,6 +129,27 @@ def _groups(work: pl.DataFrame, steps: int) -> tuple[KernelGroup, ...]:
     return tuple(out)
 
 
+def _per_name(keyed: pl.DataFrame) -> pl.DataFrame:
+    """Count, sum, median, p95 and max of the durations per (class, type, name). Grouped on a
+    hash of the name (half the time of grouping on the text); a group whose names differ (two
+    names with one hash) sends the whole table to the text grouping."""
+    aggs = (
+        pl.len().alias("count"),
+        pl.col("dur").sum().alias("total_ns"),
+        lower_median("dur").alias("median_ns"),
+        nearest_rank_p95("dur").alias("p95_ns"),
+        pl.col("dur").max().alias("max_ns"),
+    )
+    hashed = (
+        keyed.with_columns(pl.col("name").hash().alias("_h"))
+        .group_by("cls", "coll_type", "_h")
+        .agg(pl.col("name").min(), pl.col("name").max().alias("_other"), *aggs)
+    )
+    if (hashed["name"] == hashed["_other"]).all():
+        return hashed.drop("_h", "_other")
+    return keyed.group_by("cls", "coll_type", "name").agg(*aggs)
+
+
 def _short(work: pl.DataFrame, steps: int) -> ShortKernels:
     kernels = work.filter(pl.col("cls").is_in(["compute", "comm"]))
     bounds = pl.lit(None, pl.Int64)
@@ -169,24 +185,26 @@ def _launches(
     calls = work.filter(kernel | pl.col("graph_via").is_not_null()).select(
         "step", "launch_corr", pl.col("graph_via").is_not_null().alias("graph")
     )
-    calls = calls.unique("launch_corr", keep="any")
-    per_step = dict(calls.group_by("step").len().iter_rows())
+    # a launch belongs to one step (the one its call lies in): distinct calls per step
+    per_step = dict(
+        calls.group_by("step").agg(pl.col("launch_corr").n_unique().alias("n")).iter_rows()
+    )
     counts = sorted(per_step.get(s, 0) for s in steps)
+    graph_calls = calls.filter(pl.col("graph"))["launch_corr"].n_unique()
     direct = work.filter(pl.col("launch_ns").is_not_null() & pl.col("graph_via").is_null())
-    delay = direct.select((pl.col("start_ns") - pl.col("launch_ns")).clip(lower_bound=0).alias("d"))
+    delays = np.sort(np.maximum(direct["start_ns"].to_numpy() - direct["launch_ns"].to_numpy(), 0))
+    n = delays.size
     stats = (
-        delay.select(
-            lower_median("d").alias("median"), nearest_rank_p95("d").alias("p95"), pl.max("d")
-        ).row(0)
-        if delay.height
+        (int(delays[(n - 1) // 2]), int(delays[(n * 95 + 99) // 100 - 1]), int(delays[-1]))
+        if n
         else (None, None, None)
     )
     bound = gaps.filter(pl.col("cause") == "host_bound") if gaps is not None else None
     return LaunchStats(
-        launches=calls.height,
+        launches=sum(counts),
         per_step_median=counts[(len(counts) - 1) // 2],
-        graph_launches=int(calls["graph"].sum()),
-        delayed=delay.height,
+        graph_launches=graph_calls,
+        delayed=n,
         delay_median_ns=None if stats[0] is None else int(stats[0]),
         delay_p95_ns=None if stats[1] is None else int(stats[1]),
         delay_max_ns=None if stats[2] is None else int(stats[2]),
