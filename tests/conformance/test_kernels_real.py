@@ -102,3 +102,37 @@ def test_top_kernels_agree_with_a_plain_reference(shared_traces: Path, name: str
             p95_rank = -(-95 * len(d) // 100) - 1
             expected = (len(d), sum(d), d[(len(d) - 1) // 2], d[p95_rank], d[-1])
             assert got[cls][kernel] == expected, (cls, kernel)
+
+
+def test_real_graph_replays_are_tied_to_their_launch(shared_traces: Path) -> None:
+    """The shared trace ``hta-negative_queue_length_values_check`` replays CUDA graphs (70
+    cudaGraphLaunch calls replaying 135 kernels and 210 memsets, each carrying its launch's
+    correlation, §16): every one is tied to the step its launch lies in, as the raw JSON says."""
+    from tracecomm.engine.classify import classify
+    from tracecomm.engine.steps import link_launches
+
+    path = shared_traces / "hta-negative_queue_length_values_check/rank0.json.gz"
+    with gzip.open(path, "rt") as handle:
+        events = [e for e in json.load(handle)["traceEvents"] if e.get("ph") == "X"]
+    steps = [
+        (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), int(e["name"].split("#")[1]))
+        for e in events
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    ]
+    graph_at = {
+        e["args"]["correlation"]: ns(e["ts"])
+        for e in events
+        if e.get("cat") == "cuda_runtime" and e["name"] == "cudaGraphLaunch"
+    }
+    assert len(graph_at) == 70
+    want = sorted(
+        (ns(e["ts"]), next((n for lo, hi, n in steps if lo <= graph_at[c] < hi), None))
+        for e in events
+        if str(e.get("cat")).lower() in _DEVICE and (c := e["args"].get("correlation")) in graph_at
+    )
+    assert len(want) == 135 + 210
+    rank = load_rank(path, Request(()).read)
+    linked = link_launches(classify(rank), rank)
+    graph = linked.filter(linked["graph_via"].is_not_null())
+    assert set(graph["graph_via"]) == {"correlation"}
+    assert sorted(graph.select("start_ns", "step").iter_rows()) == want
