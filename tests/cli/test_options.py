@@ -14,7 +14,7 @@ import typer
 from tracecomm.cli import app
 
 CLI = Path(__file__).resolve().parents[2] / "tracecomm" / "cli"
-ANALYZING = ("analyze", "report", "project", "compare", "check", "baseline")
+ANALYZING = ("analyze", "report", "export", "project", "compare", "check", "baseline")
 
 
 def _calls(tree: ast.AST, name: str) -> list[ast.Call]:

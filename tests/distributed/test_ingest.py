@@ -21,7 +21,7 @@ from tracecomm.engine import BreakdownOptions
 from tracecomm.ingest.discover import json_size
 from tracecomm.ingest.model import ReadOptions
 from tracecomm.run.discover import SUFFIX
-from tracecomm.run.summaries import SummaryError, read_summary, write_summary
+from tracecomm.run.summaries import FORMAT, SummaryError, read_summary, write_summary
 from tracecomm.run.worker import RankWork, analyze_file
 from tracecomm.synth import fsdp_run, write_run
 
@@ -112,6 +112,21 @@ def test_a_summary_round_trips_exactly(tmp_path: Path) -> None:
     assert read_summary(str(write_summary(tmp_path, failure, opts)))[0] == failure
 
 
+def test_impossible_kernel_figures_are_refused(tmp_path: Path) -> None:
+    """A stored kernel view whose order statistics are out of order is damaged (§15)."""
+    (result,) = analyze_file(
+        str(SAMPLE_RUN / "rank0.pt.trace.json.gz"), RankWork(BreakdownOptions(), ReadOptions())
+    )
+    assert isinstance(result, RankResult) and result.breakdown.kernels is not None
+    kernels = result.breakdown.kernels
+    group = kernels.groups[0]
+    bad_row = replace(group.top[0], median_ns=group.top[0].max_ns + 1)
+    bad = replace(kernels, groups=(replace(group, top=(bad_row,)), *kernels.groups[1:]))
+    damaged = replace(result, breakdown=replace(result.breakdown, kernels=bad))
+    with pytest.raises(SummaryError, match=r"kernel view, compute: .* out of order"):
+        read_summary(str(write_summary(tmp_path, damaged, BreakdownOptions())))
+
+
 def test_a_rank_without_collectives_keeps_none(tmp_path: Path) -> None:
     (result,) = analyze_file(
         str(SAMPLE_RUN / "rank0.pt.trace.json.gz"), RankWork(BreakdownOptions(), ReadOptions())
@@ -125,7 +140,7 @@ def test_a_rank_without_collectives_keeps_none(tmp_path: Path) -> None:
 def test_summaries_of_other_versions_or_damaged_ones_are_named(tmp_path: Path) -> None:
     other = tmp_path / f"x{SUFFIX}"
     pl.DataFrame({"a": [1]}).write_parquet(other, metadata={"tracecomm.summary.format": "99"})
-    with pytest.raises(SummaryError, match=r"format 99; this tracecomm .* reads format 2"):
+    with pytest.raises(SummaryError, match=rf"format 99; this tracecomm .* reads format {FORMAT}"):
         read_summary(str(other))
     junk = tmp_path / f"y{SUFFIX}"
     junk.write_bytes(b"not parquet")

@@ -172,7 +172,7 @@ def test_events_without_a_category_are_not_kept(tmp_path: Path) -> None:
     text = json.dumps([*simple_events(), bare]).encode()
     got = fast.columns(text, tmp_path / "x.json", None, SHAPED_OPS)
     assert got is not None
-    frame, _, _ = got
+    frame, _, _, _ = got
     assert frame.height == len(simple_events())  # the step, 3 launches, 3 kernels
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tracecomm.mfu.peaks import find_peak, peak_table
+from tracecomm.mfu.peaks import find_bandwidth, find_peak, peak_table
 
 H100_PROPS = {"computeMajor": 9, "computeMinor": 0, "numSms": 132, "warpSize": 32}
 
@@ -65,3 +65,30 @@ def test_mi250_name_shared_by_two_parts() -> None:
     mi250x, mi250 = find_peak(shared, "bf16", {"numSms": 110}), find_peak(shared, "bf16", {})
     assert mi250x is not None and mi250x.tflops == 191.5
     assert mi250 is not None and mi250.tflops == 181.05
+
+
+@pytest.mark.parametrize(
+    ("name", "gbps"),
+    [
+        ("NVIDIA H100 80GB HBM3", 3350.0),
+        ("NVIDIA H100 PCIe", 2000.0),
+        ("NVIDIA H200", 4800.0),
+        ("NVIDIA A100-SXM4-80GB", 2039.0),
+        ("AMD Instinct MI300X", 5300.0),
+        ("Tesla V100-SXM2-16GB", 900.0),
+    ],
+)
+def test_memory_bandwidth_of_a_device(name: str, gbps: float) -> None:
+    bw = find_bandwidth(name)
+    assert bw is not None and bw.gbps == gbps and bw.source
+
+
+def test_every_row_has_a_memory_bandwidth_with_its_source() -> None:
+    assert all(r.mem_gbps and r.mem_source and r.mem_confidence for r in peak_table())
+
+
+def test_no_bandwidth_for_unknown_devices_or_mig_slices() -> None:
+    assert find_bandwidth("NVIDIA Quantum 9000") is None
+    assert find_bandwidth("NVIDIA A100-SXM4-40GB MIG 3g.20gb", {"numSms": 42}) is None
+    inferred = find_bandwidth("NVIDIA Graphics Device", H100_PROPS)
+    assert inferred is not None and inferred.inferred and inferred.gbps == 3350.0

@@ -14,6 +14,8 @@ from dataclasses import dataclass, replace
 
 from tracecomm.analysis.bandwidth import bandwidth
 from tracecomm.analysis.crossrank import ranks_cross_rank
+from tracecomm.analysis.export import trace_export
+from tracecomm.analysis.kernels import kernel_view
 from tracecomm.analysis.model import RankFiles, Report, RunData
 from tracecomm.analysis.options import AnalysisOptions
 from tracecomm.analysis.pipeline_view import pipeline_views
@@ -58,6 +60,11 @@ def step_rate(report: Report, ctx: Context) -> Report:
     return replace(report, throughput=rate, warnings=warnings)
 
 
+def kernels(report: Report, ctx: Context) -> Report:
+    """metrics.md §15–§16: the ranks' kernel views across ranks, the roofline with peaks."""
+    return replace(report, kernels=kernel_view(report.rank_reports))
+
+
 def link_bandwidth(report: Report, ctx: Context) -> Report:
     cr = report.cross_rank
     found = bandwidth(cr.aligned, ctx.options.link_gbps) if cr is not None else None
@@ -92,6 +99,14 @@ def timeline(report: Report, ctx: Context) -> Report:
     )
 
 
+def export(report: Report, ctx: Context) -> Report:
+    """metrics.md §17: the chosen ranks' and steps' events for ``tracecomm export``."""
+    if not ctx.options.export or ctx.data.files is None:
+        return report
+    found = trace_export(report, ctx.options.export_ranks, ctx.options.export_steps, ctx.data.files)
+    return replace(report, export=found)
+
+
 def projection(report: Report, ctx: Context) -> Report:
     if ctx.options.project_to is None or ctx.data.files is None:
         return report
@@ -100,7 +115,7 @@ def projection(report: Report, ctx: Context) -> Report:
 
 
 def bottom_line(report: Report, ctx: Context) -> Report:
-    """Last: every figure a finding draws on is in the report by now."""
+    """After every figure a finding draws on (the projection is none of them)."""
     from tracecomm.analysis.findings import findings, step_parts
 
     parts = step_parts(report)
@@ -111,13 +126,15 @@ PROCESSORS: tuple[Processor, ...] = (
     cross_rank,
     stragglers,
     step_rate,
+    kernels,
     link_bandwidth,
     pipelines,
     hta_compat,
     nccl,
     timeline,
+    bottom_line,  # the findings: every figure they draw on is in by now; export marks them
+    export,
     projection,
-    bottom_line,
 )
 
 

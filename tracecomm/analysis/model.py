@@ -26,11 +26,14 @@ if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, 
 
     from tracecomm.analysis.bandwidth import Bandwidth
     from tracecomm.analysis.crossrank import CrossRank
+    from tracecomm.analysis.export_model import TraceExport
+    from tracecomm.analysis.kernels import KernelView
     from tracecomm.analysis.pipeline_view import PipelineView
     from tracecomm.analysis.projection import Projection
     from tracecomm.analysis.stragglers import Stragglers
     from tracecomm.analysis.throughput import Throughput
     from tracecomm.compat.hta import HtaFigures
+    from tracecomm.engine.export import RankExport
     from tracecomm.engine.model import Figures
     from tracecomm.mfu.inputs import ModelFlops, ModelInputs
     from tracecomm.nccl.diagnose import NcclSummary
@@ -107,6 +110,8 @@ class Report:
     pipelines: tuple[PipelineView, ...] = ()  # §10's pipeline view, one per send/recv group
     step_parts: StepParts | None = None  # the bottom line (metrics.md §14): one step's parts
     findings: tuple[Finding, ...] = ()  # and what costs the most, costliest first
+    kernels: KernelView | None = None  # §15–§16: top kernels, launches, graphs, roofline
+    export: TraceExport | None = None  # §17: the chosen ranks' and steps' events (export)
 
     @property
     def partial(self) -> bool:
@@ -160,6 +165,8 @@ class RankFiles(Protocol):
     def step_work(self, rank: RankReport, step: int) -> pl.DataFrame | str: ...
 
     def hta_figures(self, paths: Mapping[int, str], version: str) -> tuple[HtaFigures, ...]: ...
+
+    def rank_export(self, rank: RankReport, steps: tuple[int, ...]) -> RankExport | str: ...
 
 
 @dataclass(frozen=True)

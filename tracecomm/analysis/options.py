@@ -18,3 +18,7 @@ class AnalysisOptions:
     weak: bool = False  # projection under weak scaling (per-rank batch kept)
     pp_stages: int | None = None  # --pp-stages: the pipeline view's p instead of the inferred one
     microbatches: int | None = None  # --microbatches: its m
+    export: bool = False  # metrics.md §17: read the chosen ranks' steps again (tracecomm export)
+    export_ranks: tuple[int, ...] = ()  # --export-ranks; () = fastest, median, slowest, flagged
+    # --export-steps: (first, last) ProfilerStep numbers, either open; None = the typical step
+    export_steps: tuple[int | None, int | None] | None = None

@@ -437,6 +437,22 @@ OPTIONAL_OUTPUT = Option(
 )
 
 
+# export's own -------------------------------------------------------------------------------
+EXPORT_RANKS = option(
+    "export_ranks",
+    str | None,
+    None,
+    help="Ranks to write, e.g. 0,7,12 (default: the fastest, median and slowest by median step "
+    "time, and the flagged stragglers).",
+)
+EXPORT_STEPS = option(
+    "export_steps",
+    str | None,
+    None,
+    help="ProfilerSteps to write: 5, 3:7, 3:, :7 or all (default: the median rank's typical "
+    "step; a trace of many steps and ranks may not open in the Perfetto UI).",
+)
+
 # docs' own ---------------------------------------------------------------------------------
 PATH = option("path", bool, False, help="Print where the file is instead of its text.")
 

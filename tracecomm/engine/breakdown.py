@@ -12,8 +12,9 @@ import polars as pl
 from tracecomm.engine.classify import COLL_TYPES, classify_with_comm, coll_type_of
 from tracecomm.engine.collectives import collective_instances
 from tracecomm.engine.energy import window_energy
-from tracecomm.engine.idle import HostActivity, idle_by_cause
+from tracecomm.engine.idle import HostActivity, cause_sums, idle_gaps
 from tracecomm.engine.intervals import Coverage, IntArray, coverage, measure
+from tracecomm.engine.kernels import kernel_stats
 from tracecomm.engine.model import (
     Figures,
     RankBreakdown,
@@ -22,8 +23,14 @@ from tracecomm.engine.model import (
     TypeFigures,
     WindowFigures,
 )
-from tracecomm.engine.observed import observed_flops
-from tracecomm.engine.steps import link_launches, step_windows
+from tracecomm.engine.observed import counted_ops, observed_flops
+from tracecomm.engine.steps import (
+    CAPTURE_BEGIN_PATTERN,
+    LaunchNames,
+    captured,
+    link_launches,
+    step_windows,
+)
 from tracecomm.ingest.model import RankEvents
 from tracecomm.ingest.power import PowerSeries
 
@@ -55,9 +62,15 @@ def breakdown(
     opts = opts or BreakdownOptions()
     device, comm = classify_with_comm(rank, opts.comm_patterns, opts.compute_patterns)
     work = device.filter(pl.col("cls") != "sync")
+    names = LaunchNames.of(rank)
+    in_capture = captured(rank, names)
+    if work.height == 0 and in_capture.any():
+        # launches made while a stream captured a graph ran nothing: no CPU timeline either
+        note = capture_note(rank, in_capture, replayed=0)
+        return RankBreakdown("gpu", None, (), 0, device.height, 0, (note,))
     if work.height == 0 and rank.cpu.height:
         cpu = _cpu_breakdown(rank, opts)
-        return replace(cpu, notes=lost_activity_notes(rank, device) + cpu.notes)
+        return replace(cpu, notes=lost_activity_notes(rank, device, in_capture) + cpu.notes)
     devices = tuple(
         work.filter(pl.col("device").is_not_null())
         .group_by("device")
@@ -66,13 +79,26 @@ def breakdown(
         .to_list()
     )
     series = (power or {}).get(devices[0]) if devices and rank.epoch_clock else None
-    linked = link_launches(device, rank)
-    steps = step_windows(linked, rank)
+    linked = link_launches(device, rank, names)
+    steps = step_windows(linked, rank, names)
+    detail: dict[str, pl.DataFrame] = {}
     result = _gpu_breakdown(
-        linked.filter(pl.col("cls") != "sync"), steps, device, opts, series, HostActivity.of(rank)
+        linked.filter(pl.col("cls") != "sync"),
+        steps,
+        device,
+        opts,
+        series,
+        HostActivity.of(rank),
+        detail,
     )
+    notes = lost_activity_notes(rank, linked, in_capture)
+    if in_capture.any():
+        replayed = int(linked["graph_via"].is_not_null().sum())
+        notes += (capture_note(rank, in_capture, replayed),)
     # first: the last note says why nothing could be analyzed, when nothing could
-    result = replace(result, notes=lost_activity_notes(rank, device) + result.notes)
+    result = replace(result, notes=notes + result.notes)
+    included = {s.step for s in result.included_steps}
+    counted = counted_ops(rank.shaped_ops, linked, included) if rank.shaped_ops.height else None
     return replace(
         result,
         collectives=collective_instances(
@@ -87,7 +113,18 @@ def breakdown(
         ),
         work_signature=_work_signature(linked, result),
         devices=devices,
-        observed=observed_flops(rank.shaped_ops, linked, {s.step for s in result.included_steps}),
+        observed=observed_flops(rank.shaped_ops, linked, included, counted),
+        kernels=kernel_stats(
+            rank,
+            linked,
+            included,
+            detail.get("gaps"),
+            in_capture,
+            names,
+            counted,
+        )
+        if result.timeline == "gpu"
+        else None,
     )
 
 
@@ -96,10 +133,35 @@ LOST_SHARE_PCT = 5.0
 _KERNEL_LAUNCH = r"(?i)launch(?:kernel|cooperativekernel)|graphlaunch|launchkernelex"
 
 
-def lost_activity_notes(rank: RankEvents, device: pl.DataFrame) -> tuple[str, ...]:
+def capture_note(rank: RankEvents, in_capture: pl.Series, replayed: int) -> str:
+    """What a trace that records graph capture holds (metrics.md §16)."""
+    launches = rank.launches.filter(in_capture & pl.col("name").str.contains(_KERNEL_LAUNCH))
+    captures = rank.launches.filter(pl.col("name").str.contains(CAPTURE_BEGIN_PATTERN)).height
+    made = (
+        f"{launches.height} kernel launches were made while a stream captured a CUDA/HIP "
+        f"graph ({captures} capture(s), between StreamBeginCapture and StreamEndCapture): "
+        "they run nothing, their kernels run when the graph is replayed"
+    )
+    if replayed:
+        return made + f"; they are not counted as missing ({replayed} replayed kernels are)"
+    return (
+        "this trace records graph capture: "
+        + made
+        + ", and no replay was recorded; profile the replay (the steps after the graph is "
+        "captured)"
+    )
+
+
+def lost_activity_notes(
+    rank: RankEvents, device: pl.DataFrame, in_capture: pl.Series | None = None
+) -> tuple[str, ...]:
     """Kernel launches the trace recorded without the GPU events they started: the profiler
-    lost device activity (ProfilerActivity.CUDA off, CUPTI busy or out of buffer space)."""
-    launches = rank.launches.filter(pl.col("name").str.contains(_KERNEL_LAUNCH))
+    lost device activity (ProfilerActivity.CUDA off, CUPTI busy or out of buffer space).
+    Launches made during a graph capture run nothing: never lost. ``device``: the device
+    frame, or the linked one (``launch_corr``: a graph launch tied to its kernels by their
+    graph nodes launched them)."""
+    kept = rank.launches if in_capture is None else rank.launches.filter(~in_capture)
+    launches = kept.filter(pl.col("name").str.contains(_KERNEL_LAUNCH))
     if launches.height == 0:
         return ()
     if device.height == 0:
@@ -109,7 +171,9 @@ def lost_activity_notes(rank: RankEvents, device: pl.DataFrame) -> tuple[str, ..
             "could not start: another profiler held it), so this rank is analyzed on its CPU "
             "timeline and its GPU time is unknown",
         )
-    seen = device["correlation"].drop_nulls().unique()
+    corr = pl.col("correlation")
+    linked = pl.coalesce("launch_corr", corr) if "launch_corr" in device.columns else corr
+    seen = device.select(linked.drop_nulls().unique()).to_series()
     lost = launches.filter(
         pl.col("correlation").is_not_null() & ~pl.col("correlation").is_in(seen.implode())
     ).height
@@ -147,6 +211,7 @@ def _gpu_breakdown(
     opts: BreakdownOptions,
     power: PowerSeries | None = None,
     host: HostActivity | None = None,
+    idle_detail: dict[str, pl.DataFrame] | None = None,
 ) -> RankBreakdown:
     comm_kernels = int((device["cls"] == "comm").sum())
     unlinked = int(work["launch_ns"].is_null().sum())
@@ -167,7 +232,17 @@ def _gpu_breakdown(
             )
         )
     return _figures_for(
-        work, steps, "gpu", opts, comm_kernels, device.height, unlinked, notes, power, host
+        work,
+        steps,
+        "gpu",
+        opts,
+        comm_kernels,
+        device.height,
+        unlinked,
+        notes,
+        power,
+        host,
+        idle_detail,
     )
 
 
@@ -211,7 +286,10 @@ def _figures_for(
     notes: list[str],
     power: PowerSeries | None = None,
     host: HostActivity | None = None,
+    idle_detail: dict[str, pl.DataFrame] | None = None,
 ) -> RankBreakdown:
+    """``idle_detail``: receives the analysis window's idle gaps (``gaps``, engine.idle)."""
+    idle_detail = {} if idle_detail is None else idle_detail
     if work.height == 0:
         notes.append(f"no {timeline.upper()} activity to analyze")
         return RankBreakdown(
@@ -237,7 +315,10 @@ def _figures_for(
             )
     windows = _window_figures(events, types, [*step_spans, rank_spans])
     if host is not None:
-        idle = idle_by_cause(events.cov, [*step_spans, rank_spans], work, steps, host)
+        gaps = idle_gaps(events.cov, [*step_spans, rank_spans], work, steps, host)
+        # the analysis window's gaps: where the kernel view finds the ops that starve the GPU
+        idle_detail["gaps"] = gaps.filter(pl.col("w") == len(step_spans))
+        idle = cause_sums(gaps, [*step_spans, rank_spans])
         windows = [
             None if w is None else replace(w, idle_by_cause=causes)
             for w, causes in zip(windows, idle, strict=True)
@@ -338,6 +419,12 @@ class _Events:
             ends=np.asarray(work["end_ns"].to_numpy(), dtype=np.int64),
             comm_types=work["coll_type"].fill_null("").to_numpy(),
         )
+
+
+def work_coverage(work: pl.DataFrame, types: Sequence[str]) -> Coverage:
+    """The sweep the figures are measured on: labels compute, comm, memory, then each
+    collective type of ``types`` (the export's idle gaps use the same one)."""
+    return _coverage(work, types)
 
 
 def _coverage(work: pl.DataFrame, types: Sequence[str]) -> Coverage:

@@ -68,10 +68,33 @@ def idle_by_cause(
     """Per window (several disjoint spans each), ns of idle time per cause; None for an empty
     window. ``work``: the linked device work (start/end, cls, coll_type, name, launch_ns,
     launch_tid, step) the coverage was built from; ``steps``: the step windows."""
+    return cause_sums(idle_gaps(cov, windows, work, steps, host), windows)
+
+
+def idle_gaps(
+    cov: Coverage,
+    windows: Sequence[Sequence[tuple[int, int]]],
+    work: pl.DataFrame,
+    steps: pl.DataFrame,
+    host: HostActivity,
+) -> pl.DataFrame:
+    """Every idle gap of every window (``w``, ``g0``, ``g1``) with its ``cause``, and the
+    work that ends it: its ``ender`` (name) and ``ender_corr`` (its launch's correlation),
+    null for a gap the window's end cuts."""
     gaps = _gaps(cov, windows)
-    causes = (
-        _causes(gaps, work, steps, host) if gaps.height else gaps.with_columns(cause=pl.lit(""))
+    if gaps.height:
+        return _causes(gaps, work, steps, host)
+    return gaps.with_columns(
+        pl.lit("").alias("cause"),
+        pl.lit(None, pl.String).alias("ender"),
+        pl.lit(None, pl.Int64).alias("ender_corr"),
     )
+
+
+def cause_sums(
+    causes: pl.DataFrame, windows: Sequence[Sequence[tuple[int, int]]]
+) -> list[dict[str, int] | None]:
+    """``idle_gaps`` summed per window and cause."""
     sums = causes.group_by("w", "cause").agg((pl.col("g1") - pl.col("g0")).sum().alias("ns"))
     per_window: dict[int, dict[str, int]] = {}
     for w, cause, ns in sums.iter_rows():
@@ -118,13 +141,13 @@ def _gaps(cov: Coverage, windows: Sequence[Sequence[tuple[int, int]]]) -> pl.Dat
 def _causes(
     gaps: pl.DataFrame, work: pl.DataFrame, steps: pl.DataFrame, host: HostActivity
 ) -> pl.DataFrame:
-    ender = _enders(work)
+    ender = _enders(work, gaps["g1"])
     gaps = (
         gaps.with_row_index("_i")
         .join(ender, left_on="g1", right_on="start_ns", how="left")
         .with_columns(
             pl.when(pl.col("cut")).then(None).otherwise(pl.col(c)).alias(c)
-            for c in ("launch_ns", "launch_tid", "recv")
+            for c in ("launch_ns", "launch_tid", "recv", "ender", "ender_corr")
         )
     )
     gaps = _with_step_bounds(gaps, work, steps)
@@ -149,18 +172,22 @@ def _causes(
     return gaps.with_columns(cause.alias("cause"))
 
 
-def _enders(work: pl.DataFrame) -> pl.DataFrame:
-    """Per start time, the device work starting then: its earliest launch (and thread), and
-    whether a point-to-point receive is among it."""
+def _enders(work: pl.DataFrame, ends: pl.Series) -> pl.DataFrame:
+    """Per gap end (``ends``), the device work starting then: its earliest launch (and thread,
+    correlation and name), and whether a point-to-point receive is among it."""
     p2p = pl.col("coll_type") == "SendRecv"
     send_only = pl.col("name").str.contains(r"(?i)send") & ~pl.col("name").str.contains(r"(?i)recv")
+    corr = pl.col("launch_corr") if "launch_corr" in work.columns else pl.col("correlation")
     return (
-        work.sort("launch_ns", nulls_last=True)
+        work.filter(pl.col("start_ns").is_in(ends.implode()))
+        .sort("launch_ns", nulls_last=True)
         .group_by("start_ns")
         .agg(
             pl.col("launch_ns").first(),
             pl.col("launch_tid").first(),
             (p2p & ~send_only).any().alias("recv"),
+            pl.col("name").first().alias("ender"),
+            corr.first().alias("ender_corr"),
         )
     )
 

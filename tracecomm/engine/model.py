@@ -106,6 +106,143 @@ class ObservedFlops:
 
 
 @dataclass(frozen=True)
+class KernelRow:
+    """One kernel name of one group over the included steps (metrics.md §15). Durations are
+    order statistics of the kernel's own durations: ``median_ns`` the lower median (rank
+    ⌊(n−1)/2⌋ of n, 0-based), ``p95_ns`` the nearest-rank 95th percentile (rank ⌈0.95·n⌉−1)."""
+
+    name: str
+    count: int
+    total_ns: int  # sum of its durations
+    median_ns: int
+    p95_ns: int
+    max_ns: int
+    share_pct: float | None  # of the group's summed kernel time
+    count_per_step: float
+    ns_per_step: float
+
+
+@dataclass(frozen=True)
+class KernelGroup:
+    """A class of device work (compute; comm of one collective type; memory) and its top
+    kernels by summed time."""
+
+    cls: str
+    coll_type: str | None
+    events: int
+    names: int  # distinct names
+    total_ns: int  # summed durations (not a union: kernels on two streams both count)
+    top: tuple[KernelRow, ...]
+
+
+@dataclass(frozen=True)
+class DurationBucket:
+    below_ns: int | None  # upper bound, exclusive; None: the last, unbounded bucket
+    kernels: int
+    total_ns: int
+
+
+@dataclass(frozen=True)
+class ShortKernels:
+    """Kernels (compute and comm) shorter than ``threshold_ns``: too short to hide their own
+    launch cost."""
+
+    threshold_ns: int
+    kernels: int  # of them
+    total_ns: int
+    all_kernels: int
+    all_ns: int
+    per_step: float
+    buckets: tuple[DurationBucket, ...]
+
+    @property
+    def share_of_kernels_pct(self) -> float | None:
+        return 100.0 * self.kernels / self.all_kernels if self.all_kernels else None
+
+    @property
+    def share_of_time_pct(self) -> float | None:
+        return 100.0 * self.total_ns / self.all_ns if self.all_ns else None
+
+
+@dataclass(frozen=True)
+class StarvingOp:
+    """A CPU op whose launches came after the GPU had gone idle (host-bound gaps, §10)."""
+
+    op: str | None  # None: the launch names no CPU op
+    gaps: int
+    starved_ns: int  # summed length of those gaps
+    kernel: str  # the kernel that most often ended them
+
+
+@dataclass(frozen=True)
+class LaunchStats:
+    """Kernel launches of the included steps, and how long their work waited for the GPU."""
+
+    launches: int  # kernel launch calls (graph launches included), captures excluded
+    per_step_median: int  # lower median over the included steps
+    graph_launches: int
+    delayed: int  # device events launched directly (not by a graph) with a known launch
+    delay_median_ns: int | None  # GPU start − CPU launch start, lower median
+    delay_p95_ns: int | None
+    delay_max_ns: int | None
+    host_bound_ns: int  # the analysis window's host-bound idle (§10)
+    starving: tuple[StarvingOp, ...]
+
+
+@dataclass(frozen=True)
+class GraphOp:
+    """An op that launched graphs in the included steps, and the work its replays ran."""
+
+    op: str | None
+    launches: int
+    kernels: int
+    kernel_ns: int
+
+
+@dataclass(frozen=True)
+class GraphStats:
+    """CUDA / HIP graphs of the rank (metrics.md §16)."""
+
+    graph_launches: int  # in the included steps
+    replayed: int  # device events graphs replayed in the included steps
+    replayed_ns: int
+    by_method: dict[str, int]  # how they were tied to their launch -> events
+    unattributed: int  # events with graph ids that no launch could be found for (whole file)
+    captured_launches: int  # kernel launches made during a capture (whole file): ran nothing
+    captures: int
+    ops: tuple[GraphOp, ...]
+
+
+@dataclass(frozen=True)
+class OpShape:
+    """Recorded matmul / conv / attention ops of one shape and dtype: their FLOPs, the bytes
+    they must move at the least, and their kernels' time (the roofline, §15)."""
+
+    op: str
+    family: str
+    dtype: str
+    shapes: str  # Input Dims as JSON text
+    count: int
+    flops: int
+    bytes: int
+    kernel_ns: int
+
+
+@dataclass(frozen=True)
+class KernelStats:
+    """Inside the included steps (metrics.md §15): top kernels per class, short kernels,
+    launches, graphs and the recorded ops' FLOPs and bytes. Small: top rows only."""
+
+    steps: int
+    events: int
+    groups: tuple[KernelGroup, ...]
+    short: ShortKernels
+    launches: LaunchStats
+    graphs: GraphStats | None
+    ops: tuple[OpShape, ...]
+
+
+@dataclass(frozen=True)
 class RankBreakdown:
     """Everything the engine knows about one rank, before any cross-rank analysis."""
 
@@ -123,6 +260,7 @@ class RankBreakdown:
     work_signature: str | None = None
     devices: tuple[int, ...] = ()  # device ids the rank's kernels ran on, most used first
     observed: ObservedFlops | None = None  # with record_shapes traces
+    kernels: KernelStats | None = None  # GPU timelines with an included step (§15)
 
     @property
     def included_steps(self) -> tuple[StepFigures, ...]:

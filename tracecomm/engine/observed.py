@@ -4,21 +4,54 @@ and the time their kernels ran. A lower bound on the FLOPs the GPU executed (HFU
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import NamedTuple
 
 import msgspec
 import polars as pl
 
 from tracecomm.engine.model import ObservedFlops
-from tracecomm.mfu.opflops import op_flops
+from tracecomm.mfu.opflops import op_bytes, op_flops
 
 
 def observed_flops(
-    shaped_ops: pl.DataFrame, linked: pl.DataFrame, included: Collection[int]
+    shaped_ops: pl.DataFrame,
+    linked: pl.DataFrame,
+    included: Collection[int],
+    counted: Counted | None = None,
 ) -> ObservedFlops | None:
     """``linked``: device work with ``launch_ns`` / ``launch_tid`` / ``step``; only kernels of the
-    included steps count. None when the trace recorded no shapes."""
+    included steps count. None when the trace recorded no shapes. ``counted``: what
+    ``counted_ops`` returned for the same arguments."""
     if shaped_ops.height == 0:
         return None
+    counted_, kernels, recognized = counted or counted_ops(shaped_ops, linked, included)
+    by_family = dict(counted_.group_by("family").agg(pl.col("flops").sum()).iter_rows())
+    unknown = counted_.filter((pl.col("family") == "attention") & pl.col("causal").is_null())
+    return ObservedFlops(
+        flops=int(counted_["flops"].sum()),
+        kernel_ns=int(counted_["kernel_ns"].sum()),
+        compute_kernel_ns=int(kernels["dur"].sum()),
+        ops=counted_.height,
+        by_family={str(k): int(v) for k, v in sorted(by_family.items())},
+        attention_causal_unknown_flops=int(unknown["flops"].sum()),
+        unrecognized_ops=shaped_ops.height - recognized,
+    )
+
+
+class Counted(NamedTuple):
+    """Each outermost recognized op whose kernels ran in the included steps, with its
+    ``flops``, ``family``, ``causal``, ``bytes``, ``dtype`` and ``kernel_ns``; the included
+    compute kernels with ``dur``; how many of the shaped ops fit a formula."""
+
+    ops: pl.DataFrame
+    kernels: pl.DataFrame
+    recognized: int
+
+
+def counted_ops(
+    shaped_ops: pl.DataFrame, linked: pl.DataFrame, included: Collection[int]
+) -> Counted:
+    """The recorded ops' FLOPs and bytes, and their kernels' time (``Counted``)."""
     recognized = _with_flops(shaped_ops)
     ops = _outermost(recognized)
     kernels = linked.filter(
@@ -43,32 +76,35 @@ def observed_flops(
         .filter(pl.col("op").is_not_null() & (pl.col("launch_ns") < pl.col("op_end")))
     )
     counted = ops.join(launched.group_by("op").agg(pl.col("dur").sum().alias("kernel_ns")), on="op")
-    by_family = dict(counted.group_by("family").agg(pl.col("flops").sum()).iter_rows())
-    unknown = counted.filter((pl.col("family") == "attention") & pl.col("causal").is_null())
-    return ObservedFlops(
-        flops=int(counted["flops"].sum()),
-        kernel_ns=int(counted["kernel_ns"].sum()),
-        compute_kernel_ns=int(kernels["dur"].sum()),
-        ops=counted.height,
-        by_family={str(k): int(v) for k, v in sorted(by_family.items())},
-        attention_causal_unknown_flops=int(unknown["flops"].sum()),
-        unrecognized_ops=shaped_ops.height - recognized.height,
-    )
+    return Counted(counted, kernels, recognized.height)
 
 
 def _with_flops(shaped_ops: pl.DataFrame) -> pl.DataFrame:
     """FLOPs per op from its shapes; ops whose shapes do not fit a formula are dropped."""
     rows = []
     decode = msgspec.json.decode
-    for i, (name, dims, concrete) in enumerate(
-        shaped_ops.select("name", "input_dims", "concrete_inputs").iter_rows()
+    columns = ["name", "input_dims", "concrete_inputs"]
+    typed = "input_types" in shaped_ops.columns
+    for i, (name, dims_text, concrete_text, *types_text) in enumerate(
+        shaped_ops.select(*columns, *(["input_types"] if typed else [])).iter_rows()
     ):
-        found = op_flops(name, decode(dims), decode(concrete) if concrete else None)
+        dims = decode(dims_text)
+        concrete = decode(concrete_text) if concrete_text else None
+        found = op_flops(name, dims, concrete)
         if found is not None:
-            rows.append((i, *found))
+            types = decode(types_text[0]) if types_text and types_text[0] else None
+            moved = op_bytes(name, dims, types, concrete) if types else None
+            rows.append((i, *found, *(moved or (None, None))))
     counted = pl.DataFrame(
         rows,
-        schema={"op": pl.UInt32, "flops": pl.Int64, "family": pl.String, "causal": pl.Boolean},
+        schema={
+            "op": pl.UInt32,
+            "flops": pl.Int64,
+            "family": pl.String,
+            "causal": pl.Boolean,
+            "bytes": pl.Int64,
+            "dtype": pl.String,
+        },
         orient="row",
     )
     return shaped_ops.with_row_index("op").join(counted, on="op")

@@ -1,7 +1,10 @@
 """Step windows (metrics.md §2): which device work each ProfilerStep launched, and whether
-the step is complete."""
+the step is complete; and CUDA / HIP graphs (metrics.md §16): which launch replayed a graph's
+kernels, and which launches were made while a stream captured a graph (they run nothing)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -11,20 +14,178 @@ from tracecomm.ingest.model import RankEvents
 # recorded kernel was cut short by the end of the trace. Memcpy/memset calls are left out:
 # real traces often hold cudaMemsetAsync calls that CUPTI records no activity for.
 DEVICE_LAUNCH_PATTERN = r"(?i)launch.*kernel|kernel.*launch|graphlaunch"
+GRAPH_LAUNCH_PATTERN = r"(?i)graphlaunch"  # cudaGraphLaunch, cuGraphLaunch, hipGraphLaunch
+CAPTURE_BEGIN_PATTERN = r"(?i)streambegincapture"  # cuda/cu/hipStreamBeginCapture[ToGraph]
+CAPTURE_END_PATTERN = r"(?i)streamendcapture"
+# How a replayed kernel was tied to its graph launch (metrics.md §16)
+BY_CORRELATION, BY_REPLAY_ORDER, BY_TIME = "correlation", "replay order", "time"
 
 
-def link_launches(device: pl.DataFrame, rank: RankEvents) -> pl.DataFrame:
-    """Add ``launch_ns`` and ``launch_tid`` (the runtime call that launched the event) and
-    ``step``."""
+@dataclass(frozen=True)
+class LaunchNames:
+    """Which of a trace's runtime call names launch graphs and open / close a capture (found
+    on the distinct names: a trace has a few dozen, and hundreds of thousands of calls)."""
+
+    graph: tuple[str, ...]
+    capture_begin: tuple[str, ...]
+    capture_end: tuple[str, ...]
+
+    @classmethod
+    def of(cls, rank: RankEvents) -> LaunchNames:
+        names = rank.launches.select(pl.col("name").unique().drop_nulls()).to_series()
+
+        def matching(pattern: str) -> tuple[str, ...]:
+            return tuple(sorted(names.filter(names.str.contains(pattern)).to_list()))
+
+        return cls(
+            matching(GRAPH_LAUNCH_PATTERN),
+            matching(CAPTURE_BEGIN_PATTERN),
+            matching(CAPTURE_END_PATTERN),
+        )
+
+
+def link_launches(
+    device: pl.DataFrame, rank: RankEvents, names: LaunchNames | None = None
+) -> pl.DataFrame:
+    """Add ``launch_ns``, ``launch_tid`` and ``launch_corr`` (the runtime call that launched
+    the event: its start, thread and correlation id), ``graph_via`` (for a kernel a graph
+    replayed: how it was tied to the launch; else null) and ``step``."""
+    names = LaunchNames.of(rank)
     launches = (
         rank.launches.filter(pl.col("correlation").is_not_null())
         .unique("correlation", keep="first")
         .select(
-            "correlation", pl.col("start_ns").alias("launch_ns"), pl.col("tid").alias("launch_tid")
+            "correlation",
+            pl.col("start_ns").alias("launch_ns"),
+            pl.col("tid").alias("launch_tid"),
+            pl.col("correlation").alias("launch_corr"),
+            (pl.col("name").is_in(list(names.graph)) if names.graph else pl.lit(False)).alias(
+                "_graph_launch"
+            ),
         )
     )
     linked = device.join(launches, on="correlation", how="left", maintain_order="left")
+    graph_kernel = pl.col("_graph_launch").fill_null(False) | (
+        pl.col("graph_id").is_not_null() if "graph_id" in linked.columns else pl.lit(False)
+    )
+    linked = linked.with_columns(
+        pl.when(graph_kernel & pl.col("launch_ns").is_not_null())
+        .then(pl.lit(BY_CORRELATION))
+        .otherwise(pl.lit(None, pl.String))
+        .alias("graph_via")
+    ).drop("_graph_launch")
+    if names.graph and "graph_id" in linked.columns:
+        linked = _by_graph_nodes(linked, rank, names)
     return linked.with_columns(step_of(pl.col("launch_ns"), rank.steps, linked).alias("step"))
+
+
+def _by_graph_nodes(linked: pl.DataFrame, rank: RankEvents, names: LaunchNames) -> pl.DataFrame:
+    """Kernels a graph replayed whose correlation names no launch (only their graph and node
+    ids tell): tied to the graph launches that launched no recorded work. Replay r of a graph
+    is the r-th time its nodes run; with one graph in the trace and as many such launches as
+    replays, replay r is the r-th launch (``replay order``); otherwise each replay goes to the
+    latest of those launches before its first kernel starts (``time``)."""
+    linked = linked.with_row_index("_k")
+    orphans = linked.filter(pl.col("launch_ns").is_null() & pl.col("graph_id").is_not_null())
+    if orphans.height == 0:
+        return linked.drop("_k")
+    recorded = linked.select(pl.col("launch_corr").drop_nulls().unique()).to_series()
+    free = (
+        rank.launches.filter(
+            pl.col("name").is_in(list(names.graph))
+            & pl.col("correlation").is_not_null()
+            & ~pl.col("correlation").is_in(recorded.implode())
+        )
+        .sort("start_ns", "correlation")
+        .select(
+            pl.col("start_ns").alias("_l_ns"),
+            pl.col("tid").alias("_l_tid"),
+            pl.col("correlation").alias("_l_corr"),
+        )
+    )
+    if free.height == 0:
+        return linked.drop("_k")
+    replays = orphans.select("_k", "graph_id", "graph_node", "start_ns")
+    replays = replays.sort("start_ns", "_k").with_columns(
+        pl.int_range(pl.len()).over("graph_id", "graph_node").alias("_replay")
+    )
+    firsts = (
+        replays.group_by("graph_id", "_replay")
+        .agg(pl.col("start_ns").min().alias("_first"))
+        .sort("_first", "graph_id", "_replay")
+    )
+    if firsts["graph_id"].n_unique() == 1 and firsts.height == free.height:
+        assigned = pl.concat([firsts, free], how="horizontal").with_columns(
+            pl.lit(BY_REPLAY_ORDER).alias("_via")
+        )
+    else:
+        assigned = (
+            firsts.join_asof(free, left_on="_first", right_on="_l_ns", strategy="backward")
+            .filter(pl.col("_l_corr").is_not_null())
+            .with_columns(pl.lit(BY_TIME).alias("_via"))
+        )
+    tied = replays.join(
+        assigned.select("graph_id", "_replay", "_l_ns", "_l_tid", "_l_corr", "_via"),
+        on=["graph_id", "_replay"],
+    ).select("_k", "_l_ns", "_l_tid", "_l_corr", "_via")
+    out = linked.join(tied, on="_k", how="left", maintain_order="left").drop("_k")
+    return out.with_columns(
+        pl.coalesce("launch_ns", "_l_ns").alias("launch_ns"),
+        pl.coalesce("launch_tid", "_l_tid").alias("launch_tid"),
+        pl.coalesce("launch_corr", "_l_corr").alias("launch_corr"),
+        pl.coalesce("graph_via", "_via").alias("graph_via"),
+    ).drop("_l_ns", "_l_tid", "_l_corr", "_via")
+
+
+def captured(rank: RankEvents, names: LaunchNames | None = None) -> pl.Series:
+    """Per launch (``rank.launches`` order): made while a stream captured a graph, between a
+    BeginCapture call and the next EndCapture on the same thread. Such a launch runs nothing:
+    its kernels run when the graph is replayed."""
+    names = names or LaunchNames.of(rank)
+    launches = rank.launches
+    if not names.capture_begin or launches.height == 0:
+        return pl.Series("captured", [False] * launches.height, dtype=pl.Boolean)
+    begins = launches.filter(pl.col("name").is_in(list(names.capture_begin))).select(
+        "tid", pl.col("start_ns").alias("_begin")
+    )
+    ends = launches.filter(pl.col("name").is_in(list(names.capture_end))).select(
+        "tid", pl.col("end_ns").alias("_end")
+    )
+    windows = (
+        begins.sort("_begin")
+        .join_asof(
+            ends.sort("_end"),
+            left_on="_begin",
+            right_on="_end",
+            by="tid",
+            strategy="forward",
+            check_sortedness=False,
+        )
+        .with_columns(pl.col("_end").fill_null(2**62))  # never closed: to the trace's end
+        .sort("_begin")
+    )
+    probe = launches.select("tid", "start_ns", "name").with_row_index("_i")
+    hit = (
+        probe.sort("start_ns")
+        .join_asof(
+            windows,
+            left_on="start_ns",
+            right_on="_begin",
+            by="tid",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .with_columns(
+            (
+                (pl.col("start_ns") < pl.col("_end"))
+                & ~pl.col("name").is_in(list(names.capture_begin + names.capture_end))
+            )
+            .fill_null(False)
+            .alias("captured")
+        )
+        .sort("_i")
+    )
+    return hit["captured"]
 
 
 def step_of(times: pl.Expr, steps: pl.DataFrame, frame: pl.DataFrame) -> pl.Series:
@@ -43,7 +204,9 @@ def step_of(times: pl.Expr, steps: pl.DataFrame, frame: pl.DataFrame) -> pl.Seri
     return probe.join(hit, on="_row", how="left").sort("_row")["step"]
 
 
-def step_windows(linked: pl.DataFrame, rank: RankEvents) -> pl.DataFrame:
+def step_windows(
+    linked: pl.DataFrame, rank: RankEvents, names: LaunchNames | None = None
+) -> pl.DataFrame:
     """One row per ProfilerStep: its GPU window, event count, missing launches, completeness."""
     steps = rank.steps.unique("step", keep="first").sort("step")
     work = linked.filter((pl.col("cls") != "sync") & pl.col("step").is_not_null())
@@ -52,7 +215,7 @@ def step_windows(linked: pl.DataFrame, rank: RankEvents) -> pl.DataFrame:
         pl.col("end_ns").max().alias("end_ns"),
         pl.len().alias("events"),
     )
-    missing = _missing_launches(linked, rank).group_by("step").agg(pl.len().alias("missing"))
+    missing = _missing_launches(linked, rank, names).group_by("step").agg(pl.len().alias("missing"))
     table = (
         steps.select(
             "step", pl.col("start_ns").alias("cpu_start_ns"), pl.col("end_ns").alias("cpu_end_ns")
@@ -74,10 +237,18 @@ def step_windows(linked: pl.DataFrame, rank: RankEvents) -> pl.DataFrame:
     )
 
 
-def _missing_launches(linked: pl.DataFrame, rank: RankEvents) -> pl.DataFrame:
-    recorded = linked.filter(pl.col("correlation").is_not_null()).select("correlation").unique()
-    launches = rank.launches.filter(
-        pl.col("name").str.contains(DEVICE_LAUNCH_PATTERN) & pl.col("correlation").is_not_null()
+def _missing_launches(
+    linked: pl.DataFrame, rank: RankEvents, names: LaunchNames | None = None
+) -> pl.DataFrame:
+    recorded = (
+        linked.select(pl.coalesce("launch_corr", "correlation").alias("correlation"))
+        .drop_nulls()
+        .unique()
+    )
+    launches = rank.launches.with_columns(captured(rank, names).alias("_captured")).filter(
+        pl.col("name").str.contains(DEVICE_LAUNCH_PATTERN)
+        & pl.col("correlation").is_not_null()
+        & ~pl.col("_captured")
     )
     orphans = launches.join(recorded, on="correlation", how="anti")
     return orphans.with_columns(

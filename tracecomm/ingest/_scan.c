@@ -19,6 +19,7 @@
 #define FLAG_DIMS 2u  /* args hold "Input Dims" */
 #define FLAG_ODD 4u   /* a link field (correlation, ids, device, stream) is not a plain int */
 #define FLAG_BAD 8u   /* a pid, tid, ts, dur, cat or name of a shape left to the general reader */
+#define FLAG_GRAPH 16u /* "graph id" / "graph node id" other than 0: a CUDA graph replay */
 
 enum { UNSUPPORTED = 1, SYNTAX = 2, NOMEM = 3 };
 
@@ -378,6 +379,15 @@ static int scan_args(Cur *c, const unsigned char *base, Row *row) {
                 else if (got < 0) {
                     row->flags |= FLAG_ODD;
                     if (skip_value(c) < 0) return -1;
+                }
+            } else if (KEY_IS(k, n, "graph id") || KEY_IS(k, n, "graph node id")) {
+                int64_t id = 0;
+                int got = plain_int(c, &id);
+                if (got < 0) {
+                    row->flags |= FLAG_GRAPH; /* the general decoder says what it is */
+                    if (skip_value(c) < 0) return -1;
+                } else if (got == 1 && id != 0) {
+                    row->flags |= FLAG_GRAPH;
                 }
             } else {
                 if (KEY_IS(k, n, "Input Dims")) row->flags |= FLAG_DIMS;

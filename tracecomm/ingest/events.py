@@ -20,6 +20,8 @@ UTF8_BOM = b"\xef\xbb\xbf"
 # Between two events of the array: where a chunk may end, or a cut file be closed.
 EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 COMM_OP = "record_param_comms"  # the CPU op PyTorch records collective metadata on
+# A CPU op kept only as the op a launch may name (its External id): no other frame reads it.
+LAUNCH_OP_KIND = "op"
 
 # Old and current spellings of the categories we use, lower-cased, to one kind each.
 KIND_OF_CAT: dict[str, str] = {
@@ -50,6 +52,9 @@ class Args(msgspec.Struct, gc=False):
     external_id_lc: Any = msgspec.field(default=None, name="external id")
     device: Any = None
     stream: Any = None
+    # CUDA graph replays: CUPTI's graphId / graphNodeId on the kernel (0: not from a graph)
+    graph_id: Any = msgspec.field(default=None, name="graph id")
+    graph_node: Any = msgspec.field(default=None, name="graph node id")
     collective_name: Any = msgspec.field(default=None, name="Collective name")
     in_msg_nelems: Any = msgspec.field(default=None, name="In msg nelems")
     out_msg_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
@@ -66,6 +71,7 @@ class Args(msgspec.Struct, gc=False):
     dst_rank: Any = msgspec.field(default=None, name="Dst Rank")
     input_dims: Any = msgspec.field(default=None, name="Input Dims")
     concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")
+    input_types: Any = msgspec.field(default=None, name="Input type")
 
 
 class EventFields(msgspec.Struct, gc=False):

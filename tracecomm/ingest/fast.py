@@ -18,8 +18,15 @@ import msgspec
 import numpy as np
 import polars as pl
 
-from tracecomm.ingest.events import COMM_OP, KIND_OF_CAT, META_SCHEMA, NO_ARGS
-from tracecomm.ingest.frames import decode_args, int_series, json_text, repair_times, typed_series
+from tracecomm.ingest.events import COMM_OP, KIND_OF_CAT, LAUNCH_OP_KIND, META_SCHEMA, NO_ARGS
+from tracecomm.ingest.frames import (
+    DIMS_SCHEMA,
+    decode_args,
+    int_series,
+    json_text,
+    repair_times,
+    typed_series,
+)
 from tracecomm.ingest.model import DEVICE_KINDS
 
 _scan: ModuleType | None
@@ -28,7 +35,7 @@ try:
 except ImportError:  # no compiler at install time: the general reader does it all
     _scan = None
 
-FLAG_META, FLAG_DIMS, FLAG_ODD, FLAG_BAD = 1, 2, 4, 8
+FLAG_META, FLAG_DIMS, FLAG_ODD, FLAG_BAD, FLAG_GRAPH = 1, 2, 4, 8, 16
 _NO_CODE = np.uint32(0xFFFFFFFF)
 _LINKS = {
     "correlation": "correlation",
@@ -49,9 +56,10 @@ def columns(
     cpu_only: bool | None,
     shaped_ops: Collection[str],
     bare: bool = False,
-) -> tuple[pl.DataFrame, list[str], int] | None:
+) -> tuple[pl.DataFrame, list[str], int, pl.DataFrame | None] | None:
     """``text``: a JSON array of events (``bare``: without its brackets). None: take the
-    general path."""
+    general path. Besides the events, the CPU ops a launch may name (``frames._op_frame``'s
+    columns: kept apart, two columns, as they are most of a trace's events)."""
     if _scan is None:
         return None
     got = _scan.scan(text, bare)
@@ -68,7 +76,10 @@ def columns(
     # kinds and name tests on the distinct strings only, then gathered per row
     kind = _KIND_CODES[[_kind_code(c) for c in cats] + [0]][cat_codes]  # [0]: no category
     named = np.array([[n == COMM_OP, n in shaped_ops] for n in [*names, ""]], dtype=bool)
-    rows = _wanted(kind, named[name_codes, 0], named[name_codes, 1], flags, cpu_only)
+    rows, as_op = _wanted(kind, named[name_codes, 0], named[name_codes, 1], flags, cpu_only)
+    ops = _op_names(got, names, name_codes, kind, flags, as_op, bare)
+    if as_op is not None:
+        rows = rows[~as_op[rows]]
     if (flags[rows] & FLAG_BAD).any():
         return None  # a kept event with a string pid, an exponent…: the general path reads it
     kind, cat_codes, name_codes, flags = kind[rows], cat_codes[rows], name_codes[rows], flags[rows]
@@ -95,10 +106,12 @@ def columns(
     carrier = (kind == _KINDS.index("kernel")) | named[name_codes, 0]
     shaped = named[name_codes, 1] & (flags & FLAG_DIMS > 0) & has_args
     frame = _with_meta(frame, carrier, shaped, flags, text, at, size, has_args)
-    return repair_times(frame, path)
+    frame = _with_graphs(frame, flags, text, at, size, has_args)
+    events, warnings, repaired = repair_times(frame, path)
+    return events, warnings, repaired, ops
 
 
-_KINDS = tuple(dict.fromkeys(KIND_OF_CAT.values()))
+_KINDS = (*dict.fromkeys(KIND_OF_CAT.values()), LAUNCH_OP_KIND)
 _KIND_CODES = np.arange(-1, len(_KINDS), dtype=np.int64)  # [-1] is "not a kind we use"
 
 
@@ -123,15 +136,72 @@ def _wanted(
     shaped_name: np.ndarray,
     flags: np.ndarray,
     cpu_only: bool | None,
-) -> np.ndarray:
-    """frames._wanted_rows, on codes: the scanner flags the args that hold shapes."""
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """frames._wanted_rows, on codes: the scanner flags the args that hold shapes. The mask:
+    the CPU ops kept only as the op a launch may name (None: every CPU op is kept as such)."""
     used = kind >= 0
     cpu_op = kind == _KINDS.index("cpu_op")
     shaped = shaped_name & (flags & FLAG_DIMS > 0)
-    gpu_rows = used & (~cpu_op | comm_op | shaped)
     device = np.isin(kind, [_KINDS.index(x) for x in DEVICE_KINDS if x in _KINDS])
-    no_device = cpu_only is None and not (gpu_rows & device).any()
-    return np.flatnonzero(used if cpu_only or no_device else gpu_rows)
+    no_device = cpu_only is None and not (used & device).any()
+    rows = np.flatnonzero(used)
+    if cpu_only or no_device:
+        return rows, None
+    return rows, cpu_op & ~comm_op & ~shaped
+
+
+def _op_names(
+    got: dict[str, Any],
+    names: list[str],
+    name_codes: np.ndarray,
+    kind: np.ndarray,
+    flags: np.ndarray,
+    as_op: np.ndarray | None,
+    bare: bool,
+) -> pl.DataFrame | None:
+    """Name and External id of the CPU ops kept only as the op a launch may name. One of an
+    odd shape, or without a plain External id, is left out rather than sending the trace to
+    the general path. A whole trace keeps only the ops some launch names; a streamed chunk
+    keeps them all (its launches come later: Kineto writes every CPU op first)."""
+    if as_op is None:
+        return None
+    ext = np.frombuffer(got["external_id"], dtype=np.int64)
+    valid = np.frombuffer(got["external_id_valid"], dtype=np.uint8).astype(bool)
+    wanted = as_op & valid & (flags & FLAG_BAD == 0)
+    if not bare:
+        wanted &= np.isin(ext, ext[(kind == _KINDS.index("launch")) & valid])
+    rows = np.flatnonzero(wanted)
+    return pl.DataFrame(
+        [
+            _gather("name", names, name_codes[rows]),
+            pl.Series("external_id", ext[rows], dtype=pl.Int64),
+        ]
+    )
+
+
+def _with_graphs(
+    frame: pl.DataFrame,
+    flags: np.ndarray,
+    text: bytes | memoryview,
+    at: np.ndarray,
+    size: np.ndarray,
+    has_args: np.ndarray,
+) -> pl.DataFrame:
+    """``graph_id`` / ``graph_node`` of the kernels a CUDA graph replayed (the scanner flags
+    the rows whose args say so); null elsewhere, as for a 0 (not from a graph)."""
+    rows = np.flatnonzero((flags & FLAG_GRAPH > 0) & has_args)
+    if rows.size == 0:
+        return frame.with_columns(
+            pl.lit(None, pl.Int64).alias("graph_id"), pl.lit(None, pl.Int64).alias("graph_node")
+        )
+    empty = pl.repeat(None, frame.height, dtype=pl.Int64, eager=True)
+    decoded = [a if a is not None else NO_ARGS for a in _args(text, at, size, rows)]
+    columns = []
+    for name in ("graph_id", "graph_node"):
+        values = int_series(name, [getattr(a, name) for a in decoded])
+        values = values.replace(0, None)
+        columns.append(empty.scatter(rows, values).alias(name))
+    return frame.with_columns(columns)
 
 
 def _strings(raw: list[bytes]) -> list[str] | None:
@@ -196,6 +266,7 @@ def _with_meta(
             *(pl.lit(None, dtype).alias(field) for field, dtype in META_SCHEMA.items()),
             pl.lit(None, pl.String).alias("input_dims"),
             pl.lit(None, pl.String).alias("concrete_inputs"),
+            pl.lit(None, pl.String).alias("input_types"),
         )
     decoded = [a if a is not None else NO_ARGS for a in _args(text, at, size, meta_rows)]
     columns = [
@@ -209,8 +280,9 @@ def _with_meta(
             "row": [int(dims_rows[i]) for i in keep],
             "input_dims": [json_text(dims[i].input_dims) for i in keep],
             "concrete_inputs": [json_text(dims[i].concrete_inputs) for i in keep],
+            "input_types": [json_text(dims[i].input_types) for i in keep],
         },
-        schema={"row": pl.UInt32, "input_dims": pl.String, "concrete_inputs": pl.String},
+        schema=DIMS_SCHEMA,
     )
     meta = pl.DataFrame([pl.Series("row", meta_rows, dtype=pl.UInt32), *columns])
     return (

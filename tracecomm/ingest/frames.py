@@ -21,6 +21,7 @@ from tracecomm.ingest.events import (
     ARGS_LIST_DECODER,
     COMM_OP,
     KIND_OF_CAT,
+    LAUNCH_OP_KIND,
     META_SCHEMA,
     NO_ARGS,
     STEP_NAME,
@@ -55,9 +56,14 @@ def rank_from_columns(
     warnings: list[str],
     truncated: bool,
     repaired: int,
+    ops: pl.DataFrame | None = None,
 ) -> RankEvents:
-    """The per-rank frames from the kept events' columns (times still on the file's scale)."""
-    return rank_from_frames(path, meta, split_frames(events), warnings, truncated, repaired)
+    """The per-rank frames from the kept events' columns (times still on the file's scale);
+    ``ops``: CPU ops the C scanner kept apart (``fast.columns``)."""
+    frames = split_frames(events)
+    if ops is not None:
+        frames["ops"] = pl.concat([frames["ops"], ops])
+    return rank_from_frames(path, meta, frames, warnings, truncated, repaired)
 
 
 def split_frames(events: pl.DataFrame, kinds: set[str] | None = None) -> dict[str, pl.DataFrame]:
@@ -83,6 +89,8 @@ def rank_from_frames(
             f"{path}: no baseTimeNanoseconds (Kineto writes it last): if the trace had one, "
             "this rank's times are relative and cannot be compared with other ranks'"
         )
+    frames = dict(frames)
+    frames["launches"] = with_launch_ops(frames["launches"], frames.pop("ops", None))
     if meta.base_time_ns is not None:
         # Relative Kineto timestamps (2024+): add the base so every rank is on the epoch clock.
         base = pl.lit(meta.base_time_ns, dtype=pl.Int64)
@@ -158,10 +166,15 @@ def columns(
         .otherwise(_KIND)
         .alias("kind"),
     )
-    rows = _wanted_rows(head, complete, cpu_only, shaped_ops)
+    rows, as_op = _wanted_rows(head, complete, cpu_only, shaped_ops)
     picked = _pick(complete, rows)
     del complete
-    frame = head[rows].with_columns(
+    frame = head[rows]
+    if as_op is not None:
+        frame = frame.with_columns(
+            pl.when(as_op).then(pl.lit(LAUNCH_OP_KIND)).otherwise(pl.col("kind")).alias("kind")
+        )
+    frame = frame.with_columns(
         _num_series("pid", _field(picked, "pid")),
         _num_series("tid", _field(picked, "tid")),
         us_text_to_ns(_field(picked, "ts"), "ts_ns"),
@@ -206,30 +219,41 @@ _KIND = pl.col("cat").str.to_lowercase().replace_strict(KIND_OF_CAT, default=Non
 
 def _wanted_rows(
     head: pl.DataFrame, complete: list[Any], cpu_only: bool | None, shaped_ops: Collection[str]
-) -> list[int]:
-    """Rows to keep: device work, launches, annotations; CPU ops only when they carry collective
-    metadata or recorded shapes, or when the trace has no device work at all (CPU-only
-    traces). ``cpu_only`` forces the choice (a streamed chunk does not see the whole trace)."""
+) -> tuple[list[int], pl.Series | None]:
+    """Rows to keep: device work, launches, annotations, and CPU ops: every one when the trace
+    has no device work at all (CPU-only traces); else those with collective metadata or
+    recorded shapes as such, and the others only as the op a launch may name (``as_op``: their
+    rows, to be relabelled ``LAUNCH_OP_KIND``). ``cpu_only`` forces the choice (a streamed
+    chunk does not see the whole trace)."""
     kind = pl.col("kind")
     used = kind.is_not_null()
     if cpu_only:
-        return _true_rows(head, used)
+        return _true_rows(head, used), None
     # matmul / conv / attention ops are worth a row only with their shapes (most traces do
     # not record them): a byte search in the few candidates' raw args
     candidates = _true_rows(head, (kind == "cpu_op") & pl.col("name").is_in(list(shaped_ops)))
     shaped = [i for i in candidates if b'"Input Dims"' in bytes(complete[i].args)]
     kept_op = (pl.col("name") == COMM_OP) | pl.int_range(pl.len()).is_in(shaped)
-    gpu_rows = used & ((kind != "cpu_op") | kept_op)
-    if cpu_only is None and not head.select((gpu_rows & kind.is_in(DEVICE_KINDS)).any()).item():
-        return _true_rows(head, used)
-    return _true_rows(head, gpu_rows)
+    if cpu_only is None and not head.select((used & kind.is_in(DEVICE_KINDS)).any()).item():
+        return _true_rows(head, used), None
+    rows = _true_rows(head, used)
+    as_op = head.select(((kind == "cpu_op") & ~kept_op).fill_null(False)).to_series()
+    return rows, as_op.gather(rows) if rows else as_op.clear()
 
 
 def _true_rows(frame: pl.DataFrame, mask: pl.Expr) -> list[int]:
     return frame.select(mask.fill_null(False)).to_series().arg_true().to_list()
 
 
-_LINK_FIELDS = ("correlation", "external_id", "external_id_lc", "device", "stream")
+_LINK_FIELDS = (
+    "correlation",
+    "external_id",
+    "external_id_lc",
+    "device",
+    "stream",
+    "graph_id",
+    "graph_node",
+)
 
 
 def _attach_args(
@@ -237,12 +261,14 @@ def _attach_args(
 ) -> pl.DataFrame:
     """Decode args only for the kept rows, in one call: skipping the rest keeps the parse fast."""
     args = [a if a is not None else NO_ARGS for a in decode_args(raw_args)]
-    corr, ext, ext_lc, device, stream = (_field(args, f) for f in _LINK_FIELDS)
+    corr, ext, ext_lc, device, stream, graph, node = (_field(args, f) for f in _LINK_FIELDS)
     frame = frame.with_columns(
         int_series("correlation", corr),
         int_series("external_id", ext).fill_null(int_series("external_id", ext_lc)),
         int_series("arg_device", device),
         int_series("arg_stream", stream),
+        int_series("graph_id", graph).replace(0, None),  # 0: not from a graph
+        int_series("graph_node", node).replace(0, None),
     )
     wanted = frame.select((pl.col("kind") == "kernel") | (pl.col("name") == COMM_OP)).to_series()
     meta_rows = wanted.arg_true().to_list()
@@ -275,16 +301,41 @@ def _attach_dims(
         return frame.with_columns(
             pl.lit(None, pl.String).alias("input_dims"),
             pl.lit(None, pl.String).alias("concrete_inputs"),
+            pl.lit(None, pl.String).alias("input_types"),
         )
     dims = pl.DataFrame(
         {
             "row": rows,
             "input_dims": [json_text(args[i].input_dims) for i in rows],
             "concrete_inputs": [json_text(args[i].concrete_inputs) for i in rows],
+            "input_types": [json_text(args[i].input_types) for i in rows],
         },
-        schema={"row": pl.UInt32, "input_dims": pl.String, "concrete_inputs": pl.String},
+        schema=DIMS_SCHEMA,
     )
     return frame.join(dims, on="row", how="left", maintain_order="left")
+
+
+DIMS_SCHEMA = {
+    "row": pl.UInt32,
+    "input_dims": pl.String,
+    "concrete_inputs": pl.String,
+    "input_types": pl.String,
+}
+
+
+def with_launch_ops(launches: pl.DataFrame, ops: pl.DataFrame | None) -> pl.DataFrame:
+    """Each launch's ``op``: the CPU op (or annotation) whose External id the launch carries,
+    the innermost one open when it was launched (kineto-traces.md §7). Older Kineto wrote
+    the launch's own correlation id there, which names no op: those launches have none."""
+    if ops is None or ops.height == 0 or launches.height == 0:
+        return launches
+    # External ids are unique in a trace; a file that repeats one names either op
+    names = ops.unique("external_id", keep="any").select("external_id", pl.col("name").alias("_op"))
+    linked = launches.drop("op").join(names, on="external_id", how="left", maintain_order="left")
+    own = pl.col("external_id") == pl.col("correlation")
+    return linked.with_columns(
+        pl.when(own.fill_null(False)).then(None).otherwise(pl.col("_op")).alias("op")
+    ).drop("_op")
 
 
 def json_text(value: object) -> str | None:
@@ -371,6 +422,8 @@ def _device_frame(events: pl.DataFrame) -> pl.DataFrame:
         "end_ns",
         "correlation",
         "external_id",
+        "graph_id",
+        "graph_node",
         pl.int_range(pl.len(), dtype=pl.Int64).alias("dev_row"),
     )
 
@@ -384,8 +437,22 @@ def _device_meta_frame(events: pl.DataFrame) -> pl.DataFrame:
 
 def _launch_frame(events: pl.DataFrame) -> pl.DataFrame:
     return events.filter(pl.col("kind") == "launch").select(
-        "name", "tid", "start_ns", "end_ns", "correlation", "external_id"
+        "name",
+        "tid",
+        "start_ns",
+        "end_ns",
+        "correlation",
+        "external_id",
+        pl.lit(None, pl.String).alias("op"),  # with_launch_ops fills it
     )
+
+
+def _op_frame(events: pl.DataFrame) -> pl.DataFrame:
+    """CPU ops and annotations by External id: what a launch's ``op`` is looked up in."""
+    return events.filter(
+        pl.col("kind").is_in([LAUNCH_OP_KIND, "cpu_op", "annotation"])
+        & pl.col("external_id").is_not_null()
+    ).select("name", "external_id")
 
 
 def _step_frame(events: pl.DataFrame) -> pl.DataFrame:
@@ -434,7 +501,7 @@ def _shaped_op_frame(events: pl.DataFrame) -> pl.DataFrame:
     """Matmul / conv / attention CPU ops with their recorded shapes (``record_shapes``): the
     readers attach shapes to those ops only."""
     return events.filter((pl.col("kind") == "cpu_op") & pl.col("input_dims").is_not_null()).select(
-        "name", "tid", "start_ns", "end_ns", "input_dims", "concrete_inputs"
+        "name", "tid", "start_ns", "end_ns", "input_dims", "concrete_inputs", "input_types"
     )
 
 
@@ -449,6 +516,7 @@ _FRAME_KINDS: dict[str, set[str]] = {
     "device": set(DEVICE_KINDS),
     "device_meta": set(DEVICE_KINDS),
     "launches": {"launch"},
+    "ops": {LAUNCH_OP_KIND, "cpu_op", "annotation"},
     "steps": {"annotation"},
     "comm_annotations": {"gpu_annotation"},
     "comm_ops": {"cpu_op"},
@@ -461,6 +529,7 @@ _FRAME_BUILDERS = {
     "device": _device_frame,
     "device_meta": _device_meta_frame,
     "launches": _launch_frame,
+    "ops": _op_frame,
     "steps": _step_frame,
     "comm_annotations": _gpu_annotation_frame,
     "comm_ops": _comm_op_frame,

@@ -165,6 +165,6 @@ def _scanned(path: Path, read: ReadOptions) -> RankEvents | None:
     got = fast.columns(events, path, None, read.shaped_ops)
     if got is None:
         return None
-    frame, warnings, repaired = got
+    frame, warnings, repaired, ops = got
     envelope.traceEvents = None
-    return rank_from_columns(str(path), trace_meta(envelope), frame, warnings, False, repaired)
+    return rank_from_columns(str(path), trace_meta(envelope), frame, warnings, False, repaired, ops)

@@ -26,6 +26,7 @@ from tracecomm.ingest.events import (
     DECODER,
     EVENT_BOUNDARY,
     GZIP_MAGIC,
+    LAUNCH_OP_KIND,
     TAGGED_DECODER,
     UTF8_BOM,
     AnyPhase,
@@ -74,10 +75,12 @@ def stream_rank(path: Path, read: ReadOptions) -> RankEvents:
                     _decode(text), path, read, state, parts, pending, warnings, begin_end
                 )
             else:
-                frame, w, fixed = scanned
+                frame, w, fixed, ops = scanned
                 warnings.extend(w)
                 repaired += fixed
                 _absorb(frame, state, parts, pending)
+                if ops is not None and ops.height:
+                    parts.setdefault("ops", []).append(ops)
     trailer = _trailer(tail)
     repaired += _take(
         list(trailer.traceEvents or []), path, read, state, parts, pending, warnings, begin_end
@@ -129,9 +132,9 @@ def _absorb(
     if not state["device"] and _has_device(frame):
         state["device"] = True
         for early in pending:
-            _split(early.filter(_gpu_trace_row()), parts)
+            _split(_as_gpu_trace(early), parts)
         pending.clear()
-        frame = frame.filter(_gpu_trace_row())
+        frame = _as_gpu_trace(frame)
     if state["device"]:
         _split(frame, parts)
     else:
@@ -240,12 +243,18 @@ def _has_device(frame: pl.DataFrame) -> bool:
     return bool(frame.height) and bool(frame["kind"].is_in(list(DEVICE_KINDS)).any())
 
 
-def _gpu_trace_row() -> pl.Expr:
-    """The rows ``_wanted_rows`` keeps in a trace with device work."""
+def _as_gpu_trace(frame: pl.DataFrame) -> pl.DataFrame:
+    """The rows as ``_wanted_rows`` keeps them in a trace with device work: CPU ops without
+    collective metadata or shapes only as the op a launch may name."""
     cpu_op = pl.col("kind") == "cpu_op"
     # the readers attach shapes only to the ops whose shapes were asked for
     kept_op = (pl.col("name") == COMM_OP) | pl.col("input_dims").is_not_null()
-    return ~cpu_op | kept_op
+    return frame.with_columns(
+        pl.when(cpu_op & ~kept_op)
+        .then(pl.lit(LAUNCH_OP_KIND))
+        .otherwise(pl.col("kind"))
+        .alias("kind")
+    )
 
 
 def _merge(header: Trace, trailer: Trace) -> Trace:

@@ -92,6 +92,87 @@ def _attention(name: str, dims: list[list[int]], concrete: Any) -> tuple[int, Fa
     return (flops // 2 if causal else flops), "attention", causal
 
 
+# Kineto's ``Input type`` spellings -> (bytes per element, the peak table's dtype column)
+_ELEMENT = (
+    ("float8", 1, "fp8"),
+    ("bfloat16", 2, "bf16"),
+    ("half", 2, "fp16"),
+    ("float16", 2, "fp16"),
+    ("double", 8, "fp64"),
+    ("float", 4, "fp32"),
+    ("long", 8, None),
+    ("int64", 8, None),
+    ("int", 4, None),
+    ("bool", 1, None),
+    ("char", 1, None),
+    ("byte", 1, None),
+)
+
+
+def element(type_name: object) -> tuple[int, str | None] | None:
+    """(bytes per element, dtype) of one ``Input type`` entry (``c10::BFloat16``, ``float``);
+    None for a scalar or an unknown type."""
+    text = str(type_name).lower().removeprefix("c10::")
+    for needle, size, dtype in _ELEMENT:
+        if needle in text:
+            return size, dtype
+    return None
+
+
+def op_bytes(name: str, dims: Any, types: Any, concrete: Any = None) -> tuple[int, str] | None:
+    """(bytes, dtype) an op must move at the least (metrics.md §15): each tensor input read
+    once and each output written once, in the first tensor input's element size (the ideal
+    traffic of a roofline; caches that re-read make the real traffic larger). None when the
+    shapes or types do not say."""
+    try:
+        tensors = [
+            (math.prod(d), e)
+            for d, t in zip(dims, types or (), strict=False)
+            if isinstance(d, list) and d and (e := element(t)) is not None
+        ]
+        if not tensors:
+            return None
+        size = tensors[0][1][0]
+        dtype = tensors[0][1][1]
+        out = _output_elements(name, dims, concrete)
+        if out is None or dtype is None:
+            return None
+        return sum(n * e[0] for n, e in tensors) + out * size, dtype
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def _output_elements(name: str, dims: list[list[int]], concrete: Any) -> int | None:
+    if name in MATMUL_OPS:
+        a, b = (
+            (dims[1], dims[2]) if name in ("aten::addmm", "aten::baddbmm") else (dims[0], dims[1])
+        )
+        return math.prod(a[:-1]) * b[-1]
+    if name == "aten::convolution_backward":
+        mask = _bools(concrete, 10) if concrete else None
+        grads = (math.prod(dims[1]), math.prod(dims[2]))  # grad of the input, of the weight
+        return sum(n for n, on in zip(grads, mask[:2] if mask else (True, True), strict=True) if on)
+    if name in CONV_OPS:
+        if not concrete:
+            return None
+        x, weight = dims[0], dims[1]
+        stride, padding, dilation = (_ints(concrete[i]) for i in (3, 4, 5))
+        spatial = [
+            (size + 2 * p - d * (k - 1) - 1) // s + 1
+            for size, k, s, p, d in zip(x[2:], weight[2:], stride, padding, dilation, strict=True)
+        ]
+        return x[0] * weight[0] * math.prod(spatial)
+    if name in _SDPA_BWD or name in _FLASH_BWD:
+        return sum(math.prod(dims[i]) for i in (1, 2, 3))  # dQ, dK, dV
+    if name in _SDPA_FWD:
+        q, v = dims[0], dims[2]
+        return q[0] * q[1] * q[2] * v[3]
+    if name in _FLASH_FWD:
+        q, v = dims[0], dims[2]
+        return q[0] * q[1] * q[2] * v[3]
+    return None
+
+
 def _ints(text: str) -> list[int]:
     return [int(t) for t in str(text).strip("[]() ").split(",") if t.strip()]
 

@@ -1,4 +1,5 @@
-"""Dense peak TFLOP/s of a device (mfu.md §7), from the shipped ``data/gpu-peaks.csv``."""
+"""Dense peak TFLOP/s of a device (mfu.md §7) and its peak memory bandwidth (the roofline,
+metrics.md §15), from the shipped ``data/gpu-peaks.csv``."""
 
 from __future__ import annotations
 
@@ -62,6 +63,21 @@ class PeakRow:
     tflops: float
     source: str
     confidence: str
+    mem_gbps: float | None = None  # peak DRAM (HBM / GDDR) bandwidth, GB/s (1e9 B/s)
+    mem_source: str = ""
+    mem_confidence: str = ""
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """The peak memory bandwidth of a device: the roofline's slanted roof."""
+
+    device: str
+    model: str
+    gbps: float
+    source: str
+    confidence: str
+    inferred: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,9 +106,33 @@ def peak_table() -> tuple[PeakRow, ...]:
             float(row["dense_tflops"]),
             row["source"],
             row["confidence"],
+            float(row["mem_gbps"]) if row.get("mem_gbps") else None,
+            row.get("mem_source") or "",
+            row.get("mem_confidence") or "",
         )
         for row in csv.DictReader(text.splitlines())
     )
+
+
+def find_bandwidth(name: str, props: Mapping[str, Any] | None = None) -> Bandwidth | None:
+    """The peak memory bandwidth of the device ``name`` (matched as ``find_peak`` matches it,
+    any dtype row). None for an unknown device, and for a MIG slice (its share of the memory
+    bandwidth follows its memory slices, which the trace does not record)."""
+    name = name.strip()
+    props = props or {}
+    if _MIG in name:
+        return None
+    for dtype in DTYPES:
+        peak = find_peak(name, dtype, props)
+        if peak is None:
+            continue
+        row = next((r for r in peak_table() if r.model == peak.model and r.mem_gbps), None)
+        if row is None or row.mem_gbps is None:
+            return None
+        return Bandwidth(
+            name, row.model, row.mem_gbps, row.mem_source, row.mem_confidence, peak.inferred
+        )
+    return None
 
 
 def find_peak(name: str, dtype: str, props: Mapping[str, Any] | None = None) -> Peak | None:

@@ -12,7 +12,7 @@ from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.model import RankReport, Report
 from tracecomm.analysis.projection import Projection
 from tracecomm.analysis.stragglers import Stragglers
-from tracecomm.engine.model import Figures, StepFigures, WindowFigures
+from tracecomm.engine.model import Figures, KernelStats, StepFigures, WindowFigures
 from tracecomm.nccl.diagnose import NcclSummary
 
 SCHEMA_VERSION = 1
@@ -66,6 +66,7 @@ def report_document(report: Report, top: int | None = None) -> dict[str, Any]:
         "timeline": None if report.timeline is None else plain(asdict(report.timeline)),
         "projection": projection_document(report.projection),
         "pipelines": [plain(asdict(p)) for p in report.pipelines],
+        "kernels": None if report.kernels is None else plain(asdict(report.kernels)),
         "step_parts": None if report.step_parts is None else plain(asdict(report.step_parts)),
         "findings": [plain(asdict(f)) for f in report.findings],
         "partial": report.partial,
@@ -186,6 +187,16 @@ def _cross_rank(cr: CrossRank | None) -> dict[str, Any] | None:
     }
 
 
+def kernels_document(stats: KernelStats | None) -> dict[str, Any] | None:
+    """A rank's kernel view (metrics.md §15–§16), the short kernels' shares included."""
+    if stats is None:
+        return None
+    doc: dict[str, Any] = plain(asdict(stats))
+    doc["short"]["share_of_kernels_pct"] = stats.short.share_of_kernels_pct
+    doc["short"]["share_of_time_pct"] = stats.short.share_of_time_pct
+    return doc
+
+
 def figures_document(figures: Figures | None) -> dict[str, Any] | None:
     if figures is None:
         return None
@@ -258,5 +269,6 @@ def _rank(rank: RankReport) -> dict[str, Any]:
             "tflops_while_running": bd.observed.tflops_while_running,
         },
         "power_log": rank.power_source,
+        "kernels": kernels_document(bd.kernels),
         "notes": list(bd.notes),
     }

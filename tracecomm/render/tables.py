@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tracecomm.render import View, check, formats, html, terminal
+from tracecomm.render import View, check, export, formats, html, terminal
 
 Renderer = Callable[[Any, View], bytes]
 
@@ -31,6 +31,7 @@ NCCL: dict[str, Renderer] = {
     "json": formats.render_nccl_json,
 }
 CROSSCHECK: dict[str, Renderer] = {"terminal": terminal.render_crosscheck}
+EXPORT: dict[str, Renderer] = {"chrome": export.render_trace}  # Trace Event Format (Perfetto)
 
 
 def _compare(name: str) -> Renderer:

@@ -15,6 +15,7 @@ from tracecomm.compat.crosscheck import Crosscheck
 from tracecomm.nccl.diagnose import NcclSummary
 from tracecomm.render import View
 from tracecomm.render.bottom_line import bottom_line, findings_section
+from tracecomm.render.kernel_section import kernel_section
 from tracecomm.render.mfu_panel import mfu_panel
 from tracecomm.render.nccl_section import nccl_section
 from tracecomm.render.projection_section import projection_section
@@ -89,6 +90,9 @@ def _report(
     if report.throughput is not None:
         console.print()
         console.print(mfu_panel(report.throughput, "all ranks"))
+    if report.kernels is not None:
+        console.print()
+        console.print(kernel_section(report.kernels))
     if report.stragglers is not None:
         console.print()
         console.print(_straggler_table(report, straggler_rows or MAX_STRAGGLER_ROWS))

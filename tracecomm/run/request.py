@@ -63,6 +63,8 @@ OPTIONS = (
     "max_inflate_ratio",
     "max_trace_size",
     "max_event_size",
+    "export_ranks",
+    "export_steps",
     *_MODEL_KEYS,
 )
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
@@ -118,6 +120,9 @@ def request_of(inputs: str | Path | Sequence[str | Path], **options: Any) -> Req
             weak=bool(o["weak"]),
             pp_stages=_positive(o["pp_stages"], "--pp-stages", int),
             microbatches=_positive(o["microbatches"], "--microbatches", int),
+            export=o["export_ranks"] is not None or o["export_steps"] is not None,
+            export_ranks=rank_list(o["export_ranks"], "--export-ranks"),
+            export_steps=_export_steps(o["export_steps"]),
         ),
         jobs=_positive(o["jobs"], "--jobs", int),
         executor=parse_executor(_text(o["executor"], "--executor")),
@@ -212,6 +217,20 @@ def model_inputs(options: Mapping[str, Any]) -> ModelInputs:
         return checked_model_inputs(values, lambda key: "--" + key.replace("_", "-"))
     except InputError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _export_steps(value: object) -> tuple[int | None, int | None] | None:
+    """``--export-steps``: None (the typical step), ``all`` (every analyzed step), or steps
+    as ``--steps`` writes them."""
+    if value is None:
+        return None
+    text = _text(value, "--export-steps")
+    if text is not None and text.strip().lower() == "all":
+        return (None, None)
+    try:
+        return parse_steps(text)
+    except UsageError as exc:
+        raise UsageError(str(exc).replace("--steps", "--export-steps", 1)) from None
 
 
 def _projection(project: object, to: object) -> tuple[int, ...] | None:

@@ -33,6 +33,7 @@ from tracecomm.run.request import Request
 from tracecomm.run.settings import read_settings, settings_path
 from tracecomm.run.sources import local_path
 from tracecomm.run.worker import RankWork, analyze_file, hta_figures, ingest_file
+from tracecomm.run.worker import rank_export as rank_export_of
 from tracecomm.run.worker import rank_timeline as rank_timeline_of
 from tracecomm.run.worker import step_work as step_work_of
 
@@ -122,6 +123,7 @@ def analyze(
         options = replace(options, compat=None)
     report = build_report(data, options)
     _check_chosen_ranks(report, options.timeline_ranks)
+    _check_chosen_ranks(report, options.export_ranks, "--export-ranks")
     if not report.rank_reports:
         reasons = "; ".join(m.reason for m in report.missing[:3])
         raise NoUsableInput(f"no usable rank: {reasons}")
@@ -156,14 +158,16 @@ def _cache_warnings(cache: Path | None, results: Sequence[RankResult]) -> tuple[
     return (unusable_warning(cache, problems),) if cache is not None and problems else ()
 
 
-def _check_chosen_ranks(report: Report, chosen: Sequence[int]) -> None:
+def _check_chosen_ranks(
+    report: Report, chosen: Sequence[int], flag: str = "--timeline-ranks"
+) -> None:
     from tracecomm.text import compact_ranges
 
     analyzed = {r.rank for r in report.rank_reports}
     unknown = [r for r in chosen if r not in analyzed]
     if unknown and analyzed:
         raise UsageError(
-            f"--timeline-ranks: rank {unknown[0]} is not among the analyzed ranks "
+            f"{flag}: rank {unknown[0]} is not among the analyzed ranks "
             f"({compact_ranges(analyzed)})"
         )
 
@@ -210,6 +214,9 @@ class _Files:
 
     def hta_figures(self, paths: Mapping[int, str], version: str) -> tuple[Any, ...]:
         return self._executor.call(hta_figures, dict(paths), version)
+
+    def rank_export(self, rank: RankReport, steps: tuple[int, ...]) -> Any:
+        return self._executor.call(rank_export_of, rank.path, rank.rank, steps, self._work)
 
 
 def _nccl(inputs: Sequence[str], logs: tuple[Path, ...]) -> tuple[NcclSummary | None, list[str]]:

@@ -26,12 +26,12 @@ from tracecomm._version import __version__
 from tracecomm.analysis.model import FileFailure, RankResult
 from tracecomm.engine import BreakdownOptions
 from tracecomm.engine.collectives import INSTANCE_SCHEMA
-from tracecomm.engine.model import RankBreakdown
+from tracecomm.engine.model import KernelStats, RankBreakdown
 from tracecomm.errors import TraceError
 from tracecomm.ingest.model import TraceMeta
 from tracecomm.run.discover import SUFFIX
 
-FORMAT = "2"  # 2: collectives carry idle_before_ns
+FORMAT = "3"  # 2: collectives carry idle_before_ns; 3: the kernel and launch view
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 _META_DECODER = msgspec.json.Decoder(TraceMeta)
 _OPTIONS_DECODER = msgspec.json.Decoder(BreakdownOptions)
@@ -185,4 +185,35 @@ def breakdown_problem(bd: RankBreakdown) -> str | None:
             return f"window {window.start_ns}–{window.end_ns}: a negative figure by type"
     if min(bd.comm_kernels, bd.device_events, bd.unlinked_events) < 0:
         return "a negative count"
+    return kernels_problem(bd.kernels) if bd.kernels is not None else None
+
+
+def kernels_problem(k: KernelStats) -> str | None:
+    """What makes stored kernel figures impossible (metrics.md §15), or None: counts and times
+    not negative, median ≤ p95 ≤ max ≤ total, a part never above its whole."""
+    if k.steps < 1 or k.events < 0:
+        return "kernel view: no step, or a negative count"
+    for g in k.groups:
+        if min(g.events, g.names, g.total_ns) < 0 or len(g.top) > g.names:
+            return f"kernel view, {g.cls}: a negative figure"
+        for r in g.top:
+            ordered = 0 <= r.median_ns <= r.p95_ns <= r.max_ns <= r.total_ns <= g.total_ns
+            if not ordered or not 0 < r.count <= g.events:
+                return f"kernel view, {g.cls}: {r.name[:60]}: figures out of order"
+            if r.share_pct is not None and not 0 <= r.share_pct <= 100:
+                return f"kernel view, {g.cls}: a share above 100 %"
+    sh = k.short
+    if not (0 <= sh.kernels <= sh.all_kernels and 0 <= sh.total_ns <= sh.all_ns):
+        return "kernel view: more short kernels than kernels"
+    if sum(b.kernels for b in sh.buckets) != sh.all_kernels:
+        return "kernel view: the duration buckets do not add up"
+    la = k.launches
+    delays = [la.delay_median_ns, la.delay_p95_ns, la.delay_max_ns]
+    known = [d for d in delays if d is not None]
+    if known != sorted(known) or any(d < 0 for d in known) or min(la.launches, la.delayed) < 0:
+        return "kernel view: launch delays out of order"
+    if any(s.gaps < 1 or s.starved_ns < 0 for s in la.starving):
+        return "kernel view: a negative starved time"
+    if any(o.count < 1 or min(o.flops, o.bytes, o.kernel_ns) < 0 for o in k.ops):
+        return "kernel view: a negative op figure"
     return None

@@ -98,6 +98,18 @@ def step_work(path: str, rank: int, step: int, work: RankWork) -> pl.DataFrame |
     return work_of(events, step, work.breakdown)
 
 
+def rank_export(path: str, rank: int, steps: tuple[int, ...], work: RankWork) -> Any:
+    """One rank's events of ``steps`` for the exported trace (``engine.export.RankExport``); a
+    reason when the file cannot be read again."""
+    from tracecomm.engine.export import rank_export as export_of
+
+    try:
+        events = _events_again(path, rank, work)
+    except (TraceError, OSError) as exc:
+        return f"could not read rank {rank} again: {exc}"
+    return export_of(events, rank, steps, work.breakdown)
+
+
 def hta_figures(paths: Mapping[int, str], compat: str) -> tuple[Any, ...]:
     """HTA's own figures of each rank's file by the rules of one release (``--compat``,
     metrics.md §9)."""

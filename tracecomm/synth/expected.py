@@ -105,7 +105,8 @@ def step_window(step: Step) -> Interval | None:
 
 
 def is_complete(step: Step) -> bool:
-    launched = [op for op in step.ops if op.launched]
+    # a launch inside a graph capture runs nothing: never missing
+    launched = [op for op in step.ops if op.launched and not op.captured]
     return bool(launched) and all(op.recorded for op in launched)
 
 

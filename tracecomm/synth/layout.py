@@ -45,6 +45,7 @@ class Launch:
     seq: int = 0
     rt_dur: int = 0
     spans: list[CpuSpan] = field(default_factory=list)
+    device_corr: int = 0  # the correlation its device event carries, when not ``corr``
 
 
 @dataclass(slots=True)
@@ -55,6 +56,14 @@ class Plan:
     unlinked: list[Launch]
     step_ext: dict[int, int]
     next_corr: int
+    # the other ops of a graph replay, by the ordinal of the launch that stands for the replay
+    # (its first op): one cudaGraphLaunch, several device events
+    replayed: dict[int, list[Launch]] = field(default_factory=dict)
+
+
+# The CPU op the generator puts around a cudaGraphLaunch (PyTorch records none of its own;
+# models wrap the replay in a record_function or a compiled region).
+GRAPH_REPLAY_OP = "CUDAGraph::replay"
 
 
 def plan_rank(
@@ -70,6 +79,7 @@ def plan_rank(
         Launch(op, i, kernel_name(op, spec.naming, i)) for i, op in enumerate(ops) if op.launched
     ]
     launches.sort(key=lambda x: (x.op.launch_ns, x.op.launch_thread != "main"))
+    launches, replayed = _graph_replays(launches)
     for i, launch in enumerate(launches):
         launch.corr = _FIRST_CORRELATION + _CORRELATION_STRIDE * i
     next_corr = _FIRST_CORRELATION + _CORRELATION_STRIDE * len(launches)
@@ -85,7 +95,35 @@ def plan_rank(
     step_ext = _assign_external_ids(spec, launches, groups or {})
     _assign_seq(spec, launches)
     _place(spec, launches, clock)
-    return Plan(launches, unlinked, step_ext, next_corr)
+    for launch in launches:
+        members = replayed.get(launch.ordinal, [])
+        device_corr = 0
+        if members and spec.graph_links == "node":
+            # only the graph and node ids tell which launch replayed them
+            device_corr, next_corr = next_corr, next_corr + _CORRELATION_STRIDE
+        launch.device_corr = device_corr if launch.op.graph else 0
+        for member in members:
+            member.corr, member.ext, member.device_corr = launch.corr, launch.ext, device_corr
+    return Plan(launches, unlinked, step_ext, next_corr, replayed)
+
+
+def _graph_replays(launches: list[Launch]) -> tuple[list[Launch], dict[int, list[Launch]]]:
+    """The launches with one per graph replay (its first op stands for it), and the other ops
+    of each replay by that launch's ordinal."""
+    kept: list[Launch] = []
+    first: dict[tuple[int, int, str], Launch] = {}
+    replayed: dict[int, list[Launch]] = {}
+    for launch in launches:
+        op = launch.op
+        if op.graph:
+            key = (op.graph, op.launch_ns, op.launch_thread)
+            if key in first:
+                replayed.setdefault(first[key].ordinal, []).append(launch)
+                continue
+            first[key] = launch
+            replayed[launch.ordinal] = []
+        kept.append(launch)
+    return kept, replayed
 
 
 def _levels(
@@ -93,6 +131,8 @@ def _levels(
 ) -> list[tuple[str, str, bool]]:
     """(name, cat, carries collective args) of the CPU ops around a launch, outermost first."""
     op = launch.op
+    if op.graph:
+        return [(GRAPH_REPLAY_OP, "cpu_op", False)]
     if op.p2p and has_metadata(op):
         # ProcessGroupNCCL names the work with ranks inside the group, like c10d's API.
         members = groups.get(op.pg, ())

@@ -33,6 +33,7 @@ COLL_TYPES: frozenset[str] = frozenset(get_args(CollType))
 NAMINGS: frozenset[str] = frozenset(get_args(Naming))
 TIME_FORMATS: frozenset[str] = frozenset(get_args(TimeFormat))
 LAUNCH_THREADS: frozenset[str] = frozenset(get_args(LaunchThread))
+GRAPH_LINKS = frozenset({"correlation", "node"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,13 @@ class Op:
     # record_shapes: the launching cpu_op's Input Dims and Concrete Inputs (empty: not written)
     shapes: tuple[tuple[int, ...], ...] = ()
     concrete: tuple[str, ...] = ()
+    # CUDA graphs: ``graph`` (> 0) is the id of the graph that replays this op as its node
+    # ``node``; the ops of one replay share their launch_ns and thread, and one cudaGraphLaunch
+    # launches them all. ``captured``: a launch made while a stream captures a graph (between
+    # cudaStreamBeginCapture and cudaStreamEndCapture): it runs nothing, so never recorded.
+    graph: int = 0
+    node: int = 0
+    captured: bool = False
 
     def __post_init__(self) -> None:
         # Runs once per op of 100 MB benchmark specs: test first, format a message only on error.
@@ -120,11 +128,16 @@ class RankSpec:
     naming: Naming = "dev"
     time_format: TimeFormat = "relative"
     cpu_calls: tuple[CpuCall, ...] = ()
+    # How replayed kernels name their cudaGraphLaunch: "correlation" (its correlation id, as
+    # CUPTI records them) or "node" (only their graph and node ids; a correlation no runtime
+    # call carries)
+    graph_links: str = "correlation"
 
     def __post_init__(self) -> None:
         _check(self.rank >= 0, f"rank must be >= 0, got {self.rank}")
         _check(self.naming in NAMINGS, f"unknown naming {self.naming!r}")
         _check(self.time_format in TIME_FORMATS, f"unknown time_format {self.time_format!r}")
+        _check(self.graph_links in GRAPH_LINKS, f"unknown graph_links {self.graph_links!r}")
         _check_steps_disjoint(self)
         _check_extras_outside_steps(self)
         _check_thread_order(self)
@@ -230,6 +243,15 @@ def _op_problem(op: Op) -> str:
         return "p2p must be 'send' or 'recv' on a SendRecv op with a peer rank >= 0"
     if (op.kind == "comm") != (op.coll is not None) or (op.coll and op.coll not in COLL_TYPES):
         return f"coll {op.coll!r}: comm ops need a collective type, other kinds must have None"
+    if op.graph < 0 or op.node < 0 or (op.node and not op.graph):
+        return "graph and node must be >= 0, and a node needs a graph"
+    if op.graph and (not op.launched or op.captured or (op.kind == "comm" and op.metadata)):
+        return (
+            "a replayed op is launched by its graph, is not captured, and (a comm op) carries "
+            "no collective metadata: no record_param_comms encloses a graph launch"
+        )
+    if op.captured and (op.recorded or not op.launched):
+        return "a captured launch runs nothing: launched, never recorded"
     return ""
 
 
@@ -263,9 +285,10 @@ def _check_thread_order(spec: RankSpec) -> None:
     # One CPU thread cannot issue two runtime calls at the same instant, and the writer needs a
     # strict order to nest each call inside its own CPU op.
     for thread in LAUNCH_THREADS:
-        launches = sorted(
-            op.launch_ns for op in spec.all_ops() if op.launched and op.launch_thread == thread
-        )
+        mine = [op for op in spec.all_ops() if op.launched and op.launch_thread == thread]
+        # the ops of one graph replay share its single cudaGraphLaunch
+        replays = {(op.graph, op.launch_ns) for op in mine if op.graph}
+        launches = sorted([op.launch_ns for op in mine if not op.graph] + [t for _, t in replays])
         for a, b in pairwise(launches):
             if b == a:
                 raise ValueError(f"rank {spec.rank}: two launches at {a} ns on the {thread} thread")

@@ -38,6 +38,8 @@ _RUNTIME = {
     "memcpy": ("cudaMemcpyAsync", 41),
     "memset": ("cudaMemsetAsync", 51),
 }
+_GRAPH_LAUNCH = ("cudaGraphLaunch", 311)
+SHAPE_DTYPE = "c10::BFloat16"  # the Input type of every recorded tensor (record_shapes)
 _CATS = {"compute": "kernel", "comm": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
 # Bytes per ns (= GB/s) used to derive plausible byte counts from durations.
 _BANDWIDTH = {"memcpy": 24, "memset": 1_200}
@@ -107,6 +109,8 @@ class _RankWriter:
         self._names: dict[str, str] = {}
         self._kernel_tails: dict[str, str] = {}
         self._shapes = any(launch.op.shapes for launch in self.plan.launches)
+        # CUDA 12 CUPTI: every kernel says which graph replayed it (0: none)
+        self._graphs = any(op.graph for op in rank.all_ops())
         self._world = ProcessGroup("world", "default_pg", tuple(range(run.world_size)))
         self._groups = {g.name: g for g in run.groups}
 
@@ -305,6 +309,7 @@ class _RankWriter:
                 args += ", " + self._coll_args(launch) + f', "Rank": {within}'
             if launch.op.shapes and span.cat == "cpu_op":
                 args += f', "Input Dims": {json.dumps([list(d) for d in launch.op.shapes])}'
+                args += f', "Input type": {json.dumps([SHAPE_DTYPE] * len(launch.op.shapes))}'
                 if launch.op.concrete:
                     args += f', "Concrete Inputs": {json.dumps(list(launch.op.concrete))}'
             yield self._x(span.cat, span.name, self.pid, tid, span.start, span.end, args)
@@ -341,10 +346,12 @@ class _RankWriter:
     def _activities(self) -> Iterator[str]:
         for launch in self.plan.launches:
             op = launch.op
-            if op.recorded:
-                yield self._device_event(launch)
-                yield self._flow("f", launch.corr, self.device, op.stream, op.start_ns)
-            name, cbid = _RUNTIME[op.kind]
+            for device in (launch, *self.plan.replayed.get(launch.ordinal, ())):
+                if device.op.recorded:
+                    yield self._device_event(device)
+                    corr = device.device_corr or device.corr
+                    yield self._flow("f", corr, self.device, device.op.stream, device.op.start_ns)
+            name, cbid = _GRAPH_LAUNCH if op.graph else _RUNTIME[op.kind]
             tid = self.tids[op.launch_thread]
             args = f'"External id": {launch.ext},      "cbid": {cbid}, "correlation": {launch.corr}'
             yield self._x(
@@ -365,8 +372,13 @@ class _RankWriter:
         ext = f'"External id": {launch.ext},      ' if op.launched else ""
         where = (
             f'"device": {self.device}, "context": 1,      "stream": {op.stream}, '
-            f'"correlation": {launch.corr}'
+            f'"correlation": {launch.device_corr or launch.corr}'
         )
+        if op.graph:
+            # CUPTI packs the graph id into the upper 32 bits of the node id
+            where += f', "graph id": {op.graph}, "graph node id": {(op.graph << 32) | op.node}'
+        elif self._graphs and op.kind in ("compute", "comm"):
+            where += ', "graph id": 0, "graph node id": 0'
         if op.kind in ("memcpy", "memset"):
             nbytes = op.dur_ns * _BANDWIDTH[op.kind]
             bandwidth = nbytes / op.dur_ns

@@ -9,6 +9,7 @@ ORDER = (
     "analyze",
     "ingest",
     "report",
+    "export",
     "project",
     "compare",
     "gate",

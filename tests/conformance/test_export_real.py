@@ -1,0 +1,57 @@
+"""``tracecomm export`` on the real shared traces (metrics.md §17): read back, every kept rank
+and step gives the report's figures, and the exposed-communication track adds up to its
+exposed communication."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tracecomm import analyze
+from tracecomm.cli import EXIT_OK, app
+from tracecomm.engine import breakdown
+from tracecomm.ingest import load_merged
+
+FOLDERS = (
+    "bytedance-straggler-SE",
+    "hta-amd_trace",
+    "hta-mtia_trace_single_rank",
+    "hta-nccl_parser_config",
+    "hta-negative_queue_length_values_check",
+    "hta-ns_resolution_trace",
+    "hta-trace_diff_control",
+    "hta-trace_filter",
+)
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_real_trace_export_round_trips(shared_traces: Path, tmp_path: Path, folder: str) -> None:
+    run, out = shared_traces / folder, tmp_path / "view.json.gz"
+    result = CliRunner().invoke(app, ["export", str(run), "-o", str(out), "--export-steps", "all"])
+    assert result.exit_code == EXIT_OK, result.stderr
+    doc = json.loads(gzip.decompress(out.read_bytes()))
+    exposed: dict[tuple[int, int], int] = defaultdict(int)
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X" and e.get("cat") == "tracecomm" and e["name"].startswith("exposed "):
+            exposed[(e["pid"], e["args"]["step"])] += round(e["dur"] * 1000)
+    again = {
+        ev.meta.rank: {s.step: s for s in breakdown(ev).steps} for ev in load_merged(out, "pid")
+    }
+    report = analyze(run)
+    kept = {r["rank"] for r in doc["tracecomm"]["ranks"]}
+    assert kept and set(again) == kept
+    for rank in report.rank_reports:
+        if rank.rank not in kept:
+            continue
+        for step in rank.breakdown.included_steps:
+            back = again[rank.rank][step.step]
+            assert step.window is not None and back.window is not None
+            assert back.window.figures == step.window.figures, (rank.rank, step.step)
+            assert back.window.by_type == step.window.by_type
+            assert back.window.idle_by_cause == step.window.idle_by_cause
+            assert exposed[(rank.rank, step.step)] == step.window.figures.exposed_comm_ns
