@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tracecomm.synth.schedule import CollType, Op
+    from tracecomm.synth.ops import CollType, Op
 
 
 @dataclass(frozen=True, slots=True)
