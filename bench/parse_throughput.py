@@ -1,8 +1,8 @@
 """Parse throughput of tracecomm against HTA (each installed release) and ``gzip -dc``, on a
-generated run.
+real trace replicated to N ranks (``--real PATH``) or on a generated run.
 
-    python bench/parse_throughput.py [--mb-per-rank 200] [--ranks 8] [--out bench/out]
-                                     [--repeat 1] [--skip-hta] [--markdown]
+    python bench/parse_throughput.py [--real TRACE] [--mb-per-rank 200] [--ranks 8]
+                                     [--out bench/out] [--repeat 1] [--skip-hta] [--markdown]
                                      [--hta-ranks N] [--hta-mem-limit-gb 16]
                                      [--hta-python PY [--hta-python PY ...]]
 
@@ -11,10 +11,15 @@ Each ``--hta-python`` names an interpreter with one HTA installed: HTA 0.6.1 (Py
 they live in separate virtual environments, and every HTA row runs with its own interpreter.
 Without the option, this interpreter's HTA (if any) is measured.
 
-Generates (once) an FSDP-style run with the ground-truth generator, plus gzipped copies of the
-same files, then measures every tool in a fresh subprocess, so peak RSS belongs to that tool:
+``--real TRACE`` takes a real trace (``.json`` or ``.json.gz``) and writes it once per rank with
+only its ``distributedInfo.rank`` changed (the bytes otherwise as recorded); without it, an
+FSDP-style run is generated (once) with the ground-truth generator. Either way gzipped copies
+(gzip -6) are made, then every tool is measured in a fresh subprocess, so peak RSS belongs to
+that tool:
 
-- ``gzip -dc`` of every .gz file to /dev/null: the floor for reading compressed input.
+- floors: ``cat`` of the .json files and ``gzip -dc`` of the .gz files to /dev/null, and each
+  inflater tracecomm can use (zlib, zlib-ng, isal: ``ingest/inflate.py``) over the .gz files in
+  one process.
 - tracecomm, one process: ``load_rank`` + ``breakdown`` over every rank file in turn (.json and
   .json.gz).
 - HTA, one process, per HTA release: ``hta.common.trace.parse_trace_file`` over every rank file
@@ -24,7 +29,8 @@ same files, then measures every tool in a fresh subprocess, so peak RSS belongs 
   per HTA release, ``TraceAnalysis(trace_dir=RUN).get_comm_comp_overlap()``.
 
 MB are 10^6 bytes of uncompressed JSON. Speed is reported as ratios against the baselines of the
-same run (each HTA, gzip -dc), never as absolute pass/fail thresholds.
+same run (each HTA, gzip -dc), never as absolute pass/fail thresholds. tracecomm's JSON must be
+the same for .json, .json.gz and each inflater (``TRACECOMM_GZIP``): the bench exits 1 if not.
 """
 
 from __future__ import annotations
@@ -137,6 +143,38 @@ def prepare_data(out: Path, mb_per_rank: float, ranks: int, log: Callable[[str],
     log(f"  gzipped in {time.perf_counter() - t0:.1f} s")
     files = {str(p.relative_to(out)): p.stat().st_size for p in [*plain, *gz]}
     marker.write_text(json.dumps({"params": params, "files": files}, indent=2) + "\n")
+    return Dataset(run_dir, gz_dir, plain, gz)
+
+
+def prepare_real(out: Path, trace: Path, ranks: int, log: Callable[[str], None]) -> Dataset:
+    """The real trace once per rank, only ``distributedInfo.rank`` changed, and gzipped copies."""
+    import gzip
+    import re
+
+    raw = trace.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    name = f"real-{trace.name.split('.')[0]}-{ranks}ranks"
+    run_dir, gz_dir = out / name, out / f"{name}-gz"
+    for folder in (run_dir, gz_dir):
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+    info = re.search(rb'"distributedInfo"\s*:\s*\{[^{}]*\}', raw[: 1 << 24])
+    plain = []
+    for rank in range(ranks):
+        if info is not None:
+            block = re.sub(rb'"rank"\s*:\s*-?\d+', b'"rank": %d' % rank, info.group(0))
+            data = raw[: info.start()] + block + raw[info.end() :]
+        else:  # no distributedInfo: one is added as the object's first key
+            start = raw.index(b"{") + 1
+            block = b'"distributedInfo": {"rank": %d, "world_size": %d}, ' % (rank, ranks)
+            data = raw[:start] + block + raw[start:]
+        path = run_dir / f"rank{rank}.json"
+        path.write_bytes(data)
+        plain.append(path)
+    log(f"wrote {ranks} copies of {trace} ({len(raw) / MB:.1f} MB each) into {run_dir}")
+    gz = _gzip_copies(plain, gz_dir)
     return Dataset(run_dir, gz_dir, plain, gz)
 
 
@@ -418,9 +456,23 @@ def _worker_hta_e2e(args: list[str]) -> dict[str, Any]:
     return {"load_s": t1 - t0, "overlap_s": t2 - t1, "ranks": len(overlap)}
 
 
+def _worker_inflate(args: list[str]) -> dict[str, Any]:
+    from tracecomm.ingest.inflate import _BY_NAME
+
+    inflater = _BY_NAME[args[0]]()
+    t0 = time.perf_counter()
+    total = 0
+    for path in args[1:]:
+        with inflater.open(Path(path)) as handle:
+            while block := handle.read(8 << 20):
+                total += len(block)
+    return {"seconds": time.perf_counter() - t0, "bytes": total}
+
+
 def _worker_main(argv: list[str]) -> int:
     kind, rest = argv[0], argv[1:]
     workers: dict[str, Callable[[list[str]], dict[str, Any]]] = {
+        "inflate": _worker_inflate,
         "tracecomm": _worker_tracecomm,
         "hta-parse": _worker_hta_parse,
         "hta-e2e": _worker_hta_e2e,
@@ -496,6 +548,35 @@ class Bench:
         runs = self._runs(cmd, "gzip -dc", stdout_file=Path(os.devnull))
         return self._command_row("gzip", "gzip -dc > /dev/null", ".json.gz", len(cmd) - 2, runs)
 
+    def cat_floor(self) -> Row:
+        cmd = ["cat", *map(str, self.data.plain)]
+        runs = self._runs(cmd, "cat", stdout_file=Path(os.devnull))
+        return self._command_row("cat", "cat > /dev/null", ".json", len(cmd) - 1, runs)
+
+    def inflate_floors(self) -> list[Row]:
+        """Each inflater tracecomm can use, in one process over the .gz files."""
+        from tracecomm.ingest.inflate import _BY_NAME
+
+        rows = []
+        for name, make in _BY_NAME.items():
+            try:
+                make()
+            except ImportError:
+                self.log(f"  {name}: not installed, not measured")
+                continue
+            row = self._worker_row(
+                f"inflate:{name}",
+                f"inflate with {name}",
+                ".json.gz",
+                self.py,
+                "inflate",
+                [Path(name), *self.data.gz],
+            )
+            row.ranks = len(self.data.gz)
+            row.mb = self.data.plain_mb()
+            rows.append(row)
+        return rows
+
     def tracecomm_parse(self, gz: bool) -> Row:
         paths = self.data.gz if gz else self.data.plain
         row = self._worker_row(
@@ -521,19 +602,29 @@ class Bench:
             paths,
         )
 
-    def tracecomm_e2e(self, gz: bool) -> Row:
+    def tracecomm_e2e(self, gz: bool, inflater: str | None = None) -> Row:
         exe = Path(self.py).parent / "tracecomm"
         run_dir = self.data.gz_dir if gz else self.data.run_dir
         cmd = [str(exe), "analyze", str(run_dir), "--format", "json"]
-        what = "tracecomm analyze" + (" (gz)" if gz else "")
-        runs = self._runs(cmd, what, stdout_file=Path(os.devnull))
-        return self._command_row(
-            "tc-e2e-gz" if gz else "tc-e2e",
-            "tracecomm analyze --format json",
+        if inflater is not None:
+            cmd = ["env", f"TRACECOMM_GZIP={inflater}", *cmd]
+        what = (
+            "tracecomm analyze" + (" (gz)" if gz else "") + (f" ({inflater})" if inflater else "")
+        )
+        key = ("tc-e2e-gz" if gz else "tc-e2e") + (f":{inflater}" if inflater else "")
+        out = self.log_file.parent / f"{key.replace(':', '-')}.json"
+        runs = self._runs(cmd, what, stdout_file=out)
+        row = self._command_row(
+            key,
+            "tracecomm analyze --format json"
+            + (f", TRACECOMM_GZIP={inflater}" if inflater else ""),
             ".json.gz" if gz else ".json",
             len(self.data.plain),
             runs,
         )
+        row.detail["output"] = str(out)
+        row.detail["input_dir"] = str(run_dir)
+        return row
 
     def hta_e2e(self, hta: Hta, ranks: int, mem_limit_gb: float) -> Row | None:
         """HTA's load + overlap; on half the ranks while it goes over the memory cap."""
@@ -564,6 +655,21 @@ class Bench:
             row.note = note
             return row
         return None
+
+
+def same_figures(rows: Sequence[Row]) -> list[str]:
+    """tracecomm's JSON of every variant, the input folder's name aside: the differences."""
+    docs = {}
+    for r in rows:
+        if "output" not in r.detail:
+            continue
+        text = Path(r.detail["output"]).read_text()
+        text = text.replace(r.detail["input_dir"], "RUN").replace(".json.gz", ".json")
+        docs[r.tool + " " + r.input] = json.loads(text)
+    if not docs:
+        return []
+    (first, base), *rest = docs.items()
+    return [f"{name} differs from {first}" for name, doc in rest if doc != base]
 
 
 # ---- report --------------------------------------------------------------------------------
@@ -752,6 +858,12 @@ def _parser() -> argparse.ArgumentParser:
         prog="python bench/parse_throughput.py",
         description="Parse throughput of tracecomm vs each HTA release given and gzip -dc.",
     )
+    p.add_argument(
+        "--real",
+        type=Path,
+        metavar="TRACE",
+        help="a real trace (.json or .json.gz) written once per rank instead of a generated run",
+    )
     p.add_argument("--mb-per-rank", type=float, default=200.0)
     p.add_argument("--ranks", type=int, default=8)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
@@ -809,14 +921,20 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"measuring HTA {found[0].version} ({found[0].dist}) with {python}")
     measured = [h for h, _ in htas]
 
-    data = prepare_data(args.out, args.mb_per_rank, args.ranks, log)
+    if args.real is not None:
+        data = prepare_real(args.out, args.real.resolve(), args.ranks, log)
+    else:
+        data = prepare_data(args.out, args.mb_per_rank, args.ranks, log)
     code_before, commit_before = _tracecomm_digest(), _git("rev-parse", "--short", "HEAD")
     bench = Bench(args, data, log)
     hta_ranks = min(args.hta_ranks or len(data.plain), len(data.plain))
     log(f"measuring {len(data.plain)} ranks, {data.plain_mb():.0f} MB uncompressed ...")
-    rows = [bench.gzip_floor(), bench.tracecomm_parse(gz=False), bench.tracecomm_parse(gz=True)]
+    rows = [bench.cat_floor(), bench.gzip_floor(), *bench.inflate_floors()]
+    rows += [bench.tracecomm_parse(gz=False), bench.tracecomm_parse(gz=True)]
     rows += [bench.hta_parse(hta, hta_ranks) for hta in measured]
     rows += [bench.tracecomm_e2e(gz=False), bench.tracecomm_e2e(gz=True)]
+    rows += [bench.tracecomm_e2e(gz=True, inflater="zlib")]
+    differences = same_figures(rows)
     for hta in measured:
         e2e = bench.hta_e2e(hta, hta_ranks, args.hta_mem_limit_gb)
         if e2e is None:
@@ -878,7 +996,9 @@ def main(argv: list[str] | None = None) -> int:
         "rows": [asdict(r) | {"mbps": r.mbps} for r in rows],
     }
     (args.out / "parse_throughput.json").write_text(json.dumps(record, indent=2) + "\n")
-    return 0
+    for line in differences:
+        print(f"error: tracecomm's figures {line}", file=sys.stderr)
+    return 1 if differences else 0
 
 
 if __name__ == "__main__":

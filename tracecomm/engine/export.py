@@ -16,10 +16,10 @@ from itertools import pairwise
 import numpy as np
 import polars as pl
 
-from tracecomm.engine.breakdown import BreakdownOptions, work_coverage
 from tracecomm.engine.classify import COLL_TYPES, classify_with_comm
 from tracecomm.engine.idle import DATALOADER_PREFIX, SYNC_CALL, HostActivity, idle_gaps
 from tracecomm.engine.intervals import coverage
+from tracecomm.engine.partition import BreakdownOptions, work_coverage
 from tracecomm.engine.steps import LaunchNames, link_launches, step_windows
 from tracecomm.ingest.model import RankEvents
 

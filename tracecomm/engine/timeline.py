@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from tracecomm.engine.breakdown import BreakdownOptions
 from tracecomm.engine.classify import COLL_TYPES, classify_with_comm
 from tracecomm.engine.collectives import message_bytes
 from tracecomm.engine.intervals import IntArray, coverage
+from tracecomm.engine.partition import BreakdownOptions
 from tracecomm.engine.steps import link_launches, step_windows
 from tracecomm.ingest.model import RankEvents
 

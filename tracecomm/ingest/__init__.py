@@ -23,7 +23,7 @@ _LAZY = {
     "load_rank": "tracecomm.ingest.load",
     "load_merged": "tracecomm.ingest.load",
     "RankEvents": "tracecomm.ingest.model",
-    "ReadOptions": "tracecomm.ingest.model",
+    "ReadOptions": "tracecomm.ingest.options",
     "TraceMeta": "tracecomm.ingest.model",
 }
 

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
+from tracecomm.ingest.options import ReadOptions
+
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "sync")
-
-
-@dataclass(frozen=True)
-class ReadOptions:
-    """What the readers keep beyond the engine's own needs; passed in by the layers above."""
-
-    # CPU ops whose recorded shapes (``Input Dims``) are kept: the FLOP counter names them
-    # (mfu.opflops.SHAPED_OPS); none by default, as most traces record no shapes
-    shaped_ops: Collection[str] = frozenset()
-    # Bounds (ingest.limits): how far a gzip file may inflate, the largest trace, the longest
-    # event. Real traces inflate 8–30× and hold events of a few KB.
-    max_inflate_ratio: float = 200.0
-    max_trace_bytes: int = 64 << 30
-    max_event_bytes: int = 64 << 20
+__all__ = ["DEVICE_KINDS", "RankEvents", "ReadOptions", "TraceMeta"]
 
 
 @dataclass(frozen=True)

@@ -1,54 +1,55 @@
-"""Format name -> renderer, per kind of result. Every renderer is ``(result, view) -> bytes``."""
+"""Format name -> renderer, per kind of result. Every renderer is ``(result, view) -> bytes``.
+
+A renderer's module is imported when it renders, not before: a command pays only for the view
+it prints (the gate's, the HTML page's and the comparison's modules stay off analyze's path).
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
-from tracecomm.render import View, check, export, formats, html, terminal
+from tracecomm.render import View
 
 Renderer = Callable[[Any, View], bytes]
 
-REPORT: dict[str, Renderer] = {
-    "terminal": terminal.render_terminal,
-    "json": formats.render_json,
-    "csv": formats.render_csv,
-    "html": html.render_report,
-}
-PROJECTION: dict[str, Renderer] = {
-    "terminal": terminal.render_projection,
-    "json": formats.render_json,
-}
-CHECK: dict[str, Renderer] = {
-    "terminal": check.render_terminal,
-    "json": check.render_json,
-    "github": check.render_github,
-    "junit": check.render_junit,
-    "markdown": check.render_markdown,
-}
-NCCL: dict[str, Renderer] = {
-    "terminal": terminal.render_nccl,
-    "json": formats.render_nccl_json,
-}
-CROSSCHECK: dict[str, Renderer] = {"terminal": terminal.render_crosscheck}
-EXPORT: dict[str, Renderer] = {"chrome": export.render_trace}  # Trace Event Format (Perfetto)
 
-
-def _compare(name: str) -> Renderer:
-    """Imported when a comparison is rendered: analysis.compare is off analyze's path."""
-
+def _lazy(module: str, name: str) -> Renderer:
     def render(result: Any, view: View) -> bytes:
-        from tracecomm.render import compare
-
-        renderer: Renderer = getattr(compare, name)
+        renderer: Renderer = getattr(importlib.import_module(f"tracecomm.render.{module}"), name)
         return renderer(result, view)
 
+    render.__name__ = render.__qualname__ = name
     return render
 
 
+REPORT: dict[str, Renderer] = {
+    "terminal": _lazy("terminal", "render_terminal"),
+    "json": _lazy("formats", "render_json"),
+    "csv": _lazy("formats", "render_csv"),
+    "html": _lazy("html", "render_report"),
+}
+PROJECTION: dict[str, Renderer] = {
+    "terminal": _lazy("terminal", "render_projection"),
+    "json": _lazy("formats", "render_json"),
+}
+CHECK: dict[str, Renderer] = {
+    "terminal": _lazy("check", "render_terminal"),
+    "json": _lazy("check", "render_json"),
+    "github": _lazy("check", "render_github"),
+    "junit": _lazy("check", "render_junit"),
+    "markdown": _lazy("check", "render_markdown"),
+}
+NCCL: dict[str, Renderer] = {
+    "terminal": _lazy("terminal", "render_nccl"),
+    "json": _lazy("formats", "render_nccl_json"),
+}
+CROSSCHECK: dict[str, Renderer] = {"terminal": _lazy("terminal", "render_crosscheck")}
+EXPORT: dict[str, Renderer] = {"chrome": _lazy("export", "render_trace")}  # Trace Event Format
 COMPARE: dict[str, Renderer] = {
-    "terminal": _compare("render_terminal"),
-    "json": _compare("render_json"),
-    "markdown": _compare("render_markdown"),
-    "html": _compare("render_html"),
+    "terminal": _lazy("compare", "render_terminal"),
+    "json": _lazy("compare", "render_json"),
+    "markdown": _lazy("compare", "render_markdown"),
+    "html": _lazy("compare", "render_html"),
 }

@@ -5,6 +5,7 @@ modules and discovering files."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -27,18 +28,37 @@ def jobs_for(paths: Sequence[str | Path], requested: int | None) -> int:
 
 
 def new_pool(jobs: int) -> ProcessPoolExecutor:
-    # spawn, not fork: forking a process whose polars thread pool is running can deadlock.
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"))
+    # Forking a process whose polars thread pool runs can deadlock: fork only while this
+    # process has not loaded polars (the CLI starts its pool first), else spawn. A forked
+    # worker skips the interpreter's start and the imports already made.
+    method = "spawn" if "polars" in sys.modules or sys.platform != "linux" else "fork"
+    return ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=get_context(method),
+        initializer=polars_threads,
+        initargs=(max(1, (os.cpu_count() or 1) // jobs),),
+    )
+
+
+def polars_threads(threads: int) -> None:
+    """Before a worker imports polars: its share of the cores (measured, BENCHMARKS.md: one
+    thread per worker when the workers fill the cores, faster than the default of one per
+    core, whose threads the workers' per-rank frames are too small to keep busy). A
+    ``POLARS_MAX_THREADS`` the user set is kept."""
+    os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
 
 
 def start_pool(traces: Sequence[str], requested: int | None) -> ProcessPoolExecutor | None:
     """A warm pool for a run big enough to use one (None otherwise): its workers import the
-    per-rank code while the main process loads its own."""
+    per-rank code while the main process loads its own. A run too small for one is parsed in
+    this process with one polars thread (its frames are too small to share out)."""
     try:
         jobs = jobs_for(traces, requested)
     except OSError:
         return None
     if jobs <= 1:
+        if requested is None and len(traces) > 1:
+            polars_threads(1)
         return None
     pool = new_pool(jobs)
     for _ in range(jobs):

@@ -24,6 +24,7 @@ from tracecomm.engine.model import (
     WindowFigures,
 )
 from tracecomm.engine.observed import counted_ops, observed_flops
+from tracecomm.engine.options import BreakdownOptions
 from tracecomm.engine.steps import (
     CAPTURE_BEGIN_PATTERN,
     LaunchNames,
@@ -37,17 +38,6 @@ from tracecomm.ingest.power import PowerSeries
 _COMPUTE, _COMM, _MEMORY = 0, 1, 2
 _FIRST_TYPE = 3
 _CPU_COMM_PATTERN = r"^(?:gloo|nccl|rccl|hccl):|^record_param_comms$|^c10d::"
-
-
-@dataclass(frozen=True)
-class BreakdownOptions:
-    """Which steps form the analysis window (metrics.md §2)."""
-
-    first_step: int | None = None  # inclusive ProfilerStep numbers; None = open
-    last_step: int | None = None
-    all_steps: bool = False  # include incomplete steps that launched device work
-    comm_patterns: tuple[str, ...] = ()  # REGEX[=TYPE]: names that are communication
-    compute_patterns: tuple[str, ...] = ()  # names that are compute whatever they look like
 
 
 def breakdown(
