@@ -50,12 +50,13 @@ def test_the_whole_run_reads_on_the_workers(
 ) -> None:
     """Nothing that reads the run folder runs on the client: parse, discovery and settings
     all fail here and the result is still complete."""
-    from tracecomm.run import discover, session, worker
+    from tracecomm.ingest import load as ingest_load
+    from tracecomm.run import discover, session
 
     def not_here(*args: object) -> None:
         raise AssertionError("read on the client")
 
-    monkeypatch.setattr(worker, "load_rank", not_here)
+    monkeypatch.setattr(ingest_load, "load_rank", not_here)
     monkeypatch.setattr(discover, "find_sources", not_here)
     monkeypatch.setattr(session, "read_settings", not_here)
     assert document(run64, dask_executor) == local_doc

@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tracecomm.cli import EXIT_OK, EXIT_PARTIAL, app
-from tracecomm.run import session, worker
+from tracecomm.ingest import load as ingest_load
+from tracecomm.run import session
 from tracecomm.synth import fsdp_run, write_run
 
 
@@ -38,7 +39,7 @@ def no_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(path: str) -> None:
         raise AssertionError(f"{path} parsed again")
 
-    monkeypatch.setattr(worker, "load_rank", fail)
+    monkeypatch.setattr(ingest_load, "load_rank", fail)
 
 
 def test_a_cached_run_gives_the_same_figures(

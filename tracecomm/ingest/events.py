@@ -181,9 +181,10 @@ META_SCHEMA: dict[str, pl.DataType] = {
 
 
 class Envelope(Trace, gc=False):
-    """The document with its event array left undecoded (the C scanner reads it)."""
+    """The document with its event array left undecoded (the C scanner reads it). Empty when
+    the document has none: msgspec cannot decode ``Raw | None`` (it would accept only null)."""
 
-    traceEvents: msgspec.Raw | None = None  # type: ignore[assignment]
+    traceEvents: msgspec.Raw = msgspec.Raw(b"")  # type: ignore[assignment]
 
 
 ENVELOPE_DECODER = msgspec.json.Decoder(Envelope)

@@ -158,13 +158,13 @@ def _scanned(path: Path, read: ReadOptions) -> RankEvents | None:
             envelope = ENVELOPE_DECODER.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
             return None
-        if envelope.traceEvents is None:
-            return None
         events = bytes(envelope.traceEvents)
+        if events.strip() in (b"", b"null"):
+            return None
     del data
     got = fast.columns(events, path, None, read.shaped_ops)
     if got is None:
         return None
     frame, warnings, repaired, ops = got
-    envelope.traceEvents = None
+    envelope.traceEvents = msgspec.Raw(b"")
     return rank_from_columns(str(path), trace_meta(envelope), frame, warnings, False, repaired, ops)

@@ -24,6 +24,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 Progress = Callable[[int, int, str], None]
 OnError = Callable[[str, BaseException], Any]
+Meanwhile = Callable[[], None] | None
 
 DASK_PORT = 8786
 
@@ -78,9 +79,11 @@ class Executor(Protocol):
         progress: Progress | None,
         on_error: OnError,
         jobs: int,
+        meanwhile: Meanwhile = None,
     ) -> list[R]:
         """``fn(item, *args)`` for each item, in item order; an item whose task is lost (a
-        worker that kept dying) gets ``on_error(item, exception)`` instead."""
+        worker that kept dying) gets ``on_error(item, exception)`` instead. ``meanwhile`` runs
+        here once the tasks are out (the client's own imports, overlapping the parse)."""
         ...
 
     def close(self) -> None: ...
@@ -104,18 +107,21 @@ class LocalExecutor:
         progress: Progress | None,
         on_error: OnError,
         jobs: int,
+        meanwhile: Meanwhile = None,
     ) -> list[R]:
         out: list[R] = []
         if progress:
             progress(0, len(items), "")
         if jobs <= 1:
             self.close()
+            if meanwhile:
+                meanwhile()
             for i, item in enumerate(items):
                 out.append(fn(item, *args))
                 if progress:
                     progress(i + 1, len(items), item)
             return out
-        return self._pooled(fn, items, args, progress, on_error, jobs)
+        return self._pooled(fn, items, args, progress, on_error, jobs, meanwhile)
 
     def _pooled(
         self,
@@ -125,6 +131,7 @@ class LocalExecutor:
         progress: Progress | None,
         on_error: OnError,
         jobs: int,
+        meanwhile: Meanwhile,
     ) -> list[R]:
         """A worker process that dies (the kernel's OOM killer, a crash in a native library)
         breaks the whole pool: what had not finished runs again in a fresh pool of one
@@ -140,6 +147,9 @@ class LocalExecutor:
         while pending:
             with pool:
                 futures = {pool.submit(fn, items[i], *args): i for i in pending}
+                if meanwhile is not None:
+                    meanwhile()
+                    meanwhile = None  # a retry after a broken pool has it done already
                 try:
                     for future in as_completed(futures):
                         results[futures[future]] = future.result()
@@ -211,6 +221,7 @@ class DaskExecutor:
         progress: Progress | None,
         on_error: OnError,
         jobs: int,
+        meanwhile: Meanwhile = None,
     ) -> list[R]:
         from distributed import as_completed
 
@@ -219,6 +230,8 @@ class DaskExecutor:
             self._client.submit(fn, item, *args, key=f"tracecomm-{run}-{i}", pure=False)
             for i, item in enumerate(items)
         ]
+        if meanwhile:
+            meanwhile()
         index = {f.key: i for i, f in enumerate(futures)}
         out: list[Any] = [None] * len(items)
         if progress:

@@ -69,4 +69,6 @@ def start_pool(traces: Sequence[str], requested: int | None) -> ProcessPoolExecu
 def warm() -> None:
     """Runs in a fresh worker: imports the per-rank unit (defined here, not there, so that
     submitting it imports nothing heavy in the main process)."""
-    import tracecomm.run.worker  # noqa: F401
+    from tracecomm.run.worker import preload
+
+    preload()

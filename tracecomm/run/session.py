@@ -9,9 +9,8 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tracecomm.analysis.build import build_report
 from tracecomm.analysis.model import (
     FileFailure,
     RankReport,
@@ -20,12 +19,10 @@ from tracecomm.analysis.model import (
     Report,
     RunData,
 )
-from tracecomm.analysis.projection import Projection
 from tracecomm.engine import BreakdownOptions
 from tracecomm.errors import NoUsableInput, OutputError, UsageError
 from tracecomm.ingest.power import PowerLog, PowerLogError, find_power_logs, load_power_log
 from tracecomm.mfu.inputs import InputError, ModelFlops, ModelInputs, model_flops
-from tracecomm.nccl.diagnose import NcclSummary
 from tracecomm.run.discover import Discovery, discover
 from tracecomm.run.executors import Executor, LocalExecutor
 from tracecomm.run.pool import jobs_for
@@ -36,6 +33,10 @@ from tracecomm.run.worker import RankWork, analyze_file, hta_figures, ingest_fil
 from tracecomm.run.worker import rank_export as rank_export_of
 from tracecomm.run.worker import rank_timeline as rank_timeline_of
 from tracecomm.run.worker import step_work as step_work_of
+
+if TYPE_CHECKING:
+    from tracecomm.analysis.projection import Projection
+    from tracecomm.nccl.diagnose import NcclSummary
 
 Progress = Callable[[int, int, str], None]
 
@@ -96,7 +97,9 @@ def analyze(
         outcomes, stored = _load_summaries(list(discovery.summaries), progress, executor)
         work = replace(work, breakdown=_reconcile(work.breakdown, stored, run))
     else:
-        outcomes = _map_files(list(discovery.traces), request, work, progress, executor)
+        outcomes = _map_files(
+            list(discovery.traces), request, work, progress, executor, _load_analysis
+        )
     results = tuple(o for o in outcomes if isinstance(o, RankResult))
     failures = tuple(o for o in outcomes if isinstance(o, FileFailure))
     run_warnings = run.power_warnings + _cache_warnings(request.cache, results)
@@ -121,6 +124,8 @@ def analyze(
     options = request.analysis
     if request.rank_from is not None:
         options = replace(options, compat=None)
+    from tracecomm.analysis.build import build_report
+
     report = build_report(data, options)
     _check_chosen_ranks(report, options.timeline_ranks)
     _check_chosen_ranks(report, options.export_ranks, "--export-ranks")
@@ -238,17 +243,24 @@ def _power_logs(inputs: Sequence[str | Path]) -> tuple[tuple[PowerLog, ...], lis
     return tuple(logs), warnings
 
 
+def _load_analysis() -> None:
+    """The cross-rank analysis's modules (a third of the client's imports), loaded while the
+    workers parse."""
+    import tracecomm.analysis.build  # noqa: F401
+
+
 def _map_files(
     paths: list[str],
     request: Request,
     work: RankWork,
     progress: Progress | None,
     executor: Executor,
+    meanwhile: Callable[[], None] | None = None,
 ) -> list[RankResult | FileFailure]:
     cached = request.cache is not None and _all_cached(paths, request.cache, work)
     jobs = 1 if cached else jobs_for(paths, request.jobs)
     per_file = executor.map(
-        analyze_file, paths, (work,), progress, lambda p, e: [_lost(p, e)], jobs
+        analyze_file, paths, (work,), progress, lambda p, e: [_lost(p, e)], jobs, meanwhile
     )
     return [outcome for outcomes in per_file for outcome in outcomes]
 

@@ -2,7 +2,7 @@
 analysis asks for (one step of a rank, HTA's figures).
 
 Every function here is pure and picklable; worker processes import only this module (ingest and
-engine), so a pool starts fast. Only the small results travel back.
+engine, on first use or ``preload``), so a pool starts fast. Only the small results travel back.
 """
 
 from __future__ import annotations
@@ -14,25 +14,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracecomm.analysis.model import FileFailure, RankResult, RankTimeline
-from tracecomm.engine import BreakdownOptions, breakdown
+from tracecomm.engine.options import BreakdownOptions
 from tracecomm.errors import NotATrace, TraceError
-from tracecomm.ingest import load_merged, load_rank
-from tracecomm.ingest.model import RankEvents, ReadOptions
-from tracecomm.ingest.power import PowerLog, series_for_host
-from tracecomm.run.cache import (
-    EntryError,
-    cache_key,
-    discard,
-    load_result,
-    options_key,
-    store_result,
-)
-from tracecomm.run.cache import load as cache_load
-from tracecomm.run.cache import store as cache_store
+from tracecomm.ingest.options import ReadOptions
 from tracecomm.run.sources import opened_locally, renamed, scheme
 
 if TYPE_CHECKING:
     import polars as pl
+
+    from tracecomm.ingest.model import RankEvents
+    from tracecomm.ingest.power import PowerLog
+
+
+def preload() -> None:
+    """The parse and the breakdown's modules (polars among them). Importing this module loads
+    none of them, so that the client can hand work to a pool before it has them itself."""
+    import tracecomm.engine.partition
+    import tracecomm.ingest.load
+    import tracecomm.ingest.power
+    import tracecomm.run.cache  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,8 @@ def hta_figures(paths: Mapping[int, str], compat: str) -> tuple[Any, ...]:
 
 
 def _analyze_local(path: str, work: RankWork, remote: bool) -> list[RankResult | FileFailure]:
+    from tracecomm.ingest.load import load_merged, load_rank
+
     try:
         # a fetched copy is new each time: keying a cache on it would only fill the disk
         if work.cache is not None and work.rank_from is None and not remote:
@@ -143,6 +145,18 @@ def _cached_result(path: str, work: RankWork, cache: Path) -> RankResult:
     """The finished result when these options ran before, else the parsed columns when the
     file did, else a parse; what was missing is stored (a cache that cannot be written only
     costs the next run its speed-up). An entry that cannot be used is replaced, and said."""
+    from tracecomm.ingest.load import load_rank
+    from tracecomm.run.cache import (
+        EntryError,
+        cache_key,
+        discard,
+        load_result,
+        options_key,
+        store_result,
+    )
+    from tracecomm.run.cache import load as cache_load
+    from tracecomm.run.cache import store as cache_store
+
     logs = [(log.path, Path(log.path).stat().st_mtime_ns) for log in work.power]
     key = options_key(work.breakdown, logs)
     problem = None
@@ -166,6 +180,9 @@ def _cached_result(path: str, work: RankWork, cache: Path) -> RankResult:
 
 
 def _one_rank(events: RankEvents, work: RankWork) -> RankResult:
+    from tracecomm.engine.partition import breakdown
+    from tracecomm.ingest.power import series_for_host
+
     series, power_source = series_for_host(work.power, events.meta.host_name)
     result = breakdown(events, work.breakdown, series)
     return RankResult(
@@ -181,6 +198,10 @@ def _one_rank(events: RankEvents, work: RankWork) -> RankResult:
 
 
 def _events_again(path: str, rank: int, work: RankWork) -> RankEvents:
+    from tracecomm.ingest.load import load_merged, load_rank
+    from tracecomm.run.cache import EntryError
+    from tracecomm.run.cache import load as cache_load
+
     if work.rank_from is not None:
         file = path.rsplit("#rank", 1)[0]
         merged = load_merged(file, work.rank_from, work.read)
