@@ -46,8 +46,9 @@ def analyze(
     workers import while this process loads the analysis."""
     from tracecomm.errors import NoUsableInput, UsageError
     from tracecomm.run.discover import discover
-    from tracecomm.run.pool import start_pool
+    from tracecomm.run.pool import return_freed_pages, start_pool
 
+    return_freed_pages()
     pool, discovery = None, None
     try:
         if not req.executor.remote:

@@ -142,8 +142,12 @@ def classify_with_comm(
         pl.coalesce(_user_type(comm_patterns), _coll_type()).alias("coll_type"),
         pl.coalesce("collective_name", "cpu_collective_name").alias("collective_name"),
     ).drop("annotation_type", "cpu_collective_name")
-    typed = device.join(comm.select("_row", "coll_type"), on="_row", how="left")
-    return typed.sort("_row"), comm
+    # the type as one new column beside the device frame's own (a join of the whole frame
+    # would copy every column of every kernel: hundreds of MB in a 2 GB trace)
+    coll_type = device.select("_row").join(
+        comm.select("_row", "coll_type"), on="_row", how="left", maintain_order="left"
+    )["coll_type"]
+    return device.with_columns(coll_type), comm
 
 
 def _with_metadata(comm: pl.DataFrame, meta: pl.DataFrame) -> pl.DataFrame:

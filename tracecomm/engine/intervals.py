@@ -34,24 +34,33 @@ class Coverage:
 def coverage(
     starts: IntArray, ends: IntArray, labels: npt.NDArray[np.integer], n_labels: int
 ) -> Coverage:
-    """Sweep: +1 at each start, -1 at each end, per label; a segment is covered where count > 0."""
+    """Sweep: +1 at each start, -1 at each end, per label; a segment is covered where count > 0.
+
+    One label at a time over the sorted boundaries (a handful of labels), so that what the
+    sweep holds is a few bytes per boundary, not a count per boundary and label: a 2 GB
+    trace has millions of boundaries."""
     keep = ends > starts
     starts, ends, labels = starts[keep], ends[keep], labels[keep]
     if starts.size == 0:
         return Coverage(np.zeros(1, dtype=np.int64), np.zeros((0, n_labels), dtype=bool))
+    n = starts.size
     times = np.concatenate([starts, ends])
     order = np.argsort(times, kind="stable")
-    delta = np.zeros((times.size, n_labels), dtype=np.int32)
-    rows = np.arange(times.size)
-    delta[rows, np.concatenate([labels, labels])[order]] = np.concatenate(
-        [np.ones(starts.size, dtype=np.int32), -np.ones(ends.size, dtype=np.int32)]
-    )[order]
-    counts = np.cumsum(delta, axis=0)
     sorted_times = times[order]
+    del times
+    is_start = order < n
+    label_sorted = labels.astype(np.int32)[np.where(is_start, order, order - n)]
+    sign = np.where(is_start, np.int8(1), np.int8(-1))
+    del order, is_start
     # Several boundaries at one instant: the state after the last of them is the one that holds.
     last_at_time = np.flatnonzero(np.diff(sorted_times, append=sorted_times[-1] + 1))
     boundary_times = sorted_times[last_at_time]
-    covered = counts[last_at_time][:-1] > 0
+    del sorted_times
+    rows = last_at_time[:-1]
+    covered = np.empty((rows.size, n_labels), dtype=bool)
+    for label in range(n_labels):
+        counts = np.cumsum(np.where(label_sorted == label, sign, np.int8(0)), dtype=np.int32)
+        covered[:, label] = counts[rows] > 0
     return Coverage(boundary_times.astype(np.int64), covered)
 
 

@@ -35,6 +35,17 @@ TOP_ROWS = 10  # starving ops, graph ops, op shapes
 SHORT_KERNEL_NS = 10_000  # a kernel this short cannot hide its own launch (≈ 5–10 µs)
 BUCKETS_NS = (1_000, 10_000, 100_000, 1_000_000)
 _CLASS_ORDER = {"compute": 0, "comm": 1, "memory": 2}
+_WORK_COLUMNS = (
+    "cls",
+    "coll_type",
+    "name",
+    "step",
+    "start_ns",
+    "end_ns",
+    "launch_ns",
+    "launch_corr",
+    "graph_via",
+)
 
 
 def lower_median(column: str) -> pl.Expr:
@@ -62,8 +73,13 @@ def kernel_stats(
     steps = sorted(included)
     if not steps:
         return None
-    work = linked.filter((pl.col("cls") != "sync") & pl.col("step").is_in(steps)).with_columns(
-        (pl.col("end_ns") - pl.col("start_ns")).alias("dur")
+    # only the columns the views read: the included steps' rows are most of a trace's kernels
+    work = (
+        linked.lazy()
+        .select(_WORK_COLUMNS)
+        .filter((pl.col("cls") != "sync") & pl.col("step").is_in(steps))
+        .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur"))
+        .collect()
     )
     return KernelStats(
         steps=len(steps),

@@ -51,29 +51,35 @@ def breakdown(
     one most of its kernels ran on) gives each window its energy."""
     opts = opts or BreakdownOptions()
     device, comm = classify_with_comm(rank, opts.comm_patterns, opts.compute_patterns)
-    work = device.filter(pl.col("cls") != "sync")
+    not_sync = pl.col("cls") != "sync"
+    # the device work's GPUs, busiest first, without a copy of the frame (a 2 GB trace's
+    # device frame is hundreds of MB: every filtered copy kept alive is as much again)
+    devices = tuple(
+        device.lazy()
+        .filter(not_sync & pl.col("device").is_not_null())
+        .group_by("device")
+        .len()
+        .sort("len", "device", descending=[True, False])
+        .collect()["device"]
+        .to_list()
+    )
+    has_work = bool(device.select(not_sync.any()).item()) if device.height else False
     names = LaunchNames.of(rank)
     in_capture = captured(rank, names)
-    if work.height == 0 and in_capture.any():
+    if not has_work and in_capture.any():
         # launches made while a stream captured a graph ran nothing: no CPU timeline either
         note = capture_note(rank, in_capture, replayed=0)
         return RankBreakdown("gpu", None, (), 0, device.height, 0, (note,))
-    if work.height == 0 and rank.cpu.height:
+    if not has_work and rank.cpu.height:
         cpu = _cpu_breakdown(rank, opts)
         return replace(cpu, notes=lost_activity_notes(rank, device, in_capture) + cpu.notes)
-    devices = tuple(
-        work.filter(pl.col("device").is_not_null())
-        .group_by("device")
-        .len()
-        .sort("len", "device", descending=[True, False])["device"]
-        .to_list()
-    )
     series = (power or {}).get(devices[0]) if devices and rank.epoch_clock else None
     linked = link_launches(device, rank, names)
     steps = step_windows(linked, rank, names)
     detail: dict[str, pl.DataFrame] = {}
+    work = linked.filter(not_sync)
     result = _gpu_breakdown(
-        linked.filter(pl.col("cls") != "sync"),
+        work,
         steps,
         device,
         opts,
@@ -97,9 +103,7 @@ def breakdown(
                 on="_row",
                 how="left",
             ),
-            linked.filter(pl.col("cls") != "sync").select(
-                "start_ns", "end_ns", "step", "cls", "stream"
-            ),
+            work.select("start_ns", "end_ns", "step", "cls", "stream"),
         ),
         work_signature=_work_signature(linked, result),
         devices=devices,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from tracecomm.ingest.model import RankEvents
@@ -51,10 +52,8 @@ def link_launches(
     the event: its start, thread and correlation id), ``graph_via`` (for a kernel a graph
     replayed: how it was tied to the launch; else null) and ``step``."""
     names = LaunchNames.of(rank)
-    launches = (
-        rank.launches.filter(pl.col("correlation").is_not_null())
-        .unique("correlation", keep="first")
-        .select(
+    launches = (  # the columns first: the filter and the unique copy only these
+        rank.launches.select(
             "correlation",
             pl.col("start_ns").alias("launch_ns"),
             pl.col("tid").alias("launch_tid"),
@@ -63,8 +62,17 @@ def link_launches(
                 "_graph_launch"
             ),
         )
+        .filter(pl.col("correlation").is_not_null())
+        .unique("correlation", keep="first")
     )
-    linked = device.join(launches, on="correlation", how="left", maintain_order="left")
+    # joined on the key alone, the launch columns set beside the device frame's own: a join
+    # of the whole frame would copy every column of every kernel
+    launch_columns = (
+        device.select("correlation")
+        .join(launches, on="correlation", how="left", maintain_order="left")
+        .drop("correlation")
+    )
+    linked = device.hstack(launch_columns.get_columns())
     graph_kernel = pl.col("_graph_launch").fill_null(False) | (
         pl.col("graph_id").is_not_null() if "graph_id" in linked.columns else pl.lit(False)
     )
@@ -189,19 +197,21 @@ def captured(rank: RankEvents, names: LaunchNames | None = None) -> pl.Series:
 
 
 def step_of(times: pl.Expr, steps: pl.DataFrame, frame: pl.DataFrame) -> pl.Series:
-    """The ProfilerStep whose CPU span holds each time (null when none does)."""
-    probe = frame.select(times.alias("t")).with_row_index("_row")
+    """The ProfilerStep whose CPU span holds each time (null when none does): the latest step
+    to start at or before the time, when the time is before that step's end. A binary search
+    over the few step spans (no join over the events: a 2 GB trace has millions)."""
+    at = frame.select(times.alias("t"))["t"]
     if steps.height == 0:
         return pl.Series("step", [None] * frame.height, dtype=pl.Int64)
-    spans = steps.select("step", pl.col("start_ns").alias("s0"), pl.col("end_ns").alias("s1"))
-    hit = (
-        probe.filter(pl.col("t").is_not_null())
-        .sort("t")
-        .join_asof(spans.sort("s0"), left_on="t", right_on="s0", strategy="backward")
-        .filter(pl.col("t") < pl.col("s1"))
-        .select("_row", "step")
-    )
-    return probe.join(hit, on="_row", how="left").sort("_row")["step"]
+    spans = steps.select("step", "start_ns", "end_ns").drop_nulls("start_ns").sort("start_ns")
+    starts = spans["start_ns"].to_numpy()
+    ends = spans["end_ns"].fill_null(np.iinfo(np.int64).min).to_numpy()
+    numbers = spans["step"].cast(pl.Int64).to_numpy()
+    t = at.fill_null(np.iinfo(np.int64).min).to_numpy()
+    idx = np.searchsorted(starts, t, side="right") - 1
+    safe = np.maximum(idx, 0)
+    hit = (idx >= 0) & (t < ends[safe]) & at.is_not_null().to_numpy()
+    return pl.Series("step", numbers[safe], dtype=pl.Int64).set(pl.Series(~hit), None)
 
 
 def step_windows(
@@ -209,11 +219,16 @@ def step_windows(
 ) -> pl.DataFrame:
     """One row per ProfilerStep: its GPU window, event count, missing launches, completeness."""
     steps = rank.steps.unique("step", keep="first").sort("step")
-    work = linked.filter((pl.col("cls") != "sync") & pl.col("step").is_not_null())
-    windows = work.group_by("step").agg(
-        pl.col("start_ns").min().alias("start_ns"),
-        pl.col("end_ns").max().alias("end_ns"),
-        pl.len().alias("events"),
+    windows = (  # lazy: the filter reads the four columns it needs, no copy of the frame
+        linked.lazy()
+        .filter((pl.col("cls") != "sync") & pl.col("step").is_not_null())
+        .group_by("step")
+        .agg(
+            pl.col("start_ns").min().alias("start_ns"),
+            pl.col("end_ns").max().alias("end_ns"),
+            pl.len().alias("events"),
+        )
+        .collect()
     )
     missing = _missing_launches(linked, rank, names).group_by("step").agg(pl.len().alias("missing"))
     table = (
@@ -245,12 +260,17 @@ def _missing_launches(
         .drop_nulls()
         .unique()
     )
-    launches = rank.launches.with_columns(captured(rank, names).alias("_captured")).filter(
-        pl.col("name").str.contains(DEVICE_LAUNCH_PATTERN)
-        & pl.col("correlation").is_not_null()
-        & ~pl.col("_captured")
+    orphans = (  # lazy: only the launches that launched nothing recorded are materialized
+        rank.launches.lazy()
+        .with_columns(captured(rank, names).alias("_captured"))
+        .filter(
+            pl.col("name").str.contains(DEVICE_LAUNCH_PATTERN)
+            & pl.col("correlation").is_not_null()
+            & ~pl.col("_captured")
+        )
+        .join(recorded.lazy(), on="correlation", how="anti")
+        .collect()
     )
-    orphans = launches.join(recorded, on="correlation", how="anti")
     return orphans.with_columns(
         step_of(pl.col("start_ns"), rank.steps, orphans).alias("step")
     ).filter(pl.col("step").is_not_null())

@@ -45,6 +45,9 @@ def ingest(run: RUNS, *, options: dict[str, Any]) -> None:
     input; 4 some file produced no rank (its failure is stored and reported by analyze).
     """
     from tracecomm.errors import NoUsableInput, OutputError, UsageError
+    from tracecomm.run.pool import return_freed_pages
+
+    return_freed_pages()  # before the run's modules load polars
     from tracecomm.run.executors import open_executor
     from tracecomm.run.session import ingest as run_ingest
 
