@@ -38,6 +38,18 @@ def test_step_of_is_the_latest_step_started_while_it_lasts() -> None:
         assert got == [by_definition(t, spans) for t in times]
 
 
+def test_spans_without_a_number_or_a_start_hold_no_time() -> None:
+    """What a damaged cache entry could hold: no crash, and such a span claims nothing."""
+    steps = pl.DataFrame(
+        {"step": [None, 4, 5], "start_ns": [0, None, 10], "end_ns": [100, 100, 20]},
+        schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
+    )
+    frame = pl.DataFrame({"t": [5, 15, None, 25]}, schema={"t": pl.Int64})
+    assert step_of(pl.col("t"), steps, frame).to_list() == [None, 5, None, None]
+    only_damaged = steps.head(2)
+    assert step_of(pl.col("t"), only_damaged, frame).to_list() == [None] * 4
+
+
 def test_the_sweep_counts_every_label_at_every_instant() -> None:
     rng = np.random.default_rng(2)
     for _ in range(500):

@@ -50,11 +50,14 @@ def invoke(*args: str | Path, watch: Path | None = None) -> Outcome:
 
 @pytest.fixture(autouse=True)
 def _bounded() -> Iterator[None]:
+    # per test, for the examples CI runs (25 per property); a longer run gets as much per example
+    budget = SECONDS * max(1, -(-examples(25) // 25))
+
     def expire(*_: object) -> None:
-        raise TimeoutError(f"took more than {SECONDS} s: unbounded work")
+        raise TimeoutError(f"took more than {budget} s: unbounded work")
 
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(SECONDS)
+    signal.alarm(budget)
     try:
         yield
     finally:

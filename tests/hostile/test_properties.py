@@ -256,4 +256,11 @@ def test_damaged_cache_entries(tmp_path: Path, data: st.DataObject) -> None:
         path.write_bytes(bytes(raw))
     result = invoke("analyze", run, "-f", "json", "-q", "--cache", cache)
     assert result.code == 0
-    assert json.loads(result.stdout)["ranks"] == json.loads(clean.stdout)["ranks"]
+    got, want = json.loads(result.stdout)["ranks"], json.loads(clean.stdout)["ranks"]
+    assert got == want, (
+        [r["rank"] for r in got],
+        [r["rank"] for r in want],
+        result.stderr[-400:],
+        clean.stderr[-400:],
+        [k for k in want[0] if k in got[0] and got[0][k] != want[0][k]] if got and want else None,
+    )

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from typer.testing import CliRunner
 
@@ -147,3 +149,25 @@ def test_a_check_is_replayed_with_its_exit_code(run: Path, tmp_path: Path) -> No
 
 def test_jobs_do_not_change_the_figures(run: Path) -> None:
     assert analyze(run, "-j", "1") == analyze(run, "-j", "2")
+
+
+def test_a_damaged_entry_that_still_decodes_is_a_miss(run: Path, tmp_path: Path) -> None:
+    """A stored frame or result altered into another valid file (a flipped byte that the
+    decoder does not notice): its checksum says so, the trace is parsed again, the figures are
+    right, and one warning says why."""
+    cache = tmp_path / "cache"
+    clean = analyze(run)
+    analyze(run, "--cache", str(cache), "-j", "1")
+    entry = entries(cache)[0]
+    device = entry / "device.parquet"
+    frame = pl.read_parquet(device)
+    frame.with_columns(pl.col("end_ns") + 1_000_000).write_parquet(device)
+    for result in entry.glob("result-*.tcsum.parquet"):
+        # another valid summary in its place: the next rank's
+        other = next(entries(cache)[1].glob("result-*.tcsum.parquet"))
+        result.write_bytes(other.read_bytes())
+    shutil.rmtree(cache / "memo", ignore_errors=True)  # the entries are what is damaged here
+    got = CliRunner().invoke(app, ["analyze", str(run), "-f", "json", "--cache", str(cache)])
+    assert got.exit_code == EXIT_OK, got.stderr
+    assert json.loads(got.stdout)["ranks"] == clean["ranks"]
+    assert "does not match its checksum" in got.stderr

@@ -201,9 +201,11 @@ def step_of(times: pl.Expr, steps: pl.DataFrame, frame: pl.DataFrame) -> pl.Seri
     to start at or before the time, when the time is before that step's end. A binary search
     over the few step spans (no join over the events: a 2 GB trace has millions)."""
     at = frame.select(times.alias("t"))["t"]
-    if steps.height == 0:
+    # a span without a number or a start (a damaged cache entry) holds no time
+    spans = steps.select("step", "start_ns", "end_ns").drop_nulls(["step", "start_ns"])
+    if spans.height == 0:
         return pl.Series("step", [None] * frame.height, dtype=pl.Int64)
-    spans = steps.select("step", "start_ns", "end_ns").drop_nulls("start_ns").sort("start_ns")
+    spans = spans.sort("start_ns")
     starts = spans["start_ns"].to_numpy()
     ends = spans["end_ns"].fill_null(np.iinfo(np.int64).min).to_numpy()
     numbers = spans["step"].cast(pl.Int64).to_numpy()

@@ -5,7 +5,8 @@ same run skips the parse, and the breakdown when the options are the same.
 Data only: Parquet frames whose schema is checked, JSON decoded into typed structures, never
 pickle. A cache folder is restored from CI caches and shared between people, so its content is
 untrusted: an entry that is corrupt, of another format or version, or crafted is a miss
-(``EntryError``), the caller parses the file again and replaces the entry.
+(``EntryError``), the caller parses the file again and replaces the entry. Every stored file's
+checksum is kept beside it: a damaged byte that would still decode is a miss too.
 
 An entry is keyed by the file's size, mtime, a hash of its first and last MiB, its path, and
 what the readers were asked to keep (hashing whole 2 GB files would cost a tenth of the parse
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import shutil
 import tempfile
@@ -45,7 +47,7 @@ _FRAMES = (
 _SAMPLE = 1 << 20
 # Bumped whenever the stored frames or results change shape (releases share __version__
 # during development): an entry of another format is a miss, never a wrong result.
-CACHE_FORMAT = 4
+CACHE_FORMAT = 5
 
 
 class EntryError(Exception):
@@ -59,6 +61,7 @@ class _EntryInfo(msgspec.Struct):
     warnings: tuple[str, ...]
     truncated: bool
     repaired_events: int
+    digests: dict[str, str] = {}  # frame name -> checksum of its Parquet file
 
 
 _INFO = msgspec.json.Decoder(_EntryInfo)
@@ -100,13 +103,13 @@ def load(cache: Path, path: Path, read: ReadOptions) -> RankEvents | None:
         return None
     try:
         info = _INFO.decode((entry / "rank.json").read_bytes())
-        frames = {name: pl.read_parquet(entry / f"{name}.parquet") for name in _FRAMES}
+        if info.format != CACHE_FORMAT or info.version != __version__:
+            raise EntryError("written by another tracecomm")
+        frames = {name: _checked_parquet(entry / f"{name}.parquet", info) for name in _FRAMES}
     except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise EntryError(f"unreadable ({type(exc).__name__})") from None
     except pl.exceptions.PolarsError:
         raise EntryError("unreadable Parquet") from None
-    if info.format != CACHE_FORMAT or info.version != __version__:
-        raise EntryError("written by another tracecomm")
     wrong = [name for name in _FRAMES if frames[name].schema != _schemas()[name]]
     if wrong:
         raise EntryError(f"its {wrong[0]} columns are not the ones this tracecomm writes")
@@ -120,6 +123,17 @@ def load(cache: Path, path: Path, read: ReadOptions) -> RankEvents | None:
     )
 
 
+def _checksum(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _checked_parquet(file: Path, info: _EntryInfo) -> pl.DataFrame:
+    raw = file.read_bytes()
+    if _checksum(raw) != info.digests.get(file.stem):
+        raise EntryError(f"damaged ({file.name} does not match its checksum)")
+    return pl.read_parquet(io.BytesIO(raw))
+
+
 def store(cache: Path, path: Path, read: ReadOptions, events: RankEvents) -> None:
     """Written to a fresh temporary folder first, then renamed: a half-written entry is never
     read. An entry that is there already (another process, or a damaged one) is replaced."""
@@ -127,8 +141,12 @@ def store(cache: Path, path: Path, read: ReadOptions, events: RankEvents) -> Non
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=cache))
     try:
+        digests = {}
         for name in _FRAMES:
-            getattr(events, name).write_parquet(tmp / f"{name}.parquet")
+            buffer = io.BytesIO()
+            getattr(events, name).write_parquet(buffer)
+            (tmp / f"{name}.parquet").write_bytes(buffer.getvalue())
+            digests[name] = _checksum(buffer.getvalue())
         info = _EntryInfo(
             CACHE_FORMAT,
             __version__,
@@ -136,6 +154,7 @@ def store(cache: Path, path: Path, read: ReadOptions, events: RankEvents) -> Non
             events.warnings,
             events.truncated,
             events.repaired_events,
+            digests,
         )
         (tmp / "rank.json").write_bytes(_ENCODER.encode(info))
         discard(entry)
@@ -168,6 +187,11 @@ def load_result(cache: Path, path: Path, read: ReadOptions, options_key: str) ->
     if not file.exists():
         return None
     try:
+        if _checksum(file.read_bytes()) != _sidecar(file).read_text(errors="replace").strip():
+            raise EntryError(f"damaged ({file.name} does not match its checksum)")
+    except OSError as exc:
+        raise EntryError(f"unreadable ({type(exc).__name__})") from None
+    try:
         result, _ = read_summary(str(file))
     except SummaryError as exc:
         raise EntryError(exc.reason) from None
@@ -188,7 +212,14 @@ def store_result(
 
     entry = cache / cache_key(path, read)
     if entry.is_dir() and not entry.is_symlink():
-        write_summary_file(entry / f"result-{options_key}.tcsum.parquet", result, opts)
+        file = entry / f"result-{options_key}.tcsum.parquet"
+        write_summary_file(file, result, opts)
+        _sidecar(file).write_text(_checksum(file.read_bytes()))
+
+
+def _sidecar(file: Path) -> Path:
+    """Where a result file's checksum is kept (its entry's rank.json is written before it)."""
+    return file.with_name(file.name + ".b2")
 
 
 def options_key(*parts: object) -> str:
