@@ -126,9 +126,7 @@ def record_of_report(report: Report, label: str, source: str) -> RunRecord:
         tokens_per_s=tp.tokens_per_s if tp is not None else None,
         mfu=tp.mfu if tp is not None else None,
         recoverable_pct=replayed if replayed is not None else first_order,
-        recoverable_by=(
-            "replay" if replayed is not None else "first-order" if first_order is not None else None
-        ),
+        recoverable_by=recoverable_by(replayed, first_order),
         avg_power_w=energy.avg_power_w if energy is not None else None,
         energy_per_step_j=energy.energy_per_step_j if energy is not None else None,
         tokens_per_j=energy.tokens_per_j if energy is not None else None,
@@ -145,6 +143,14 @@ def record_of_report(report: Report, label: str, source: str) -> RunRecord:
             for m in report.missing
         ),
     )
+
+
+def recoverable_by(replayed: float | None, first_order: float | None) -> str | None:
+    """Which estimate a record's recoverable share is: the replay's where it reproduces the
+    run, else the first-order one (metrics.md §6)."""
+    if replayed is not None:
+        return "replay"
+    return "first-order" if first_order is not None else None
 
 
 def model_record(

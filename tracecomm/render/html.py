@@ -45,7 +45,7 @@ def render_html(document: dict[str, Any]) -> str:
 def render_page(document: dict[str, Any], script_name: str, title: str) -> str:
     """One HTML page holding ``document`` and the script (an asset) that draws it; the
     compare page (``render.compare``) is drawn by its own script in the same shell."""
-    script = _asset(script_name)
+    script = _asset("dom.js") + _asset(script_name)  # the shared builders, then the page
     style = _asset("report.css")
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     policy = (

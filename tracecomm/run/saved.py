@@ -20,6 +20,7 @@ from tracecomm.analysis.runrecord import (
     RunRecord,
     StepRecord,
     model_record,
+    recoverable_by,
 )
 from tracecomm.engine.idle import IDLE_CAUSES
 from tracecomm.engine.model import Figures, TypeFigures
@@ -279,9 +280,7 @@ def _record(doc: _Document, label: str) -> RunRecord:
         tokens_per_s=tp.tokens_per_s if tp is not None else None,
         mfu=tp.mfu if tp is not None else None,
         recoverable_pct=replayed if replayed is not None else first_order,
-        recoverable_by=(
-            "replay" if replayed is not None else "first-order" if first_order is not None else None
-        ),
+        recoverable_by=recoverable_by(replayed, first_order),
         avg_power_w=energy.avg_power_w if energy is not None else None,
         energy_per_step_j=energy.energy_per_step_j if energy is not None else None,
         tokens_per_j=energy.tokens_per_j if energy is not None else None,
