@@ -217,3 +217,60 @@ def test_a_pool_process_that_dies_loses_only_its_own_file() -> None:
         for item in items
     ]
     assert calls[0] == (0, 7) and calls[-1] == (7, 7)
+
+
+def test_ranks_parsed_on_threads_give_the_serial_figures(
+    run64: Path, local_doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run too small for a pool is parsed on threads of this process (one per core): the
+    document is the one ``--jobs 1`` gives, ranks in the same order."""
+    from tracecomm.run import pool
+
+    monkeypatch.setattr(pool.os, "cpu_count", lambda: 4)
+    assert pool.threads_for(sorted(str(p) for p in run64.iterdir()), None) == 4
+    report = analyze(request_of(run64, **{**OPTS, "jobs": None}), None, executor=LocalExecutor())
+    threaded = report_document(report)
+    threaded["options"].pop("jobs", None)
+    options = {k: v for k, v in local_doc["options"].items() if k != "jobs"}
+    serial = {**local_doc, "options": options}
+    assert threaded == serial
+
+
+def test_threads_only_for_runs_too_small_for_a_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tracecomm.run import pool
+
+    monkeypatch.setattr(pool.os, "cpu_count", lambda: 8)
+    small = [tmp_path / f"rank{i}.json" for i in range(3)]
+    for path in small:
+        path.write_bytes(b'{"traceEvents": []}')
+    names = [str(p) for p in small]
+    assert pool.threads_for(names, None) == 3  # one per file, at most one per core
+    assert pool.threads_for(names, 1) == 1  # --jobs 1 is one at a time
+    assert pool.threads_for(names[:1], None) == 1
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 8)  # now big enough for a pool of processes
+    assert pool.jobs_for(names, None) > 1 and pool.threads_for(names, None) == 1
+
+
+def test_threaded_results_come_back_in_item_order_with_progress() -> None:
+    """Items that finish out of order still come back in item order; progress counts up."""
+    calls: list[tuple[int, int]] = []
+    out = LocalExecutor().map(
+        _sleep_then_echo,
+        ["0.2", "0.0", "0.1"],
+        (),
+        lambda d, t, p: calls.append((d, t)),
+        lambda item, exc: None,
+        1,
+        threads=3,
+    )
+    assert out == ["0.2", "0.0", "0.1"]
+    assert calls == [(0, 3), (1, 3), (2, 3), (3, 3)]
+
+
+def _sleep_then_echo(item: str) -> str:
+    import time
+
+    time.sleep(float(item))
+    return item

@@ -226,46 +226,33 @@ def _with_step_bounds(gaps: pl.DataFrame, work: pl.DataFrame, steps: pl.DataFram
 def _overlaps(gaps: pl.DataFrame, spans: pl.DataFrame, by_thread: bool) -> pl.Expr:
     """Whether one of ``spans`` (on the gap's launching thread, when known and asked) overlaps
     each gap: it starts before the gap ends and ends after the gap begins."""
+    spans = spans.drop_nulls(["start_ns", "end_ns"])
     if spans.height == 0:
         return pl.lit(False)
-    reach = spans.sort("tid", "start_ns").with_columns(
-        pl.col("end_ns").cum_max().over("tid").alias("reach")
-    )
-    anywhere = spans.sort("start_ns").with_columns(pl.col("end_ns").cum_max().alias("reach_any"))
-    probe = gaps.select(
-        pl.col("g0"), (pl.col("g1") - 1).alias("t"), pl.col("launch_tid").alias("tid")
-    ).with_row_index("_i")
-    on_thread = (
-        probe.filter(pl.col("tid").is_not_null())
-        .sort("t")
-        .join_asof(
-            reach.select("tid", "start_ns", "reach"),
-            left_on="t",
-            right_on="start_ns",
-            by="tid",
-            check_sortedness=False,  # sorted by t; polars cannot check it per group
-            strategy="backward",
-        )
-        .select("_i", "reach")
-    )
-    any_thread = (
-        probe.sort("t")
-        .join_asof(
-            anywhere.select("start_ns", "reach_any"),
-            left_on="t",
-            right_on="start_ns",
-            strategy="backward",
-        )
-        .select("_i", "reach_any")
-    )
-    joined = (
-        probe.join(on_thread, on="_i", how="left").join(any_thread, on="_i", how="left").sort("_i")
-    )
-    use_thread = by_thread
-    reach_col = (
-        pl.when(pl.col("tid").is_not_null()).then(pl.col("reach")).otherwise(pl.col("reach_any"))
-        if use_thread
-        else pl.col("reach_any")
-    )
-    hit = joined.select((reach_col > pl.col("g0")).fill_null(False)).to_series()
-    return pl.lit(hit)
+    g0 = gaps["g0"].to_numpy()
+    last = gaps["g1"].to_numpy() - 1
+    start, end = spans["start_ns"].to_numpy(), spans["end_ns"].to_numpy()
+    hit = _reached(start, end, last, g0)
+    if by_thread:
+        gap_tid = gaps["launch_tid"]
+        known = gap_tid.is_not_null().to_numpy()
+        gap_tid_np = gap_tid.fill_null(0).to_numpy()
+        span_tid = spans["tid"]
+        span_known = span_tid.is_not_null().to_numpy()
+        span_tid_np = span_tid.fill_null(0).to_numpy()
+        for tid in np.unique(gap_tid_np[known]):  # one pass per launching thread, not per gap
+            mine = known & (gap_tid_np == tid)
+            theirs = span_known & (span_tid_np == tid)
+            hit[mine] = _reached(start[theirs], end[theirs], last[mine], g0[mine])
+    return pl.lit(pl.Series(hit, dtype=pl.Boolean))
+
+
+def _reached(start: np.ndarray, end: np.ndarray, t: np.ndarray, g0: np.ndarray) -> np.ndarray:
+    """Per probe: whether a span starting at or before ``t`` ends after ``g0`` (the furthest end
+    of the spans started by then, by a running maximum)."""
+    if start.size == 0:
+        return np.zeros(t.size, dtype=bool)
+    order = np.argsort(start, kind="stable")
+    reach = np.maximum.accumulate(end[order])
+    idx = np.searchsorted(start[order], t, side="right") - 1
+    return (idx >= 0) & (reach[np.maximum(idx, 0)] > g0)

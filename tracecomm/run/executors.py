@@ -80,18 +80,22 @@ class Executor(Protocol):
         on_error: OnError,
         jobs: int,
         meanwhile: Meanwhile = None,
+        threads: int = 1,
     ) -> list[R]:
         """``fn(item, *args)`` for each item, in item order; an item whose task is lost (a
         worker that kept dying) gets ``on_error(item, exception)`` instead. ``meanwhile`` runs
-        here once the tasks are out (the client's own imports, overlapping the parse)."""
+        here once the tasks are out (the client's own imports, overlapping the parse).
+        ``threads``: for work kept in this process (``jobs`` 1), how many items at a time."""
         ...
 
     def close(self) -> None: ...
 
 
 class LocalExecutor:
-    """This process for one job, else a spawn pool (the CLI may hand over one it started
-    early, so workers import while the client loads its own modules)."""
+    """This process for one job (items side by side on ``threads`` threads: the parse spends
+    most of its time in polars and inflation, which release the GIL), else a process pool (the
+    CLI may hand over one it started early, so workers import while the client loads its own
+    modules)."""
 
     def __init__(self, pool: ProcessPoolExecutor | None = None) -> None:
         self._pool = pool
@@ -108,10 +112,14 @@ class LocalExecutor:
         on_error: OnError,
         jobs: int,
         meanwhile: Meanwhile = None,
+        threads: int = 1,
     ) -> list[R]:
         out: list[R] = []
         if progress:
             progress(0, len(items), "")
+        if jobs <= 1 and threads > 1 and len(items) > 1:
+            self.close()
+            return _threaded(fn, items, args, progress, threads, meanwhile)
         if jobs <= 1:
             self.close()
             if meanwhile:
@@ -174,6 +182,31 @@ class LocalExecutor:
             self._pool = None
 
 
+def _threaded(
+    fn: Callable[..., R],
+    items: Sequence[str],
+    args: tuple[Any, ...],
+    progress: Progress | None,
+    threads: int,
+    meanwhile: Meanwhile,
+) -> list[R]:
+    """``fn`` over the items on a few threads of this process, results in item order; an
+    exception (a bug: ``fn`` returns failures as values) propagates as it would serially."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tracecomm-rank") as tp:
+        futures = {tp.submit(fn, item, *args): i for i, item in enumerate(items)}
+        if meanwhile:
+            meanwhile()
+        results: dict[int, R] = {}
+        for future in as_completed(futures):
+            i = futures[future]
+            results[i] = future.result()
+            if progress:
+                progress(len(results), len(items), items[i])
+    return [results[i] for i in range(len(items))]
+
+
 class DaskExecutor:
     """Tasks on a Dask cluster. A worker that dies mid-task is replaced and its tasks run again
     (the scheduler's ``allowed-failures``); a task that still cannot finish is the caller's
@@ -191,7 +224,7 @@ class DaskExecutor:
             if spec.address is None:
                 self._cluster = LocalCluster(
                     n_workers=workers or os.cpu_count() or 1,
-                    threads_per_worker=1,  # the parse holds the GIL: one task per process
+                    threads_per_worker=1,  # the parse holds the GIL half its time
                     processes=True,
                     host="127.0.0.1",
                     dashboard_address="127.0.0.1:0",  # its HTTP server: loopback, any port
@@ -222,6 +255,7 @@ class DaskExecutor:
         on_error: OnError,
         jobs: int,
         meanwhile: Meanwhile = None,
+        threads: int = 1,
     ) -> list[R]:
         from distributed import as_completed
 

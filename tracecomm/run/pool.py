@@ -32,6 +32,20 @@ def jobs_for(paths: Sequence[str | Path], requested: int | None) -> int:
     return max(1, min(os.cpu_count() or 1, len(paths)))
 
 
+def threads_for(paths: Sequence[str | Path], requested: int | None) -> int:
+    """Ranks parsed side by side in this process, for a run too small for a pool: polars and
+    inflation release the GIL, so two threads take 0.31 s where one takes 0.41 s over
+    8 x 1 MB ranks (BENCHMARKS.md). ``--jobs 1`` keeps one; a pool run needs none."""
+    if requested is not None or len(paths) < 2:
+        return 1
+    try:
+        if jobs_for(paths, None) > 1:
+            return 1
+    except OSError:
+        return 1
+    return max(1, min(os.cpu_count() or 1, len(paths)))
+
+
 def new_pool(jobs: int) -> ProcessPoolExecutor:
     # Forking a process whose polars thread pool runs can deadlock: fork only while this
     # process has not loaded polars (the CLI starts its pool first), else spawn. A forked
@@ -56,14 +70,12 @@ def polars_threads(threads: int) -> None:
 def start_pool(traces: Sequence[str], requested: int | None) -> ProcessPoolExecutor | None:
     """A warm pool for a run big enough to use one (None otherwise): its workers import the
     per-rank code while the main process loads its own. A run too small for one is parsed in
-    this process with one polars thread (its frames are too small to share out)."""
+    this process, on ``threads_for`` threads that share polars' default pool."""
     try:
         jobs = jobs_for(traces, requested)
     except OSError:
         return None
     if jobs <= 1:
-        if requested is None and len(traces) > 1:
-            polars_threads(1)
         return None
     pool = new_pool(jobs)
     for _ in range(jobs):

@@ -25,7 +25,7 @@ from tracecomm.ingest.power import PowerLog, PowerLogError, find_power_logs, loa
 from tracecomm.mfu.inputs import InputError, ModelFlops, ModelInputs, model_flops
 from tracecomm.run.discover import Discovery, discover
 from tracecomm.run.executors import Executor, LocalExecutor
-from tracecomm.run.pool import jobs_for
+from tracecomm.run.pool import jobs_for, threads_for
 from tracecomm.run.request import Request
 from tracecomm.run.settings import read_settings, settings_path
 from tracecomm.run.sources import local_path
@@ -259,8 +259,16 @@ def _map_files(
 ) -> list[RankResult | FileFailure]:
     cached = request.cache is not None and _all_cached(paths, request.cache, work)
     jobs = 1 if cached else jobs_for(paths, request.jobs)
+    threads = 1 if cached else threads_for(paths, request.jobs)
     per_file = executor.map(
-        analyze_file, paths, (work,), progress, lambda p, e: [_lost(p, e)], jobs, meanwhile
+        analyze_file,
+        paths,
+        (work,),
+        progress,
+        lambda p, e: [_lost(p, e)],
+        jobs,
+        meanwhile,
+        threads=threads,
     )
     return [outcome for outcomes in per_file for outcome in outcomes]
 
