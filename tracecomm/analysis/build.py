@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 
 from tracecomm.analysis.bandwidth import bandwidth
 from tracecomm.analysis.crossrank import ranks_cross_rank
-from tracecomm.analysis.export import trace_export
 from tracecomm.analysis.kernels import kernel_view
 from tracecomm.analysis.model import RankFiles, Report, RunData
 from tracecomm.analysis.options import AnalysisOptions
@@ -103,6 +102,8 @@ def export(report: Report, ctx: Context) -> Report:
     """metrics.md §17: the chosen ranks' and steps' events for ``tracecomm export``."""
     if not ctx.options.export or ctx.data.files is None:
         return report
+    from tracecomm.analysis.export import trace_export  # the export's modules: export only
+
     found = trace_export(report, ctx.options.export_ranks, ctx.options.export_steps, ctx.data.files)
     return replace(report, export=found)
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tracecomm.nccl.diagnose import NcclSummary, summarize
 from tracecomm.nccl.flight import FlightRecorderError, FrDump, find_dumps, load_dump
-from tracecomm.nccl.model import NcclLog
-from tracecomm.nccl.parse import parse_stream
 from tracecomm.nccl.quote import quote
+
+if TYPE_CHECKING:
+    from tracecomm.nccl.diagnose import NcclSummary
 
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 _SNIFF_BYTES = 1 << 16
@@ -53,6 +54,12 @@ def discover(inputs: Sequence[str | Path], named_logs: Sequence[Path] = ()) -> N
 def analyze_nccl(found: NcclInputs) -> tuple[NcclSummary | None, list[str]]:
     """Parse the logs (streaming) and dumps; a dump that cannot be read is a warning."""
     warnings = list(found.warnings)
+    if not found.logs and not found.dumps:  # most runs: the parser need not load at all
+        return None, [quote(w, 1000) for w in warnings]
+    from tracecomm.nccl.diagnose import summarize
+    from tracecomm.nccl.model import NcclLog
+    from tracecomm.nccl.parse import parse_stream
+
     dumps: list[FrDump] = []
     for path in found.dumps:
         try:

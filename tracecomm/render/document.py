@@ -6,14 +6,16 @@ Times are integer nanoseconds (``*_ns``); percentages are floats or null when un
 from __future__ import annotations
 
 from dataclasses import asdict, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.model import RankReport, Report
 from tracecomm.analysis.projection import Projection
 from tracecomm.analysis.stragglers import Stragglers
 from tracecomm.engine.model import Figures, KernelStats, StepFigures, WindowFigures
-from tracecomm.nccl.diagnose import NcclSummary
+
+if TYPE_CHECKING:
+    from tracecomm.nccl.diagnose import NcclSummary
 
 SCHEMA_VERSION = 1
 

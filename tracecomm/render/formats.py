@@ -6,15 +6,18 @@ import csv
 import io
 from collections.abc import Sequence
 from dataclasses import fields
+from typing import TYPE_CHECKING
 
 import orjson
 
 from tracecomm.analysis.model import MedianFigures, Report
 from tracecomm.engine.model import Figures
-from tracecomm.nccl.diagnose import NcclSummary
 from tracecomm.render import View
 from tracecomm.render.document import nccl_document, report_document
 from tracecomm.text import csv_safe, json_safe
+
+if TYPE_CHECKING:
+    from tracecomm.nccl.diagnose import NcclSummary
 
 _FIGURE_COLUMNS = tuple(f.name for f in fields(Figures))
 

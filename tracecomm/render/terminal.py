@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console, RenderableType
 from rich.table import Table
@@ -12,7 +13,6 @@ from rich.text import Text
 from tracecomm.analysis.model import RankReport, Report
 from tracecomm.analysis.pipeline_view import PipelineView
 from tracecomm.compat.crosscheck import Crosscheck
-from tracecomm.nccl.diagnose import NcclSummary
 from tracecomm.render import View
 from tracecomm.render.bottom_line import bottom_line, findings_section
 from tracecomm.render.kernel_section import kernel_section
@@ -21,6 +21,9 @@ from tracecomm.render.nccl_section import nccl_section
 from tracecomm.render.projection_section import projection_section
 from tracecomm.render.whatif_section import whatif_section
 from tracecomm.text import compact_ranges, map_strings, ms, pct, rank_list, visible
+
+if TYPE_CHECKING:
+    from tracecomm.nccl.diagnose import NcclSummary
 
 # Beyond this many ranks the table shows the slowest ones; JSON and CSV always hold them all.
 MAX_RANK_ROWS = 32
