@@ -2,9 +2,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import kernel, trace_doc, write_trace
 from tracecomm.engine.classify import classify, classify_with_comm, coll_type_of
+from tracecomm.errors import TraceError
 from tracecomm.ingest import load_rank
 
 
@@ -120,3 +123,71 @@ def test_type_from_linked_record_param_comms_and_gpu_annotation(tmp_path: Path) 
     # the collective metadata rides with the comm rows (the linked CPU op's, here)
     comm = classify_with_comm(rank)[1].sort("start_ns")
     assert comm["group_size"].to_list()[0] == 4
+
+
+# The types are worked out once per distinct name, in Python where the name is ASCII: the
+# twins must give what the polars expressions give, name for name.
+TWIN_NAMES = [
+    *(n for n, _ in KERNELS),
+    "allreduce",
+    "AllReduceBarrier",
+    "nccl:nccl:allreduce",
+    "c10d::allreduce_",
+    "c10d::recv_",
+    "  allreduce ",
+    "\x0bsend\r",
+    "\x1callreduce",  # Python's strip() would take this one, Rust's trim() keeps it
+    "İallreduce",
+    "ncclKernel_",
+    "ncclDevKernel_GENERIC",
+    "rcclKernel_alltoall",
+    "NCCLKERNEL_SENDRECV",
+    "ONESHOTALLREDUCE",
+    "",
+]
+
+
+# letters the rules look at, the separators, white space of both kinds, non-ASCII letters
+_TWIN_ALPHABET = list("ncclrgohdvKkernlAaRrSsGgBbTt_:c10 \t\x0b\x1c\x85İıſK")
+
+
+def _exact(expr: object, names: list[str]) -> list[str | None]:
+    frame = pl.DataFrame({"n": names}, schema={"n": pl.String})
+    return frame.select(expr(pl.col("n")).alias("t"))["t"].to_list()  # type: ignore[operator]
+
+
+def _assert_twins_agree(names: list[str]) -> None:
+    from tracecomm.engine.classify import _kernel_type, coll_types, kernel_types
+
+    series = pl.Series("n", [*names, None], dtype=pl.String)
+    assert coll_types(series).to_list() == [*_exact(coll_type_of, names), None]
+    assert kernel_types(series).to_list() == [*_exact(_kernel_type, names), None]
+
+
+def test_names_typed_once_agree_with_the_expressions() -> None:
+    _assert_twins_agree(TWIN_NAMES)
+
+
+def test_every_shared_trace_name_is_typed_as_the_expression_types_it(
+    shared_traces: Path,
+) -> None:
+    names: set[str] = set()
+    for path in sorted(shared_traces.rglob("*.json*")):
+        try:
+            rank = load_rank(path)
+        except TraceError:  # files that are not traces are other tests' business
+            continue
+        for frame in (rank.device, rank.comm_annotations, rank.launches):
+            names.update(n for n in frame["name"].unique().to_list() if n is not None)
+        for frame in (rank.device_meta, rank.comm_ops):
+            if "collective_name" in frame.columns:
+                meta = frame["collective_name"].unique().to_list()
+                names.update(n for n in meta if n is not None)
+    assert len(names) > 100
+    _assert_twins_agree(sorted(names))
+
+
+@given(st.lists(st.text(alphabet=st.sampled_from(_TWIN_ALPHABET), max_size=30), max_size=40))
+@settings(max_examples=200, derandomize=True, deadline=None)
+def test_any_names_are_typed_as_the_expressions_type_them(names: list[str]) -> None:
+    _assert_twins_agree(names)
