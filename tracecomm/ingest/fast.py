@@ -20,7 +20,6 @@ import polars as pl
 
 from tracecomm.ingest.events import COMM_OP, KIND_OF_CAT, LAUNCH_OP_KIND, META_SCHEMA, NO_ARGS
 from tracecomm.ingest.frames import (
-    DIMS_SCHEMA,
     decode_args,
     int_series,
     json_text,
@@ -270,24 +269,20 @@ def _with_meta(
         )
     decoded = [a if a is not None else NO_ARGS for a in _args(text, at, size, meta_rows)]
     columns = [
-        typed_series(field, [getattr(a, field) for a in decoded], dtype)
+        _spread(typed_series(field, [getattr(a, field) for a in decoded], dtype), meta_rows, frame)
         for field, dtype in META_SCHEMA.items()
     ]
     dims = _args(text, at, size, dims_rows) if dims_rows.size else []
     keep = [i for i, a in enumerate(dims) if a is not None and a.input_dims is not None]
-    extra = pl.DataFrame(
-        {
-            "row": [int(dims_rows[i]) for i in keep],
-            "input_dims": [json_text(dims[i].input_dims) for i in keep],
-            "concrete_inputs": [json_text(dims[i].concrete_inputs) for i in keep],
-            "input_types": [json_text(dims[i].input_types) for i in keep],
-        },
-        schema=DIMS_SCHEMA,
-    )
-    meta = pl.DataFrame([pl.Series("row", meta_rows, dtype=pl.UInt32), *columns])
-    return (
-        frame.with_row_index("row")
-        .join(meta, on="row", how="left", maintain_order="left")
-        .join(extra, on="row", how="left", maintain_order="left")
-        .drop("row")
-    )
+    at_rows = dims_rows[keep]
+    for field in ("input_dims", "concrete_inputs", "input_types"):
+        texts = pl.Series(field, [json_text(getattr(dims[i], field)) for i in keep], pl.String)
+        columns.append(_spread(texts, at_rows, frame))
+    return frame.with_columns(columns)
+
+
+def _spread(values: pl.Series, rows: np.ndarray, frame: pl.DataFrame) -> pl.Series:
+    """``values`` at ``rows`` of a column as tall as ``frame``, null elsewhere (a scatter:
+    no join of the whole frame on a row number)."""
+    column = pl.repeat(None, frame.height, dtype=values.dtype, eager=True).alias(values.name)
+    return column.scatter(rows, values) if rows.size else column

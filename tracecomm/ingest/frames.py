@@ -69,11 +69,15 @@ def rank_from_columns(
 def split_frames(events: pl.DataFrame, kinds: set[str] | None = None) -> dict[str, pl.DataFrame]:
     """The kept events' columns, one frame per use (a streamed chunk is split at once).
     ``kinds``: the kinds the events hold; frames that draw on none of them are left out."""
-    return {
-        name: build(events)
-        for name, build in _FRAME_BUILDERS.items()
-        if kinds is None or kinds & _FRAME_KINDS[name]
-    }
+    of_kinds: dict[frozenset[str], pl.DataFrame] = {}  # frames drawing on the same kinds
+    frames = {}
+    for name, build in _FRAME_BUILDERS.items():
+        wanted = _FRAME_KINDS[name]
+        if kinds is None or kinds & wanted:
+            if wanted not in of_kinds:
+                of_kinds[wanted] = events.filter(pl.col("kind").is_in(sorted(wanted)))
+            frames[name] = build(of_kinds[wanted])
+    return frames
 
 
 def rank_from_frames(
@@ -400,12 +404,16 @@ def repair_times(frame: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[st
         warnings.append(
             f"{path}: {counts['neg_dur']} events with a negative duration were read as 0 µs"
         )
-    frame = frame.filter(pl.col("ts_ns").is_not_null()).with_columns(
-        pl.col("dur_ns").fill_null(0).clip(lower_bound=0)
+    if counts["no_ts"]:
+        frame = frame.filter(pl.col("ts_ns").is_not_null())
+    dur = pl.col("dur_ns")
+    if counts["no_dur"] or counts["neg_dur"]:
+        dur = dur.fill_null(0).clip(lower_bound=0)
+    frame = frame.select(  # one pass; a sound trace (most) needs no filter and no repair
+        pl.exclude("ts_ns", "dur_ns"),
+        pl.col("ts_ns").alias("start_ns"),
+        (pl.col("ts_ns") + dur).alias("end_ns"),
     )
-    frame = frame.with_columns(
-        pl.col("ts_ns").alias("start_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns")
-    ).drop("ts_ns", "dur_ns")
     return frame, warnings, counts["no_ts"] + counts["no_dur"] + counts["neg_dur"]
 
 
@@ -413,7 +421,7 @@ def _device_frame(events: pl.DataFrame) -> pl.DataFrame:
     """Device work; its collective metadata lives apart (``_device_meta_frame``, by
     ``dev_row``): a handful of comm kernels carry it, and as null columns on every compute
     kernel it was most of the frame's memory."""
-    return events.filter(pl.col("kind").is_in(list(DEVICE_KINDS))).select(
+    return events.select(
         "kind",
         "name",
         pl.coalesce("arg_device", pl.col("pid")).alias("device"),
@@ -429,14 +437,14 @@ def _device_frame(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _device_meta_frame(events: pl.DataFrame) -> pl.DataFrame:
-    device = events.filter(pl.col("kind").is_in(list(DEVICE_KINDS))).with_row_index("dev_row")
+    device = events.with_row_index("dev_row")
     return device.filter(pl.any_horizontal(pl.col(list(META_SCHEMA)).is_not_null())).select(
         pl.col("dev_row").cast(pl.Int64), *META_SCHEMA
     )
 
 
 def _launch_frame(events: pl.DataFrame) -> pl.DataFrame:
-    return events.filter(pl.col("kind") == "launch").select(
+    return events.select(
         "name",
         "tid",
         "start_ns",
@@ -449,16 +457,12 @@ def _launch_frame(events: pl.DataFrame) -> pl.DataFrame:
 
 def _op_frame(events: pl.DataFrame) -> pl.DataFrame:
     """CPU ops and annotations by External id: what a launch's ``op`` is looked up in."""
-    return events.filter(
-        pl.col("kind").is_in([LAUNCH_OP_KIND, "cpu_op", "annotation"])
-        & pl.col("external_id").is_not_null()
-    ).select("name", "external_id")
+    return events.filter(pl.col("external_id").is_not_null()).select("name", "external_id")
 
 
 def _step_frame(events: pl.DataFrame) -> pl.DataFrame:
     return (
-        events.filter(pl.col("kind") == "annotation")
-        .select(
+        events.select(
             pl.col("name").str.extract(STEP_NAME.pattern).cast(pl.Int64).alias("step"),
             "tid",
             "start_ns",
@@ -470,9 +474,7 @@ def _step_frame(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _gpu_annotation_frame(events: pl.DataFrame) -> pl.DataFrame:
-    return events.filter(
-        (pl.col("kind") == "gpu_annotation") & pl.col("name").str.starts_with("nccl:")
-    ).select(
+    return events.filter(pl.col("name").str.starts_with("nccl:")).select(
         "name",
         pl.coalesce("arg_device", pl.col("pid")).alias("device"),
         pl.coalesce("arg_stream", pl.col("tid")).alias("stream"),
@@ -482,7 +484,7 @@ def _gpu_annotation_frame(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _gpu_range_frame(events: pl.DataFrame) -> pl.DataFrame:
-    return events.filter(pl.col("kind") == "gpu_annotation").select(
+    return events.select(
         "name",
         pl.coalesce("arg_device", pl.col("pid")).alias("device"),
         pl.coalesce("arg_stream", pl.col("tid")).alias("stream"),
@@ -492,37 +494,35 @@ def _gpu_range_frame(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _comm_op_frame(events: pl.DataFrame) -> pl.DataFrame:
-    return events.filter((pl.col("kind") == "cpu_op") & (pl.col("name") == COMM_OP)).select(
-        "external_id", "start_ns", *META_SCHEMA
-    )
+    return events.filter(pl.col("name") == COMM_OP).select("external_id", "start_ns", *META_SCHEMA)
 
 
 def _shaped_op_frame(events: pl.DataFrame) -> pl.DataFrame:
     """Matmul / conv / attention CPU ops with their recorded shapes (``record_shapes``): the
     readers attach shapes to those ops only."""
-    return events.filter((pl.col("kind") == "cpu_op") & pl.col("input_dims").is_not_null()).select(
+    return events.filter(pl.col("input_dims").is_not_null()).select(
         "name", "tid", "start_ns", "end_ns", "input_dims", "concrete_inputs", "input_types"
     )
 
 
 def _cpu_frame(events: pl.DataFrame) -> pl.DataFrame:
     """CPU ops and annotations: the timeline of traces without device activity."""
-    return events.filter(pl.col("kind").is_in(["cpu_op", "annotation"])).select(
-        "kind", "name", "pid", "tid", "start_ns", "end_ns"
-    )
+    return events.select("kind", "name", "pid", "tid", "start_ns", "end_ns")
 
 
-_FRAME_KINDS: dict[str, set[str]] = {
-    "device": set(DEVICE_KINDS),
-    "device_meta": set(DEVICE_KINDS),
-    "launches": {"launch"},
-    "ops": {LAUNCH_OP_KIND, "cpu_op", "annotation"},
-    "steps": {"annotation"},
-    "comm_annotations": {"gpu_annotation"},
-    "comm_ops": {"cpu_op"},
-    "shaped_ops": {"cpu_op"},
-    "gpu_ranges": {"gpu_annotation"},
-    "cpu": {"cpu_op", "annotation"},
+# The kinds each frame is built from: its builder gets those rows alone (filtered once per
+# set of kinds, shared by the frames that draw on the same ones).
+_FRAME_KINDS: dict[str, frozenset[str]] = {
+    "device": frozenset(DEVICE_KINDS),
+    "device_meta": frozenset(DEVICE_KINDS),
+    "launches": frozenset({"launch"}),
+    "ops": frozenset({LAUNCH_OP_KIND, "cpu_op", "annotation"}),
+    "steps": frozenset({"annotation"}),
+    "comm_annotations": frozenset({"gpu_annotation"}),
+    "comm_ops": frozenset({"cpu_op"}),
+    "shaped_ops": frozenset({"cpu_op"}),
+    "gpu_ranges": frozenset({"gpu_annotation"}),
+    "cpu": frozenset({"cpu_op", "annotation"}),
 }
 
 _FRAME_BUILDERS = {
