@@ -79,7 +79,7 @@ def kernel_stats(
         .select(_WORK_COLUMNS)
         .filter((pl.col("cls") != "sync") & pl.col("step").is_in(steps))
         .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur"))
-        .collect()
+        .collect(engine="in-memory")  # as every lazy plan of the engine (partition.py)
     )
     return KernelStats(
         steps=len(steps),

@@ -230,7 +230,7 @@ def step_windows(
             pl.col("end_ns").max().alias("end_ns"),
             pl.len().alias("events"),
         )
-        .collect()
+        .collect(engine="in-memory")  # as every lazy plan of the engine (partition.py)
     )
     missing = _missing_launches(linked, rank, names).group_by("step").agg(pl.len().alias("missing"))
     table = (
@@ -271,7 +271,7 @@ def _missing_launches(
             & ~pl.col("_captured")
         )
         .join(recorded.lazy(), on="correlation", how="anti")
-        .collect()
+        .collect(engine="in-memory")
     )
     return orphans.with_columns(
         step_of(pl.col("start_ns"), rank.steps, orphans).alias("step")
