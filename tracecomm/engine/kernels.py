@@ -9,6 +9,7 @@ exact integer ns) so it travels from the worker and is stored in summaries.
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -107,18 +108,18 @@ def _groups(work: pl.DataFrame, steps: int) -> tuple[KernelGroup, ...]:
         totals.iter_rows(named=True),
         key=lambda g: (_CLASS_ORDER.get(g["cls"], 9), type_order.get(g["coll_type"], 99)),
     )
+    # every group's top names from one sort (the head of each group keeps the sorted order)
+    top: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
+    ranked = (
+        per_name.sort(["total_ns", "name"], descending=[True, False])
+        .group_by("cls", "coll_type", maintain_order=True)
+        .head(TOP_KERNELS)
+    )
+    for row in ranked.iter_rows(named=True):
+        top.setdefault((row["cls"], row["coll_type"]), []).append(row)
     out = []
     for g in groups:
-        same_type = (
-            pl.col("coll_type") == g["coll_type"]
-            if g["coll_type"] is not None
-            else pl.col("coll_type").is_null()
-        )
-        rows = (
-            per_name.filter((pl.col("cls") == g["cls"]) & same_type)
-            .sort(["total_ns", "name"], descending=[True, False])
-            .head(TOP_KERNELS)
-        )
+        rows = top.get((g["cls"], g["coll_type"]), [])
         out.append(
             KernelGroup(
                 cls=g["cls"],
@@ -138,7 +139,7 @@ def _groups(work: pl.DataFrame, steps: int) -> tuple[KernelGroup, ...]:
                         count_per_step=r["count"] / steps,
                         ns_per_step=r["total_ns"] / steps,
                     )
-                    for r in rows.iter_rows(named=True)
+                    for r in rows
                 ),
             )
         )
