@@ -63,3 +63,31 @@ def test_truncated_or_odd_files_fall_back(tmp_path: Path, monkeypatch: pytest.Mo
     events = _load_rank(cut, READ)  # the whole-file reader salvages it
     assert events.truncated and events.device.height > 0
     assert isinstance(events.device, pl.DataFrame)
+
+
+def _last_match(buf: bytes) -> tuple[int, int] | None:
+    """The definition: the last ``}, {`` within the buffer's last MiB."""
+    from tracecomm.ingest.events import EVENT_BOUNDARY
+
+    start = max(0, len(buf) - (1 << 20))
+    found = [m for m in EVENT_BOUNDARY.finditer(buf) if m.start() >= start]
+    return (found[-1].start() + 1, found[-1].end() - 1) if found else None
+
+
+@pytest.mark.parametrize(
+    "buf",
+    [
+        b"",
+        b'{"a": 1}',
+        b'{"a": 1}, {"b": 2}',
+        b'{"a": 1}  ,\n  {"b": 2}, {"c"',
+        # the last boundary 100 KiB from the end: past the first, short look
+        b'{"a": 1},\n{"b": "' + b"x" * (100 << 10) + b'"',
+        # a boundary cut by the short look's start: the longer one finds it whole
+        b'{"a": 1}' + b" " * 40 + b"," + b" " * ((1 << 16) - 2) + b'{"b": 2',
+        # the only boundary more than 1 MiB from the end: none
+        b'{"a": 1}, {"b": "' + b"x" * ((1 << 20) + 10) + b'"',
+    ],
+)
+def test_the_last_event_boundary_is_the_last_within_a_mib(buf: bytes) -> None:
+    assert stream._last_boundary(buf) == _last_match(buf)

@@ -214,14 +214,17 @@ def _chunks(
 
 
 def _last_boundary(buf: bytes) -> tuple[int, int] | None:
-    """(end of the chunk, start of the next event) at the last ``}, {`` of the buffer."""
-    window = buf[-(1 << 20) :]
-    matches = list(EVENT_BOUNDARY.finditer(window))
-    if not matches:
-        return None
-    last = matches[-1]
-    offset = len(buf) - len(window)
-    return offset + last.start() + 1, offset + last.end() - 1
+    """(end of the chunk, start of the next event) at the last ``}, {`` of the buffer: looked
+    for in its last 64 KiB, then its last MiB (matches cannot overlap, so the last one wholly
+    inside the shorter tail is the last one of the longer)."""
+    for tail in (1 << 16, 1 << 20):
+        matches = list(EVENT_BOUNDARY.finditer(buf, max(0, len(buf) - tail)))
+        if matches:
+            last = matches[-1]
+            return last.start() + 1, last.end() - 1
+        if tail >= len(buf):
+            break
+    return None
 
 
 def _decode(text: bytes) -> list[Any]:
