@@ -68,16 +68,18 @@ def rank_from_columns(
 
 def split_frames(events: pl.DataFrame, kinds: set[str] | None = None) -> dict[str, pl.DataFrame]:
     """The kept events' columns, one frame per use (a streamed chunk is split at once).
-    ``kinds``: the kinds the events hold; frames that draw on none of them are left out."""
-    of_kinds: dict[frozenset[str], pl.DataFrame] = {}  # frames drawing on the same kinds
-    frames = {}
-    for name, build in _FRAME_BUILDERS.items():
-        wanted = _FRAME_KINDS[name]
-        if kinds is None or kinds & wanted:
-            if wanted not in of_kinds:
-                of_kinds[wanted] = events.filter(pl.col("kind").is_in(sorted(wanted)))
-            frames[name] = build(of_kinds[wanted])
-    return frames
+    ``kinds``: the kinds the events hold; frames that draw on none of them are left out.
+
+    One query for all of them (each frame a plan over the rows of its kinds): polars filters
+    only the columns a frame keeps, where a filter of the whole chunk per frame copied every
+    column first (a chunk's split 4.7 -> 1.7 ms on a small trace, 4.8 -> 3.2 ms on a real one)."""
+    events_lazy = events.lazy()
+    plans = {
+        name: build(events_lazy.filter(pl.col("kind").is_in(sorted(_FRAME_KINDS[name]))))
+        for name, build in _FRAME_BUILDERS.items()
+        if kinds is None or kinds & _FRAME_KINDS[name]
+    }
+    return dict(zip(plans, pl.collect_all(plans.values(), engine="in-memory"), strict=True))
 
 
 def rank_from_frames(
@@ -417,7 +419,7 @@ def repair_times(frame: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[st
     return frame, warnings, counts["no_ts"] + counts["no_dur"] + counts["neg_dur"]
 
 
-def _device_frame(events: pl.DataFrame) -> pl.DataFrame:
+def _device_frame(events: pl.LazyFrame) -> pl.LazyFrame:
     """Device work; its collective metadata lives apart (``_device_meta_frame``, by
     ``dev_row``): a handful of comm kernels carry it, and as null columns on every compute
     kernel it was most of the frame's memory."""
@@ -436,14 +438,14 @@ def _device_frame(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _device_meta_frame(events: pl.DataFrame) -> pl.DataFrame:
+def _device_meta_frame(events: pl.LazyFrame) -> pl.LazyFrame:
     device = events.with_row_index("dev_row")
     return device.filter(pl.any_horizontal(pl.col(list(META_SCHEMA)).is_not_null())).select(
         pl.col("dev_row").cast(pl.Int64), *META_SCHEMA
     )
 
 
-def _launch_frame(events: pl.DataFrame) -> pl.DataFrame:
+def _launch_frame(events: pl.LazyFrame) -> pl.LazyFrame:
     return events.select(
         "name",
         "tid",
@@ -455,12 +457,12 @@ def _launch_frame(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _op_frame(events: pl.DataFrame) -> pl.DataFrame:
+def _op_frame(events: pl.LazyFrame) -> pl.LazyFrame:
     """CPU ops and annotations by External id: what a launch's ``op`` is looked up in."""
     return events.filter(pl.col("external_id").is_not_null()).select("name", "external_id")
 
 
-def _step_frame(events: pl.DataFrame) -> pl.DataFrame:
+def _step_frame(events: pl.LazyFrame) -> pl.LazyFrame:
     return (
         events.select(
             pl.col("name").str.extract(STEP_NAME.pattern).cast(pl.Int64).alias("step"),
@@ -473,7 +475,7 @@ def _step_frame(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _gpu_annotation_frame(events: pl.DataFrame) -> pl.DataFrame:
+def _gpu_annotation_frame(events: pl.LazyFrame) -> pl.LazyFrame:
     return events.filter(pl.col("name").str.starts_with("nccl:")).select(
         "name",
         pl.coalesce("arg_device", pl.col("pid")).alias("device"),
@@ -483,7 +485,7 @@ def _gpu_annotation_frame(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _gpu_range_frame(events: pl.DataFrame) -> pl.DataFrame:
+def _gpu_range_frame(events: pl.LazyFrame) -> pl.LazyFrame:
     return events.select(
         "name",
         pl.coalesce("arg_device", pl.col("pid")).alias("device"),
@@ -493,11 +495,11 @@ def _gpu_range_frame(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _comm_op_frame(events: pl.DataFrame) -> pl.DataFrame:
+def _comm_op_frame(events: pl.LazyFrame) -> pl.LazyFrame:
     return events.filter(pl.col("name") == COMM_OP).select("external_id", "start_ns", *META_SCHEMA)
 
 
-def _shaped_op_frame(events: pl.DataFrame) -> pl.DataFrame:
+def _shaped_op_frame(events: pl.LazyFrame) -> pl.LazyFrame:
     """Matmul / conv / attention CPU ops with their recorded shapes (``record_shapes``): the
     readers attach shapes to those ops only."""
     return events.filter(pl.col("input_dims").is_not_null()).select(
@@ -505,13 +507,12 @@ def _shaped_op_frame(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _cpu_frame(events: pl.DataFrame) -> pl.DataFrame:
+def _cpu_frame(events: pl.LazyFrame) -> pl.LazyFrame:
     """CPU ops and annotations: the timeline of traces without device activity."""
     return events.select("kind", "name", "pid", "tid", "start_ns", "end_ns")
 
 
-# The kinds each frame is built from: its builder gets those rows alone (filtered once per
-# set of kinds, shared by the frames that draw on the same ones).
+# The kinds each frame is built from: its builder gets those rows alone.
 _FRAME_KINDS: dict[str, frozenset[str]] = {
     "device": frozenset(DEVICE_KINDS),
     "device_meta": frozenset(DEVICE_KINDS),
