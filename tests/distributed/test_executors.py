@@ -274,3 +274,30 @@ def _sleep_then_echo(item: str) -> str:
 
     time.sleep(float(item))
     return item
+
+
+def test_a_bug_in_a_threaded_rank_propagates_and_no_queued_rank_starts() -> None:
+    """``fn`` returns failures as values: an exception is a bug, and it reaches the caller as
+    it would serially; the ranks still queued behind it are not started."""
+    started: list[str] = []
+
+    def boom_or_sleep(item: str) -> str:
+        started.append(item)
+        if item == "boom":
+            raise RuntimeError("a bug")
+        import time
+
+        time.sleep(0.05)
+        return item
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        LocalExecutor().map(
+            boom_or_sleep,
+            ["boom", *(str(i) for i in range(20))],
+            (),
+            None,
+            lambda item, exc: None,
+            1,
+            threads=2,
+        )
+    assert len(started) < 21

@@ -194,7 +194,8 @@ def _threaded(
     exception (a bug: ``fn`` returns failures as values) propagates as it would serially."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tracecomm-rank") as tp:
+    tp = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tracecomm-rank")
+    try:
         futures = {tp.submit(fn, item, *args): i for i, item in enumerate(items)}
         if meanwhile:
             meanwhile()
@@ -204,6 +205,8 @@ def _threaded(
             results[i] = future.result()
             if progress:
                 progress(len(results), len(items), items[i])
+    finally:  # an error or Ctrl-C: the ranks not yet started never start
+        tp.shutdown(wait=True, cancel_futures=True)
     return [results[i] for i in range(len(items))]
 
 
