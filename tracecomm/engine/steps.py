@@ -51,7 +51,7 @@ def link_launches(
     """Add ``launch_ns``, ``launch_tid`` and ``launch_corr`` (the runtime call that launched
     the event: its start, thread and correlation id), ``graph_via`` (for a kernel a graph
     replayed: how it was tied to the launch; else null) and ``step``."""
-    names = LaunchNames.of(rank)
+    names = names or LaunchNames.of(rank)
     launches = (  # the columns first: the filter and the unique copy only these
         rank.launches.select(
             "correlation",
