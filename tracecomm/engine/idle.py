@@ -77,13 +77,16 @@ def idle_gaps(
     work: pl.DataFrame,
     steps: pl.DataFrame,
     host: HostActivity,
+    compute: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Every idle gap of every window (``w``, ``g0``, ``g1``) with its ``cause``, and the
     work that ends it: its ``ender`` (name) and ``ender_corr`` (its launch's correlation),
-    null for a gap the window's end cuts."""
+    null for a gap the window's end cuts. ``compute``: ``compute_bounds(work)``, when the
+    caller has it already."""
     gaps = _gaps(cov, windows)
     if gaps.height:
-        return _causes(gaps, work, steps, host)
+        bounds = compute if compute is not None else compute_bounds(work)
+        return _causes(gaps, work, steps, host, bounds)
     return gaps.with_columns(
         pl.lit("").alias("cause"),
         pl.lit(None, pl.String).alias("ender"),
@@ -141,8 +144,25 @@ def _gaps(cov: Coverage, windows: Sequence[Sequence[tuple[int, int]]]) -> pl.Dat
     )
 
 
+def compute_bounds(work: pl.DataFrame) -> pl.DataFrame:
+    """Per step: the first start and last end of the compute kernels it launched (``step``,
+    ``first_compute``, ``last_compute``)."""
+    return (
+        work.filter((pl.col("cls") == "compute") & pl.col("step").is_not_null())
+        .group_by("step")
+        .agg(
+            pl.col("start_ns").min().alias("first_compute"),
+            pl.col("end_ns").max().alias("last_compute"),
+        )
+    )
+
+
 def _causes(
-    gaps: pl.DataFrame, work: pl.DataFrame, steps: pl.DataFrame, host: HostActivity
+    gaps: pl.DataFrame,
+    work: pl.DataFrame,
+    steps: pl.DataFrame,
+    host: HostActivity,
+    compute: pl.DataFrame,
 ) -> pl.DataFrame:
     ender = _enders(work, gaps["g1"])
     gaps = (
@@ -153,7 +173,7 @@ def _causes(
             for c in ("launch_ns", "launch_tid", "recv", "ender", "ender_corr")
         )
     )
-    gaps = _with_step_bounds(gaps, work, steps)
+    gaps = _with_step_bounds(gaps, compute, steps)
     stage = bool(work.select((pl.col("coll_type") == "SendRecv").any()).item())
     sync = _overlaps(gaps, host.syncs, by_thread=True)
     loader = _overlaps(gaps, host.loaders, by_thread=False)
@@ -197,17 +217,11 @@ def _enders(work: pl.DataFrame, ends: pl.Series) -> pl.DataFrame:
     )
 
 
-def _with_step_bounds(gaps: pl.DataFrame, work: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def _with_step_bounds(
+    gaps: pl.DataFrame, compute: pl.DataFrame, steps: pl.DataFrame
+) -> pl.DataFrame:
     """The step window a gap lies in (a gap between windows follows the earlier step: after
-    its last compute), and that step's first and last compute."""
-    compute = (
-        work.filter((pl.col("cls") == "compute") & pl.col("step").is_not_null())
-        .group_by("step")
-        .agg(
-            pl.col("start_ns").min().alias("first_compute"),
-            pl.col("end_ns").max().alias("last_compute"),
-        )
-    )
+    its last compute), and that step's first and last compute (``compute_bounds``)."""
     windows = (
         steps.filter(pl.col("start_ns").is_not_null())
         .select("step", pl.col("start_ns").alias("step_from"), pl.col("end_ns").alias("step_to"))

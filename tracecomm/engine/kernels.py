@@ -168,7 +168,7 @@ def _per_name(keyed: pl.DataFrame) -> pl.DataFrame:
 
 
 def _short(work: pl.DataFrame, steps: int) -> ShortKernels:
-    kernels = work.filter(pl.col("cls").is_in(["compute", "comm"]))
+    kernels = work.select("cls", "dur").filter(pl.col("cls").is_in(["compute", "comm"]))
     bounds = pl.lit(None, pl.Int64)
     for limit in reversed(BUCKETS_NS):
         bounds = pl.when(pl.col("dur") < limit).then(pl.lit(limit)).otherwise(bounds)
@@ -199,8 +199,10 @@ def _launches(
     """A kernel launch of an included step is a runtime call whose kernels ran in it (a
     complete step lost none; a graph launch counts once, a captured launch ran nothing)."""
     kernel = pl.col("cls").is_in(["compute", "comm"]) & pl.col("launch_corr").is_not_null()
-    calls = work.filter(kernel | pl.col("graph_via").is_not_null()).select(
-        "step", "launch_corr", pl.col("graph_via").is_not_null().alias("graph")
+    calls = (  # the columns first: a filter copies every column it is given
+        work.select("cls", "step", "launch_corr", "graph_via")
+        .filter(kernel | pl.col("graph_via").is_not_null())
+        .select("step", "launch_corr", pl.col("graph_via").is_not_null().alias("graph"))
     )
     # a launch belongs to one step (the one its call lies in): distinct calls per step
     per_step = dict(
@@ -208,7 +210,9 @@ def _launches(
     )
     counts = sorted(per_step.get(s, 0) for s in steps)
     graph_calls = calls.filter(pl.col("graph"))["launch_corr"].n_unique()
-    direct = work.filter(pl.col("launch_ns").is_not_null() & pl.col("graph_via").is_null())
+    direct = work.select("start_ns", "launch_ns", "graph_via").filter(
+        pl.col("launch_ns").is_not_null() & pl.col("graph_via").is_null()
+    )
     delays = np.sort(np.maximum(direct["start_ns"].to_numpy() - direct["launch_ns"].to_numpy(), 0))
     n = delays.size
     stats = (

@@ -12,7 +12,7 @@ import polars as pl
 from tracecomm.engine.classify import COLL_TYPES, classify_with_comm, coll_type_of
 from tracecomm.engine.collectives import collective_instances
 from tracecomm.engine.energy import window_energy
-from tracecomm.engine.idle import HostActivity, cause_sums, idle_gaps
+from tracecomm.engine.idle import HostActivity, cause_sums, compute_bounds, idle_gaps
 from tracecomm.engine.intervals import Coverage, IntArray, coverage, measure
 from tracecomm.engine.kernels import kernel_stats
 from tracecomm.engine.model import (
@@ -311,8 +311,9 @@ def _figures_for(
                 else "no step in the selection launched device work: nothing to analyze"
             )
     windows = _window_figures(events, types, [*step_spans, rank_spans])
+    bounds = compute_bounds(work) if "step" in work.columns else None
     if host is not None:
-        gaps = idle_gaps(events.cov, [*step_spans, rank_spans], work, steps, host)
+        gaps = idle_gaps(events.cov, [*step_spans, rank_spans], work, steps, host, bounds)
         # the analysis window's gaps: where the kernel view finds the ops that starve the GPU
         idle_detail["gaps"] = gaps.filter(pl.col("w") == len(step_spans))
         idle = cause_sums(gaps, [*step_spans, rank_spans])
@@ -331,7 +332,7 @@ def _figures_for(
         ]
         if windows[-1] is not None and windows[-1].energy is None:
             notes.append("the power log does not cover the analysis window: no energy figures")
-    compute_spans = _compute_spans(work) if "step" in work.columns else {}
+    compute_spans = _compute_spans(bounds) if bounds is not None else {}
     step_rows = [
         StepFigures(
             step=row["step"],
@@ -351,14 +352,9 @@ def _figures_for(
     )
 
 
-def _compute_spans(work: pl.DataFrame) -> dict[int, tuple[int, int]]:
+def _compute_spans(bounds: pl.DataFrame) -> dict[int, tuple[int, int]]:
     """Per step: the first start and last end of the compute kernels it launched."""
-    spans = (
-        work.filter((pl.col("cls") == "compute") & pl.col("step").is_not_null())
-        .group_by("step")
-        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
-    )
-    return {step: (start, end) for step, start, end in spans.iter_rows()}
+    return {step: (start, end) for step, start, end in bounds.iter_rows()}
 
 
 def _rank_spans(steps: pl.DataFrame, included: set[int]) -> list[tuple[int, int]]:
