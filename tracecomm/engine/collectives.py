@@ -125,7 +125,8 @@ def idle_before(kernels: pl.DataFrame, work: pl.DataFrame | None) -> np.ndarray:
         before = np.where(foreign, before - 1, before)
     gap = np.where(before >= 0, starts - runs.ends[np.maximum(before, 0)], 0)
     first = (
-        work.filter(pl.col("step").is_not_null())
+        work.select("step", "start_ns")
+        .filter(pl.col("step").is_not_null())
         .group_by("step")
         .agg(pl.col("start_ns").min().alias("step_start"))
     )
@@ -186,7 +187,8 @@ def work_since(kernels: pl.DataFrame, work: pl.DataFrame | None) -> np.ndarray:
     starts = kernels["start_ns"].to_numpy().astype(np.int64)
     if work is None or "cls" not in work.columns:
         return starts
-    compute = work.filter(pl.col("cls") == "compute").sort("start_ns")
+    compute = work.select("cls", "start_ns", "end_ns").filter(pl.col("cls") == "compute")
+    compute = compute.sort("start_ns")
     if compute.height == 0:
         return starts
     run_starts, run_ends = _busy_runs(

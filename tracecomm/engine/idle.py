@@ -148,7 +148,8 @@ def compute_bounds(work: pl.DataFrame) -> pl.DataFrame:
     """Per step: the first start and last end of the compute kernels it launched (``step``,
     ``first_compute``, ``last_compute``)."""
     return (
-        work.filter((pl.col("cls") == "compute") & pl.col("step").is_not_null())
+        work.select("cls", "step", "start_ns", "end_ns")
+        .filter((pl.col("cls") == "compute") & pl.col("step").is_not_null())
         .group_by("step")
         .agg(
             pl.col("start_ns").min().alias("first_compute"),

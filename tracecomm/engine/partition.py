@@ -194,7 +194,8 @@ def _work_signature(linked: pl.DataFrame, result: RankBreakdown) -> str | None:
     if not steps:
         return None
     names = (
-        linked.filter((pl.col("cls") == "compute") & (pl.col("step") == steps[0].step))
+        linked.select("cls", "step", "start_ns", "name")
+        .filter((pl.col("cls") == "compute") & (pl.col("step") == steps[0].step))
         .sort("start_ns")["name"]
         .to_list()
     )
@@ -428,7 +429,8 @@ def _coverage(work: pl.DataFrame, types: Sequence[str]) -> Coverage:
         "end_ns",
         pl.col("cls").replace_strict(label_of_cls, return_dtype=pl.Int64).alias("label"),
     )
-    per_type = work.filter(pl.col("cls") == "comm").select(
+    per_type = work.select("cls", "start_ns", "end_ns", "coll_type").filter(pl.col("cls") == "comm")
+    per_type = per_type.select(
         "start_ns",
         "end_ns",
         pl.col("coll_type")
