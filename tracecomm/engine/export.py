@@ -17,10 +17,10 @@ import numpy as np
 import polars as pl
 
 from tracecomm.engine.classify import COLL_TYPES, classify_with_comm
-from tracecomm.engine.idle import DATALOADER_PREFIX, SYNC_CALL, HostActivity, idle_gaps
+from tracecomm.engine.idle import DATALOADER_PREFIX, HostActivity, idle_gaps
 from tracecomm.engine.intervals import coverage
 from tracecomm.engine.partition import BreakdownOptions, work_coverage
-from tracecomm.engine.steps import LaunchNames, link_launches, step_windows
+from tracecomm.engine.steps import SYNC_CALL, LaunchNames, link_launches, step_windows
 from tracecomm.ingest.model import RankEvents
 
 # c10d collective names whose type (classify.coll_type_of) is each collective type: what the

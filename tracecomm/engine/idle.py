@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 
 from tracecomm.engine.intervals import Coverage
+from tracecomm.engine.steps import LaunchNames, is_named
 from tracecomm.ingest.model import RankEvents
 
 IDLE_CAUSES = (
@@ -34,7 +35,6 @@ IDLE_CAUSES = (
     "host_bound",
     "other",
 )
-SYNC_CALL = r"(?i)^(cuda|hip)(Device|Stream|Event|Ctx)Synchronize"
 DATALOADER_PREFIX = "enumerate(DataLoader)"
 _SPANS = {"tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
 
@@ -47,8 +47,9 @@ class HostActivity:
     loaders: pl.DataFrame  # tid, start_ns, end_ns
 
     @classmethod
-    def of(cls, rank: RankEvents) -> HostActivity:
-        syncs = rank.launches.filter(pl.col("name").str.contains(SYNC_CALL))
+    def of(cls, rank: RankEvents, names: LaunchNames | None = None) -> HostActivity:
+        names = names or LaunchNames.of(rank)
+        syncs = rank.launches.filter(is_named(names.sync_call))
         loaders = rank.cpu.filter(pl.col("name").str.starts_with(DATALOADER_PREFIX))
         return cls(*(f.select(list(_SPANS)).cast(_SPANS) for f in (syncs, loaders)))  # type: ignore[arg-type]
 

@@ -28,7 +28,7 @@ from tracecomm.engine.model import (
     StarvingOp,
 )
 from tracecomm.engine.observed import Counted
-from tracecomm.engine.steps import DEVICE_LAUNCH_PATTERN, LaunchNames
+from tracecomm.engine.steps import LaunchNames, is_named
 from tracecomm.ingest.model import RankEvents
 
 TOP_KERNELS = 10  # per class
@@ -298,9 +298,7 @@ def _graphs(
         .sort(["kernel_ns", "op"], descending=[True, False], nulls_last=True)
         .head(TOP_ROWS)
     )
-    kernel_calls = rank.launches.filter(
-        in_capture & pl.col("name").str.contains(DEVICE_LAUNCH_PATTERN)
-    )
+    kernel_calls = rank.launches.filter(in_capture & is_named(names.device_launch))
     unattributed = (
         with_ids.filter(pl.col("launch_ns").is_null()).height if with_ids is not None else 0
     )

@@ -27,8 +27,10 @@ from tracecomm.engine.observed import counted_ops, observed_flops
 from tracecomm.engine.options import BreakdownOptions
 from tracecomm.engine.steps import (
     CAPTURE_BEGIN_PATTERN,
+    KERNEL_LAUNCH_PATTERN,
     LaunchNames,
     captured,
+    is_named,
     link_launches,
     step_windows,
 )
@@ -75,7 +77,8 @@ def breakdown(
         return RankBreakdown("gpu", None, (), 0, device.height, 0, (note,))
     if not has_work and rank.cpu.height:
         cpu = _cpu_breakdown(rank, opts)
-        return replace(cpu, notes=lost_activity_notes(rank, device, in_capture) + cpu.notes)
+        notes = lost_activity_notes(rank, device, in_capture, names)
+        return replace(cpu, notes=notes + cpu.notes)
     series = (power or {}).get(devices[0]) if devices and rank.epoch_clock else None
     linked = link_launches(device, rank, names)
     steps = step_windows(linked, rank, names)
@@ -87,10 +90,10 @@ def breakdown(
         device,
         opts,
         series,
-        HostActivity.of(rank),
+        HostActivity.of(rank, names),
         detail,
     )
-    notes = lost_activity_notes(rank, linked, in_capture)
+    notes = lost_activity_notes(rank, linked, in_capture, names)
     if in_capture.any():
         replayed = int(linked["graph_via"].is_not_null().sum())
         notes += (capture_note(rank, in_capture, replayed),)
@@ -127,12 +130,11 @@ def breakdown(
 
 # A share of lost activity above which it is said (a few events are always odd).
 LOST_SHARE_PCT = 5.0
-_KERNEL_LAUNCH = r"(?i)launch(?:kernel|cooperativekernel)|graphlaunch|launchkernelex"
 
 
 def capture_note(rank: RankEvents, in_capture: pl.Series, replayed: int) -> str:
     """What a trace that records graph capture holds (metrics.md §16)."""
-    launches = rank.launches.filter(in_capture & pl.col("name").str.contains(_KERNEL_LAUNCH))
+    launches = rank.launches.filter(in_capture & pl.col("name").str.contains(KERNEL_LAUNCH_PATTERN))
     captures = rank.launches.filter(pl.col("name").str.contains(CAPTURE_BEGIN_PATTERN)).height
     made = (
         f"{launches.height} kernel launches were made while a stream captured a CUDA/HIP "
@@ -150,15 +152,21 @@ def capture_note(rank: RankEvents, in_capture: pl.Series, replayed: int) -> str:
 
 
 def lost_activity_notes(
-    rank: RankEvents, device: pl.DataFrame, in_capture: pl.Series | None = None
+    rank: RankEvents,
+    device: pl.DataFrame,
+    in_capture: pl.Series | None = None,
+    names: LaunchNames | None = None,
 ) -> tuple[str, ...]:
     """Kernel launches the trace recorded without the GPU events they started: the profiler
     lost device activity (ProfilerActivity.CUDA off, CUPTI busy or out of buffer space).
     Launches made during a graph capture run nothing: never lost. ``device``: the device
     frame, or the linked one (``launch_corr``: a graph launch tied to its kernels by their
     graph nodes launched them)."""
-    kept = rank.launches if in_capture is None else rank.launches.filter(~in_capture)
-    launches = kept.filter(pl.col("name").str.contains(_KERNEL_LAUNCH))
+    names = names or LaunchNames.of(rank)
+    kernel = is_named(names.kernel_launch)
+    launches = rank.launches.select("name", "correlation").filter(
+        kernel if in_capture is None else kernel & ~in_capture
+    )
     if launches.height == 0:
         return ()
     if device.height == 0:

@@ -15,6 +15,9 @@ from tracecomm.ingest.model import RankEvents
 # recorded kernel was cut short by the end of the trace. Memcpy/memset calls are left out:
 # real traces often hold cudaMemsetAsync calls that CUPTI records no activity for.
 DEVICE_LAUNCH_PATTERN = r"(?i)launch.*kernel|kernel.*launch|graphlaunch"
+# The kernel launches whose lost GPU events the breakdown reports (a narrower family)
+KERNEL_LAUNCH_PATTERN = r"(?i)launch(?:kernel|cooperativekernel)|graphlaunch|launchkernelex"
+SYNC_CALL = r"(?i)^(cuda|hip)(Device|Stream|Event|Ctx)Synchronize"
 GRAPH_LAUNCH_PATTERN = r"(?i)graphlaunch"  # cudaGraphLaunch, cuGraphLaunch, hipGraphLaunch
 CAPTURE_BEGIN_PATTERN = r"(?i)streambegincapture"  # cuda/cu/hipStreamBeginCapture[ToGraph]
 CAPTURE_END_PATTERN = r"(?i)streamendcapture"
@@ -24,12 +27,16 @@ BY_CORRELATION, BY_REPLAY_ORDER, BY_TIME = "correlation", "replay order", "time"
 
 @dataclass(frozen=True)
 class LaunchNames:
-    """Which of a trace's runtime call names launch graphs and open / close a capture (found
-    on the distinct names: a trace has a few dozen, and hundreds of thousands of calls)."""
+    """Which of a trace's runtime call names launch graphs, open / close a capture, launch
+    device work or kernels, or synchronize (found on the distinct names: a trace has a few
+    dozen, and hundreds of thousands of calls; a test on the name is then ``is_named``)."""
 
     graph: tuple[str, ...]
     capture_begin: tuple[str, ...]
     capture_end: tuple[str, ...]
+    device_launch: tuple[str, ...] = ()
+    kernel_launch: tuple[str, ...] = ()
+    sync_call: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, rank: RankEvents) -> LaunchNames:
@@ -42,7 +49,15 @@ class LaunchNames:
             matching(GRAPH_LAUNCH_PATTERN),
             matching(CAPTURE_BEGIN_PATTERN),
             matching(CAPTURE_END_PATTERN),
+            matching(DEVICE_LAUNCH_PATTERN),
+            matching(KERNEL_LAUNCH_PATTERN),
+            matching(SYNC_CALL),
         )
+
+
+def is_named(names: tuple[str, ...]) -> pl.Expr:
+    """The call's name is one of ``names`` (the distinct names a pattern matched)."""
+    return pl.col("name").is_in(list(names)) if names else pl.lit(False)
 
 
 def link_launches(
@@ -257,6 +272,7 @@ def step_windows(
 def _missing_launches(
     linked: pl.DataFrame, rank: RankEvents, names: LaunchNames | None = None
 ) -> pl.DataFrame:
+    names = names or LaunchNames.of(rank)
     recorded = (
         linked.select(pl.coalesce("launch_corr", "correlation").alias("correlation"))
         .drop_nulls()
@@ -266,7 +282,7 @@ def _missing_launches(
         rank.launches.lazy()
         .with_columns(captured(rank, names).alias("_captured"))
         .filter(
-            pl.col("name").str.contains(DEVICE_LAUNCH_PATTERN)
+            is_named(names.device_launch)
             & pl.col("correlation").is_not_null()
             & ~pl.col("_captured")
         )
