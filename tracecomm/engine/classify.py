@@ -50,6 +50,7 @@ _TYPE_BY_PREFIX = (
 
 
 _TYPE_PREFIX = "^(?:" + "|".join(f"({re.escape(p)})" for p, _ in _TYPE_BY_PREFIX) + ")"
+_NAMESPACE_PATTERN = r"^(?:(?:nccl|gloo|rccl|hccl):|c10d::)"  # stripped before the prefix test
 
 
 def coll_type_of(name: pl.Expr) -> pl.Expr:
@@ -60,7 +61,7 @@ def coll_type_of(name: pl.Expr) -> pl.Expr:
     at a fraction of the chain's cost (it was most of the time classification took)."""
     norm = (
         name.str.to_lowercase()
-        .str.replace(r"^(?:(?:nccl|gloo|rccl|hccl):|c10d::)", "")
+        .str.replace(_NAMESPACE_PATTERN, "")
         .str.replace_all("_", "")
         .str.strip_chars()
     )
@@ -71,7 +72,7 @@ def coll_type_of(name: pl.Expr) -> pl.Expr:
     return pl.when(name.is_null()).then(pl.lit(None, dtype=pl.String)).otherwise(coll)
 
 
-_NAMESPACE = re.compile(r"^(?:(?:nccl|gloo|rccl|hccl):|c10d::)")
+_NAMESPACE = re.compile(_NAMESPACE_PATTERN)
 _ASCII_SPACE = " \t\n\x0b\x0c\r"  # what Rust's trim() strips from an ASCII string
 _KERNEL_TOKEN = re.compile(_KERNEL_COLL_TOKEN)
 _CUSTOM = re.compile(_CUSTOM_ALLREDUCE)

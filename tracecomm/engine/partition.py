@@ -26,8 +26,6 @@ from tracecomm.engine.model import (
 from tracecomm.engine.observed import counted_ops, observed_flops
 from tracecomm.engine.options import BreakdownOptions
 from tracecomm.engine.steps import (
-    CAPTURE_BEGIN_PATTERN,
-    KERNEL_LAUNCH_PATTERN,
     LaunchNames,
     captured,
     is_named,
@@ -73,7 +71,7 @@ def breakdown(
     in_capture = captured(rank, names)
     if not has_work and in_capture.any():
         # launches made while a stream captured a graph ran nothing: no CPU timeline either
-        note = capture_note(rank, in_capture, replayed=0)
+        note = capture_note(rank, in_capture, replayed=0, names=names)
         return RankBreakdown("gpu", None, (), 0, device.height, 0, (note,))
     if not has_work and rank.cpu.height:
         cpu = _cpu_breakdown(rank, opts)
@@ -81,7 +79,7 @@ def breakdown(
         return replace(cpu, notes=notes + cpu.notes)
     series = (power or {}).get(devices[0]) if devices and rank.epoch_clock else None
     linked = link_launches(device, rank, names)
-    steps = step_windows(linked, rank, names)
+    steps = step_windows(linked, rank, names, in_capture)
     detail: dict[str, pl.DataFrame] = {}
     work = linked.filter(not_sync)
     result = _gpu_breakdown(
@@ -96,7 +94,7 @@ def breakdown(
     notes = lost_activity_notes(rank, linked, in_capture, names)
     if in_capture.any():
         replayed = int(linked["graph_via"].is_not_null().sum())
-        notes += (capture_note(rank, in_capture, replayed),)
+        notes += (capture_note(rank, in_capture, replayed, names),)
     # first: the last note says why nothing could be analyzed, when nothing could
     result = replace(result, notes=notes + result.notes)
     included = {s.step for s in result.included_steps}
@@ -132,10 +130,13 @@ def breakdown(
 LOST_SHARE_PCT = 5.0
 
 
-def capture_note(rank: RankEvents, in_capture: pl.Series, replayed: int) -> str:
+def capture_note(
+    rank: RankEvents, in_capture: pl.Series, replayed: int, names: LaunchNames | None = None
+) -> str:
     """What a trace that records graph capture holds (metrics.md §16)."""
-    launches = rank.launches.filter(in_capture & pl.col("name").str.contains(KERNEL_LAUNCH_PATTERN))
-    captures = rank.launches.filter(pl.col("name").str.contains(CAPTURE_BEGIN_PATTERN)).height
+    names = names or LaunchNames.of(rank)
+    launches = rank.launches.filter(in_capture & is_named(names.kernel_launch))
+    captures = rank.launches.filter(is_named(names.capture_begin)).height
     made = (
         f"{launches.height} kernel launches were made while a stream captured a CUDA/HIP "
         f"graph ({captures} capture(s), between StreamBeginCapture and StreamEndCapture): "

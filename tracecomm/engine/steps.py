@@ -232,9 +232,13 @@ def step_of(times: pl.Expr, steps: pl.DataFrame, frame: pl.DataFrame) -> pl.Seri
 
 
 def step_windows(
-    linked: pl.DataFrame, rank: RankEvents, names: LaunchNames | None = None
+    linked: pl.DataFrame,
+    rank: RankEvents,
+    names: LaunchNames | None = None,
+    in_capture: pl.Series | None = None,
 ) -> pl.DataFrame:
-    """One row per ProfilerStep: its GPU window, event count, missing launches, completeness."""
+    """One row per ProfilerStep: its GPU window, event count, missing launches, completeness.
+    ``in_capture``: ``captured(rank, names)``, when the caller has it already."""
     steps = rank.steps.unique("step", keep="first").sort("step")
     windows = (  # lazy: the filter reads the four columns it needs, no copy of the frame
         linked.lazy()
@@ -247,7 +251,11 @@ def step_windows(
         )
         .collect(engine="in-memory")  # as every lazy plan of the engine (partition.py)
     )
-    missing = _missing_launches(linked, rank, names).group_by("step").agg(pl.len().alias("missing"))
+    missing = (
+        _missing_launches(linked, rank, names, in_capture)
+        .group_by("step")
+        .agg(pl.len().alias("missing"))
+    )
     table = (
         steps.select(
             "step", pl.col("start_ns").alias("cpu_start_ns"), pl.col("end_ns").alias("cpu_end_ns")
@@ -270,9 +278,14 @@ def step_windows(
 
 
 def _missing_launches(
-    linked: pl.DataFrame, rank: RankEvents, names: LaunchNames | None = None
+    linked: pl.DataFrame,
+    rank: RankEvents,
+    names: LaunchNames | None = None,
+    in_capture: pl.Series | None = None,
 ) -> pl.DataFrame:
     names = names or LaunchNames.of(rank)
+    if in_capture is None:
+        in_capture = captured(rank, names)
     recorded = (
         linked.select(pl.coalesce("launch_corr", "correlation").alias("correlation"))
         .drop_nulls()
@@ -280,7 +293,7 @@ def _missing_launches(
     )
     orphans = (  # lazy: only the launches that launched nothing recorded are materialized
         rank.launches.lazy()
-        .with_columns(captured(rank, names).alias("_captured"))
+        .with_columns(in_capture.alias("_captured"))
         .filter(
             is_named(names.device_launch)
             & pl.col("correlation").is_not_null()

@@ -476,13 +476,8 @@ def _step_frame(events: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _gpu_annotation_frame(events: pl.LazyFrame) -> pl.LazyFrame:
-    return events.filter(pl.col("name").str.starts_with("nccl:")).select(
-        "name",
-        pl.coalesce("arg_device", pl.col("pid")).alias("device"),
-        pl.coalesce("arg_stream", pl.col("tid")).alias("stream"),
-        "start_ns",
-        "end_ns",
-    )
+    """The ``nccl:*`` GPU ranges: what a comm kernel's type may come from."""
+    return _gpu_range_frame(events.filter(pl.col("name").str.starts_with("nccl:")))
 
 
 def _gpu_range_frame(events: pl.LazyFrame) -> pl.LazyFrame:

@@ -32,14 +32,15 @@ def jobs_for(paths: Sequence[str | Path], requested: int | None) -> int:
     return max(1, min(os.cpu_count() or 1, len(paths)))
 
 
-def threads_for(paths: Sequence[str | Path], requested: int | None) -> int:
+def threads_for(paths: Sequence[str | Path], requested: int | None, jobs: int | None = None) -> int:
     """Ranks parsed side by side in this process, for a run too small for a pool: polars and
     inflation release the GIL, so two threads take 0.31 s where one takes 0.41 s over
-    8 x 1 MB ranks (BENCHMARKS.md). ``--jobs 1`` keeps one; a pool run needs none."""
+    8 x 1 MB ranks (BENCHMARKS.md). ``--jobs 1`` keeps one; a pool run needs none. ``jobs``:
+    ``jobs_for(paths, requested)`` when the caller has it (it reads every file's size)."""
     if requested is not None or len(paths) < 2:
         return 1
     try:
-        if jobs_for(paths, None) > 1:
+        if (jobs if jobs is not None else jobs_for(paths, None)) > 1:
             return 1
     except OSError:
         return 1

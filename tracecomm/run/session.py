@@ -259,7 +259,7 @@ def _map_files(
 ) -> list[RankResult | FileFailure]:
     cached = request.cache is not None and _all_cached(paths, request.cache, work)
     jobs = 1 if cached else jobs_for(paths, request.jobs)
-    threads = 1 if cached else threads_for(paths, request.jobs)
+    threads = 1 if cached else threads_for(paths, request.jobs, jobs)
     per_file = executor.map(
         analyze_file,
         paths,
