@@ -4,7 +4,6 @@ of behaviour; the commit that does so says why."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ class Case:
 
     @property
     def file(self) -> Path:
-        return DATA / f"{self.name}.{'json' if self.kind == 'json' else 'txt'}.gz"
+        return DATA / f"{self.name}.{'json' if self.kind == 'json' else 'txt'}"
 
 
 def _shared_trace_cases() -> list[Case]:
@@ -129,13 +128,19 @@ def run(case: Case) -> tuple[int, Any]:
 
 
 def write(case: Case, code: int, output: Any) -> None:
-    payload = {"exit_code": code, "output": output}
+    """Readable files, so that a diff shows a changed figure: JSON indented with sorted keys,
+    text as it was printed under one ``exit <code>`` line."""
     case.file.parent.mkdir(parents=True, exist_ok=True)
-    case.file.write_bytes(
-        gzip.compress(json.dumps(payload, indent=1, sort_keys=True).encode(), mtime=0)
-    )
+    if case.kind == "json":
+        payload = {"exit_code": code, "output": output}
+        case.file.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    else:
+        case.file.write_text(f"exit {code}\n{output}")
 
 
 def read(case: Case) -> tuple[int, Any]:
-    payload = json.loads(gzip.decompress(case.file.read_bytes()))
-    return payload["exit_code"], payload["output"]
+    if case.kind == "json":
+        payload = json.loads(case.file.read_text())
+        return payload["exit_code"], payload["output"]
+    head, _, text = case.file.read_text().partition("\n")
+    return int(head.removeprefix("exit ")), text
