@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 # message-size buckets (bytes), nccl-tests style powers of two; a bucket is [low, next low)
@@ -34,14 +35,23 @@ class Bandwidth:
     link_gbps: float | None  # the link bandwidth given, in Gbit/s
 
 
+# nccl-tests' bus bandwidth factor (metrics.md §7): a ring collective moves this many times
+# (n − 1) / n of its message over each rank's link; every other type (Broadcast, Reduce,
+# SendRecv) moves its message once. The one table for the bandwidth and the projection.
+RING_FACTOR = {"AllReduce": 2.0, "AllGather": 1.0, "ReduceScatter": 1.0, "AllToAll": 1.0}
+
+
 def bus_factor(coll_type: pl.Expr, n: pl.Expr) -> pl.Expr:
-    return (
-        pl.when(coll_type == "AllReduce")
-        .then(2 * (n - 1) / n)
-        .when(coll_type.is_in(["AllGather", "ReduceScatter", "AllToAll"]))
-        .then((n - 1) / n)
-        .otherwise(1.0)
-    )
+    """RING_FACTOR as a polars expression over a type column and a group-size column."""
+    ring = coll_type.replace_strict(RING_FACTOR, default=None, return_dtype=pl.Float64)
+    return pl.when(ring.is_not_null()).then(ring * (n - 1) / n).otherwise(1.0)
+
+
+def bus_factor_of(coll_type: str, n: np.ndarray) -> np.ndarray:
+    """RING_FACTOR for one type over an array of group sizes."""
+    n = n.astype(np.float64)
+    ring = RING_FACTOR.get(coll_type)
+    return ring * (n - 1) / n if ring is not None else np.ones_like(n)
 
 
 def size_bucket(nbytes: pl.Expr) -> tuple[pl.Expr, pl.Expr]:

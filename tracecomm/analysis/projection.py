@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from tracecomm.analysis.bandwidth import instance_transfers
+from tracecomm.analysis.bandwidth import bus_factor_of, instance_transfers
 from tracecomm.engine.intervals import coverage, measure
 
 FITTED = ("AllGather", "ReduceScatter", "AllReduce")
@@ -88,11 +88,6 @@ def hops(coll_type: str, n: np.ndarray) -> np.ndarray:
     return np.where(coll_type == "AllReduce", 2 * (n - 1), n - 1).astype(np.float64)
 
 
-def bus_factor(coll_type: str, n: np.ndarray) -> np.ndarray:
-    n = n.astype(np.float64)
-    return np.where(coll_type == "AllReduce", 2 * (n - 1) / n, (n - 1) / n)
-
-
 def fit_links(aligned: pl.DataFrame) -> tuple[LinkFit, ...]:
     """Alpha and B per fitted collective type, from the matched instances with sizes."""
     if aligned.height == 0 or "bytes" not in aligned.columns:
@@ -121,7 +116,10 @@ def _fit(coll_type: str, rows: pl.DataFrame) -> LinkFit | None:
         return None
     n = rows["n"].to_numpy()
     x = np.column_stack(
-        [hops(coll_type, n), rows["bytes"].to_numpy().astype(np.float64) * bus_factor(coll_type, n)]
+        [
+            hops(coll_type, n),
+            rows["bytes"].to_numpy().astype(np.float64) * bus_factor_of(coll_type, n),
+        ]
     )
     t = rows["transfer"].to_numpy().astype(np.float64)
     sizes = len({(int(b), int(k)) for b, k in zip(rows["bytes"], rows["n"], strict=True)})
@@ -147,7 +145,7 @@ def _single_size(coll_type: str, rows: pl.DataFrame, shared_b: float | None) -> 
     n = rows["n"].to_numpy()
     nbytes = rows["bytes"].to_numpy().astype(np.float64)
     t = rows["transfer"].to_numpy().astype(np.float64)
-    h, moved = hops(coll_type, n), nbytes * bus_factor(coll_type, n)
+    h, moved = hops(coll_type, n), nbytes * bus_factor_of(coll_type, n)
     sizes = len(set(zip(nbytes.tolist(), n.tolist(), strict=True)))
     if shared_b is not None:
         alpha = float(np.median(np.maximum(t - moved / shared_b, 0) / h))
@@ -281,7 +279,7 @@ def _durations(
         moved = nbytes[rows]  # the model keeps its size: S stays, each rank's shard shrinks
         k = n_new[rows]
         bandwidth = 0.0 if fit.bus_gbps is None else 1.0 / fit.bus_gbps
-        out[rows] = fit.alpha_ns * hops(t, k) + moved * bus_factor(t, k) * bandwidth
+        out[rows] = fit.alpha_ns * hops(t, k) + moved * bus_factor_of(t, k) * bandwidth
     return np.maximum(np.rint(out), 0).astype(np.int64)
 
 
