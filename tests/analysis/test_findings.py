@@ -42,12 +42,12 @@ def within(value: float, truth: float, share: float = 0.10) -> bool:
 
 def schedule_exposed(spec: RunSpec, coll: str) -> float:
     """The schedule's exposed time of one collective type per step: each rank's median over its
-    complete steps, then the median over ranks (metrics.md §14)."""
+    complete steps, then the mean over ranks (metrics.md §14)."""
     per_rank = [
         statistics.median(s.by_type.get(coll, (0, 0))[1] for s in rank.steps.values())
         for rank in expected_run(spec).values()
     ]
-    return statistics.median(per_rank)
+    return statistics.mean(per_rank)
 
 
 def costed(report: Report, kind: str) -> Sequence[float]:

@@ -63,6 +63,7 @@ class TypicalStep:
     # Σ exposed per type − exposed comm: time two types were exposed at once (two streams)
     types_overlap_ns: int
     idle_by_cause_ns: dict[str, int] | None  # GPU timelines (§10); adds up to idle_ns
+    idle_by_cause_pct: dict[str, float] | None  # each cause's share of the window
 
 
 @dataclass(frozen=True)
@@ -349,6 +350,9 @@ def _typical_of(s: StepRecord) -> TypicalStep:
         },
         types_overlap_ns=max(0, sum(by_type.values()) - f.exposed_comm_ns),
         idle_by_cause_ns=causes,
+        idle_by_cause_pct=None
+        if causes is None
+        else {c: v for c, ns in causes.items() if (v := share(ns)) is not None},
     )
 
 

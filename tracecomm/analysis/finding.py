@@ -1,5 +1,5 @@
 """The bottom line's data (built by ``analysis.findings``, metrics.md §14): one step as the
-median rank spends it, and the findings."""
+ranks spend it (the mean of their shares), and the findings."""
 
 from __future__ import annotations
 
@@ -28,17 +28,26 @@ class Finding:
 class StepParts:
     """One step as the ranks spend it, as shares of the step time: what the first screen shows
     and what the findings are costed from. Each share is a rank's share of its steps (the gaps
-    between steps counted with them), then the median over ranks: so the parts need not add up
-    to exactly 100 %."""
+    between steps counted with them), then the mean over ranks: the share of the job's GPU time.
+    Means add up, so the parts do: compute + exposed comm + exposed memory + idle is the step,
+    and the types' exposed times are the exposed total plus the time two or more types are
+    exposed at once (``types_overlap_ns``), within a few ns of rounding."""
 
     basis: str  # "the step time" (metrics.md §8), or the window it falls back to, named
     per_step: bool  # False: the basis is a whole window (no ProfilerStep), not one step
     step_ns: int
     busy_pct: float  # 100 - idle_pct
+    compute_ns: int
+    compute_pct: float
     exposed_comm_ns: int
     exposed_comm_pct: float
     exposed_comm_by_type_ns: dict[str, int]
     exposed_comm_by_type_pct: dict[str, float]
+    # Σ exposed_comm_by_type_ns − exposed_comm_ns: exposed time of types running at once
+    types_overlap_ns: int
+    comm_by_type_ns: dict[str, int]  # each type's communication time, hidden or not
+    comm_by_type_pct: dict[str, float]
+    comm_by_type_over_compute: dict[str, float | None]  # comm_by_type_ns / compute_ns
     exposed_memory_ns: int
     exposed_memory_pct: float
     idle_ns: int

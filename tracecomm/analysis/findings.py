@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from tracecomm.analysis.finding import Finding, StepParts
 from tracecomm.analysis.model import Report
+from tracecomm.analysis.pipeline_view import heaviest_stage
 from tracecomm.analysis.rank import RankReport
 from tracecomm.analysis.whatif import Candidate, WhatIf
 from tracecomm.engine.model import WindowFigures
@@ -55,27 +56,45 @@ def step_parts(report: Report) -> StepParts | None:
     if basis is None:
         return None
     ranks = report.rank_reports
-    by_type = {
-        t.coll_type: _per_step(ranks, _of_type(t.coll_type, exposed=True), basis)[0]
-        for t in report.type_summaries
-    }
+    types = [t.coll_type for t in report.type_summaries]
+    exposed_by_type = {t: _per_step(ranks, _of_type(t, exposed=True), basis)[0] for t in types}
+    comm_by_type = {t: _per_step(ranks, _of_type(t, exposed=False), basis)[0] for t in types}
+    compute, _ = _per_step(ranks, lambda w: w.figures.compute_ns, basis)
     exposed, _ = _per_step(ranks, lambda w: w.figures.exposed_comm_ns, basis)
     memory, _ = _per_step(ranks, lambda w: w.figures.exposed_memory_ns, basis)
     idle, _ = _per_step(ranks, lambda w: w.figures.idle_ns, basis)
+    overlap, _ = _per_step(ranks, _type_overlap, basis)
+    shown = [t for t in types if comm_by_type[t] > 0 or exposed_by_type[t] > 0]
     return StepParts(
         basis=basis.name,
         per_step=basis.per_step,
         step_ns=basis.step_ns,
         busy_pct=100.0 - _share(idle, basis),
+        compute_ns=compute,
+        compute_pct=_share(compute, basis),
         exposed_comm_ns=exposed,
         exposed_comm_pct=_share(exposed, basis),
-        exposed_comm_by_type_ns={t: ns for t, ns in by_type.items() if ns > 0},
-        exposed_comm_by_type_pct={t: _share(ns, basis) for t, ns in by_type.items() if ns > 0},
+        exposed_comm_by_type_ns={t: ns for t, ns in exposed_by_type.items() if ns > 0},
+        exposed_comm_by_type_pct={
+            t: _share(ns, basis) for t, ns in exposed_by_type.items() if ns > 0
+        },
+        types_overlap_ns=overlap,
+        comm_by_type_ns={t: comm_by_type[t] for t in shown},
+        comm_by_type_pct={t: _share(comm_by_type[t], basis) for t in shown},
+        comm_by_type_over_compute={
+            t: comm_by_type[t] / compute if compute > 0 else None for t in shown
+        },
         exposed_memory_ns=memory,
         exposed_memory_pct=_share(memory, basis),
         idle_ns=idle,
         idle_pct=_share(idle, basis),
     )
+
+
+def _type_overlap(w: WindowFigures) -> int:
+    """The exposed time two or more collective types share (counted once per extra type):
+    Σ exposed[t] − exposed_comm (metrics.md §3), never below 0."""
+    return max(0, sum(t.exposed_comm_ns for t in w.by_type) - w.figures.exposed_comm_ns)
 
 
 def findings(report: Report, parts: StepParts | None) -> tuple[Finding, ...]:
@@ -155,14 +174,16 @@ def _period_share(r: RankReport, value: Callable[[WindowFigures], int]) -> float
 def _per_step(
     ranks: Sequence[RankReport], value: Callable[[WindowFigures], int], basis: StepBasis
 ) -> tuple[int, tuple[int, ...]]:
-    """The median over ranks of each rank's share (``_period_share``), as ns of the basis;
-    and the ranks where it is not zero."""
+    """The mean over ranks of each rank's share (``_period_share``), as ns of the basis; and
+    the ranks where it is not zero. The mean, not the median: means of parts add up to the
+    mean of their whole (the types to the exposed total, the parts to the step), and the mean
+    share is the share of the job's GPU time a part takes."""
     shares = {r.rank: share for r in ranks if (share := _period_share(r, value)) is not None}
     if not shares:
         return 0, ()
-    median = statistics.median(shares.values())
+    mean = math.fsum(shares.values()) / len(shares)
     where = tuple(sorted(rank for rank, share in shares.items() if share > 0))
-    return math.floor(median * basis.step_ns + 0.5), where
+    return math.floor(mean * basis.step_ns + 0.5), where
 
 
 def _share(ns: int, basis: StepBasis) -> float:
@@ -226,7 +247,7 @@ def _exposed_comm(report: Report, basis: StepBasis, parts: StepParts) -> list[Fi
         total, _ = _per_step(report.rank_reports, _of_type(coll, exposed=False), basis)
         _, ranks = _per_step(report.rank_reports, _of_type(coll, exposed=True), basis)
         evidence = [
-            f"{coll} runs {_ms(total)} per step (median over ranks); {_ms(cost)} of it with no "
+            f"{coll} runs {_ms(total)} per step (mean over ranks); {_ms(cost)} of it with no "
             "compute kernel running beside it (exposed, metrics.md §3)"
         ]
         evidence += _bandwidth_evidence(report, coll)
@@ -398,12 +419,11 @@ def _stage_imbalance(report: Report, basis: StepBasis) -> list[Finding]:
     (``excess / m`` per micro-batch) holds the pipeline about ``(m − 1) / m · excess``."""
     excess_by_stage: dict[int, list[tuple[float, int, float, float, float]]] = {}
     for view in report.pipelines:
-        stages = sorted(view.per_stage, key=lambda s: s.stage)
-        if len(stages) < 2:
-            continue
-        heaviest = max(stages, key=lambda s: (s.compute_ns, -s.stage))
-        median = statistics.median(s.compute_ns for s in stages if s.stage != heaviest.stage)
-        if median > 0 and heaviest.compute_ns > median:
+        stages = view.per_stage
+        found = heaviest_stage(stages)
+        # the stage the pipeline's verdict names (over 5 % more compute), and no other
+        if found is not None and view.overloaded_stage == found[0].stage:
+            heaviest, median = found
             m = view.microbatches
             held = (m - 1) / m if m else 1.0
             mean = statistics.mean(s.compute_ns for s in stages)
@@ -577,7 +597,7 @@ def _idle_causes(report: Report, basis: StepBasis) -> list[Finding]:
                 group=None,
                 hosts=(),
                 evidence=(
-                    f"{_ms(cost)} of idle GPU time per step (median over ranks) is "
+                    f"{_ms(cost)} of idle GPU time per step (mean over ranks) is "
                     f"'{', '.join(names)}', in its steps and between them (metrics.md §10)",
                 ),
                 advice=advice,

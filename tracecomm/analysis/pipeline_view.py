@@ -43,6 +43,12 @@ class PipelineView:
     span_ns: int  # median pipeline span per step
     steps: int
     per_stage: tuple[StageBubble, ...]
+    # the stage computing the most, when it computes over 5 % more than the others' median:
+    # what the verdict and the stage finding name (None: the stages are balanced)
+    overloaded_stage: int | None
+    overloaded_excess_pct: float | None  # its compute over the others' median, in % more
+    slow_rank: int | None  # a rank slower than its stage in the other pipelines (a straggler)
+    balanced: bool  # neither an overloaded stage nor a slow rank sets the pace
     verdict: str
 
 
@@ -88,9 +94,16 @@ def _slow_rank_verdict(view: PipelineView, views: Sequence[PipelineView]) -> Pip
         others = statistics.median(c for i, c in enumerate(computes) if i != s.stage)
         if typical <= (1 + _IMBALANCE) * others:
             verdict = f"{slow}: a slow rank, not the stage balance, sets this pipeline's pace"
-        else:
-            verdict = f"{view.verdict}; {slow}"
-        return replace(view, verdict=verdict)
+            return replace(
+                view,
+                verdict=verdict,
+                slow_rank=s.rank,
+                overloaded_stage=None,
+                overloaded_excess_pct=None,
+                balanced=False,
+            )
+        verdict = f"{view.verdict}; {slow}"
+        return replace(view, verdict=verdict, slow_rank=s.rank, balanced=False)
     return view
 
 
@@ -127,6 +140,7 @@ def _view(
         )
         for i, rank in enumerate(order)
     )
+    heaviest = overloaded(per_stage)
     p = stages or len(order)
     m, m_source = (
         (microbatches, "--microbatches") if microbatches else _microbatches(pairs, order, steps)
@@ -142,7 +156,11 @@ def _view(
         span_ns=round(statistics.median(per_step_span.values())),
         steps=len(steps),
         per_stage=per_stage,
-        verdict=_verdict(per_stage, textbook),
+        overloaded_stage=heaviest[0].stage if heaviest else None,
+        overloaded_excess_pct=heaviest[1] if heaviest else None,
+        slow_rank=None,
+        balanced=heaviest is None,
+        verdict=_verdict(per_stage, heaviest, textbook),
     )
 
 
@@ -177,16 +195,39 @@ def _microbatches(
     return round(statistics.median(counts)), "sends from stage 0 per step"
 
 
-def _verdict(per_stage: Sequence[StageBubble], textbook: float | None) -> str:
-    computes = [s.compute_ns for s in per_stage]
-    for s in per_stage:
-        others = statistics.median(c for i, c in enumerate(computes) if i != s.stage)
-        if others and s.compute_ns > (1 + _IMBALANCE) * others:
-            excess = 100 * (s.compute_ns / others - 1)
-            return (
-                f"stage {s.stage} (rank {s.rank}) computes {excess:.0f} % more than the other "
-                "stages: the stage balance, not the schedule, sets the bubble"
-            )
+def heaviest_stage(per_stage: Sequence[StageBubble]) -> tuple[StageBubble, float] | None:
+    """The stage computing the most (the first of equals) and the others' median compute;
+    None with fewer than two stages or no compute beside it."""
+    if len(per_stage) < 2:
+        return None
+    heaviest = max(per_stage, key=lambda s: (s.compute_ns, -s.stage))
+    others = statistics.median(s.compute_ns for s in per_stage if s is not heaviest)
+    return (heaviest, others) if others > 0 else None
+
+
+def overloaded(per_stage: Sequence[StageBubble]) -> tuple[StageBubble, float] | None:
+    """The heaviest stage and its excess in % when it computes over 5 % more than the other
+    stages' median (metrics.md §10): the one stage a verdict or a finding names."""
+    found = heaviest_stage(per_stage)
+    if found is None:
+        return None
+    stage, others = found
+    if stage.compute_ns <= (1 + _IMBALANCE) * others:
+        return None
+    return stage, 100 * (stage.compute_ns / others - 1)
+
+
+def _verdict(
+    per_stage: Sequence[StageBubble],
+    heaviest: tuple[StageBubble, float] | None,
+    textbook: float | None,
+) -> str:
+    if heaviest is not None:
+        stage, excess = heaviest
+        return (
+            f"stage {stage.stage} (rank {stage.rank}) computes {excess:.0f} % more than the "
+            "other stages: the stage balance, not the schedule, sets the bubble"
+        )
     if textbook is None:
         return "stages are balanced; the micro-batch count is unknown (--microbatches)"
     worst = max(s.bubble_pct for s in per_stage)

@@ -56,6 +56,9 @@ class Candidate:
     # gain when only that part is fixed: "compute" (own work between shared waits) and each
     # collective type / "SendRecv" (transfer times); None when not decomposed
     by_op_type: dict[str, int] | None = None
+    by_op_type_pct: dict[str, float] | None = None  # each as 100 · gain / measured step
+    # a stage or replica: the rank inside it whose own fix gives half its gain or more
+    mostly_rank: int | None = None
 
     @property
     def label(self) -> str:
@@ -473,7 +476,7 @@ def _decide(
     ranks = sorted({r for c in decomposed if c.flagged for r in c.ranks})
     return _replace(
         check,
-        candidates=tuple(decomposed),
+        candidates=_with_mostly(decomposed),
         threshold_ns=threshold,
         flagged_ranks=tuple(ranks),
         step_if_fixed_ns=measured - gain,
@@ -514,7 +517,36 @@ def _decompose(
     parts: dict[tuple[str, int], dict[str, int]] = {}
     for (c, part), gain in zip(jobs, gains, strict=True):
         parts.setdefault((c.kind, c.index), {})[part] = gain
-    return [replace(c, by_op_type=parts.get((c.kind, c.index))) for c in ordered]
+    return [
+        replace(c, by_op_type=gain, by_op_type_pct=_shares_of(gain, measured))
+        for c in ordered
+        for gain in [parts.get((c.kind, c.index))]
+    ]
+
+
+def _with_mostly(candidates: list[Candidate]) -> tuple[Candidate, ...]:
+    """Each stage or replica with the rank inside it that gives most of its gain, if one
+    gives half of it or more (the "most of it is rank N's" the views print)."""
+    from dataclasses import replace
+
+    by_rank = {c.index: c for c in candidates if c.kind == "rank"}
+    out = []
+    for c in candidates:
+        inside = [by_rank[r] for r in c.ranks if r in by_rank]
+        best = max(inside, key=lambda r: r.gain_ns, default=None)
+        if c.kind != "rank" and c.gain_ns and best is not None and 2 * best.gain_ns >= c.gain_ns:
+            c = replace(c, mostly_rank=best.index)
+        out.append(c)
+    return tuple(out)
+
+
+def _shares_of(gains: Mapping[str, int] | None, measured: int) -> dict[str, float] | None:
+    """Each gain as a share of the measured step, in 0–100 % (recoverable_pct's base)."""
+    if gains is None:
+        return None
+    return {
+        k: min(100.0, max(0.0, 100 * v / measured)) if measured else 0.0 for k, v in gains.items()
+    }
 
 
 def _median_int(values: list[int]) -> int | None:

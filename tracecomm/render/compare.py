@@ -109,8 +109,8 @@ def _pct(value: float | None) -> str:
     return DASH if value is None else f"{value:.1f} %"
 
 
-def _share(ns: int, window: int) -> str:
-    return f"{_ms(ns)} · {100 * ns / window:.1f} %" if window else _ms(ns)
+def _share(ns: int, pct: float | None) -> str:
+    return f"{_ms(ns)} · {pct:.1f} %" if pct is not None else _ms(ns)
 
 
 def _change(change: Change | None, points: float | None) -> str:
@@ -168,10 +168,10 @@ def _rows(c: Comparison) -> list[Row]:
             None,
         ),
         ("  busy", typical(lambda t: _pct(t.busy_pct)), "busy_pct", 1.0),
-        ("  compute", typical(lambda t: _share(t.compute_ns, t.window_ns)), "compute_ns", None),
+        ("  compute", typical(lambda t: _share(t.compute_ns, t.compute_pct)), "compute_ns", None),
         (
             "  exposed comm",
-            typical(lambda t: _share(t.exposed_comm_ns, t.window_ns)),
+            typical(lambda t: _share(t.exposed_comm_ns, t.exposed_comm_pct)),
             "exposed_comm_ns",
             None,
         ),
@@ -188,11 +188,11 @@ def _rows(c: Comparison) -> list[Row]:
     rows += [
         (
             "  exposed memory",
-            typical(lambda t: _share(t.exposed_memory_ns, t.window_ns)),
+            typical(lambda t: _share(t.exposed_memory_ns, t.exposed_memory_pct)),
             "exposed_memory_ns",
             None,
         ),
-        ("  idle", typical(lambda t: _share(t.idle_ns, t.window_ns)), "idle_ns", None),
+        ("  idle", typical(lambda t: _share(t.idle_ns, t.idle_pct)), "idle_ns", None),
     ]
     for cause in causes:
         rows.append(
@@ -218,11 +218,15 @@ def _rows(c: Comparison) -> list[Row]:
 
 
 def _exposed_of(coll: str) -> Callable[[TypicalStep], str]:
-    return lambda t: _share(t.exposed_comm_by_type_ns.get(coll, 0), t.window_ns)
+    return lambda t: _share(
+        t.exposed_comm_by_type_ns.get(coll, 0), t.exposed_comm_by_type_pct.get(coll, 0.0)
+    )
 
 
 def _idle_of(cause: str) -> Callable[[TypicalStep], str]:
-    return lambda t: _share((t.idle_by_cause_ns or {}).get(cause, 0), t.window_ns)
+    return lambda t: _share(
+        (t.idle_by_cause_ns or {}).get(cause, 0), (t.idle_by_cause_pct or {}).get(cause, 0.0)
+    )
 
 
 def _delta_exposed_of(coll: str) -> Callable[[Decomposition], float | None]:

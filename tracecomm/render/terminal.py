@@ -247,7 +247,7 @@ def _pipelines(views: Sequence[PipelineView]) -> list[Text]:
     the balanced rest (the JSON holds them all)."""
     if len(views) <= MAX_PIPELINES:
         return [_pipeline(v) for v in views]
-    named = [v for v in views if not v.verdict.startswith("stages are balanced")]
+    named = [v for v in views if not v.balanced]
     shown = named[:MAX_PIPELINES] if named else list(views[:1])
     rest = [v for v in views if v not in shown]
     out = [_pipeline(v) for v in shown]

@@ -44,20 +44,13 @@ def whatif_section(st: Stragglers) -> Text | None:
             "  nothing gains more than the flag line "
             f"({ms(w.threshold_ns)} ms: 5 % of the step, or 3× the median rank's gain)\n"
         )
-    by_rank = {c.index: c for c in w.candidates if c.kind == "rank"}
     for c in shown:
-        text.append(_candidate_line(c, w.measured_step_ns, _mostly(c, by_rank)))
+        text.append(_candidate_line(c, w.measured_step_ns, _mostly(c)))
     return text
 
 
-def _mostly(c: Candidate, by_rank: dict[int, Candidate]) -> str:
-    """For a stage or replica: the rank inside it that gives most of its gain, if one does."""
-    if c.kind == "rank" or not c.gain_ns:
-        return ""
-    best = max((by_rank[r] for r in c.ranks if r in by_rank), key=lambda r: r.gain_ns, default=None)
-    if best is None or 2 * best.gain_ns < c.gain_ns:
-        return ""
-    return f"; most of it is rank {best.index}'s"
+def _mostly(c: Candidate) -> str:
+    return f"; most of it is rank {c.mostly_rank}'s" if c.mostly_rank is not None else ""
 
 
 def _check(w: WhatIf) -> str:
@@ -91,10 +84,7 @@ def _candidate_line(c: Candidate, measured: int, mostly: str = "") -> str:
         f"  {mark} {_label(c)}: {ms(measured)} → {ms(c.step_if_fixed_ns)} ms "
         f"({pct(c.recoverable_pct)} % back{mostly}) — {how}\n"
     )
-    if c.by_op_type:
-        parts = ", ".join(
-            f"{part} {pct(100 * gain / measured if measured else 0.0)} %"
-            for part, gain in c.by_op_type.items()
-        )
+    if c.by_op_type_pct:
+        parts = ", ".join(f"{part} {pct(share)} %" for part, share in c.by_op_type_pct.items())
         line += f"      by op type (gain with only that part fixed): {parts}\n"
     return line

@@ -121,7 +121,8 @@
       rows.push({ cells: cells, attrs: { "data-figure": key } });
     }
     function typical(fn) { return function (r) { return r.typical_step ? fn(r.typical_step) : "–"; }; }
-    function share(ns, t) { return ms(ns) + " · " + (t.window_ns ? (100 * ns / t.window_ns).toFixed(1) : "–") + " %"; }
+    // the share is the analysis's (metrics.md §18): this page computes no figure
+    function share(ns, p) { return ms(ns) + " · " + (has(p) ? p.toFixed(1) : "–") + " %"; }
     row("World size", "world_size", function (r) { return String(r.world_size); });
     row("Ranks analyzed", "ranks_analyzed", function (r) { return String(r.ranks_analyzed); });
     row("Step time ms", "step_time_ns", function (r) { return ms(r.step_time_ns); }, "step_time_ns");
@@ -135,17 +136,17 @@
     row("Typical step ms", "typical_step_ns", typical(function (t) { return ms(t.window_ns); }),
       "typical_step_ns");
     row("busy", "busy_pct", typical(function (t) { return pct(t.busy_pct); }), "busy_pct", 1);
-    row("compute", "compute_ns", typical(function (t) { return share(t.compute_ns, t); }), "compute_ns");
-    row("exposed comm", "exposed_comm_ns", typical(function (t) { return share(t.exposed_comm_ns, t); }),
+    row("compute", "compute_ns", typical(function (t) { return share(t.compute_ns, t.compute_pct); }), "compute_ns");
+    row("exposed comm", "exposed_comm_ns", typical(function (t) { return share(t.exposed_comm_ns, t.exposed_comm_pct); }),
       "exposed_comm_ns");
     typesOf().forEach(function (type) {
       row("↳ " + type, "exposed_comm." + type, typical(function (t) {
-        return share(t.exposed_comm_by_type_ns[type] || 0, t);
+        return share(t.exposed_comm_by_type_ns[type] || 0, t.exposed_comm_by_type_pct[type] || 0);
       }), "exposed_comm." + type);
     });
-    row("exposed memory", "exposed_memory_ns", typical(function (t) { return share(t.exposed_memory_ns, t); }),
+    row("exposed memory", "exposed_memory_ns", typical(function (t) { return share(t.exposed_memory_ns, t.exposed_memory_pct); }),
       "exposed_memory_ns");
-    row("idle", "idle_ns", typical(function (t) { return share(t.idle_ns, t); }), "idle_ns");
+    row("idle", "idle_ns", typical(function (t) { return share(t.idle_ns, t.idle_pct); }), "idle_ns");
     row("Straggler recoverable", "straggler_recoverable_pct", function (r) {
       return pct(r.straggler_recoverable_pct);
     }, "straggler_recoverable_pct", 1);

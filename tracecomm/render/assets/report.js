@@ -12,6 +12,7 @@
   var el = D.el, sv = D.sv, typeColour = D.typeColour;
   function ms(ns) { return ns === null || ns === undefined ? "–" : (ns / 1e6).toFixed(2) + " ms"; }
   function pct(x) { return x === null || x === undefined ? "–" : x.toFixed(1) + " %"; }
+  function ratio(x) { return x === null || x === undefined ? "–" : x.toFixed(2); }
   function bytes(b) {
     var units = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
     while (b >= 1024 && i < units.length - 1) { b /= 1024; i++; }
@@ -310,8 +311,8 @@
         el("th", null, "the ranks' median step"),
         el("th", null, "back"), el("th", null, "by op type (gain with only that part fixed)")));
     shown.forEach(function (c) {
-      var parts = c.by_op_type ? Object.keys(c.by_op_type).map(function (k) {
-        return k + " " + pct(100 * c.by_op_type[k] / st.median_step_ns);
+      var parts = c.by_op_type_pct ? Object.keys(c.by_op_type_pct).map(function (k) {
+        return k + " " + pct(c.by_op_type_pct[k]);
       }).join(", ") : "–";
       table.appendChild(el("tr", { "data-kind": c.kind, "data-index": c.index,
         class: c.flagged ? "flagged" : "" },
@@ -531,37 +532,38 @@
       "exposed (dark), against the compute it can hide behind (line). With more GPUs " +
       "(strong scaling) compute per GPU shrinks while ring collectives do not: the type whose " +
       "bar reaches the line first becomes the exposed one.");
-    var types = doc.by_type || [];
-    var total = (doc.summary || {}).total;
-    var steps = 0;
-    (doc.ranks || []).forEach(function (r) { steps += r.steps_included || 0; });
-    if (!types.length || !total || !steps) {
+    // every figure is the step parts' (metrics.md §14): per step, the mean over ranks, as
+    // the headline and the findings have them
+    var parts = doc.step_parts || {};
+    var comms = parts.comm_by_type_ns || {}, exposeds = parts.exposed_comm_by_type_ns || {};
+    var types = Object.keys(comms).sort(function (a, b) { return comms[b] - comms[a]; });
+    var compute = parts.compute_ns || 0, step = parts.per_step ? parts.step_ns : null;
+    if (!types.length || !compute) {
       empty(s, "No communication in the analysis window: nothing to scale.");
       return;
     }
-    var compute = total.compute_ns / steps, step = (doc.throughput || {}).step_time_ns || null;
-    var shares = (doc.step_parts || {}).exposed_comm_by_type_pct || {};  // as the headline
+    var shares = parts.exposed_comm_by_type_pct || {}, commShares = parts.comm_by_type_pct || {};
+    var ratios = parts.comm_by_type_over_compute || {};
     var left = 110, w = 700, rowH = 26, top = 6;
     var max = compute;
-    types.forEach(function (t) { max = Math.max(max, t.comm_ns / steps); });
+    types.forEach(function (t) { max = Math.max(max, comms[t]); });
     var svg = sv("svg", { width: left + w + 200, height: top + types.length * rowH + 30,
       class: "scaling" });
     types.forEach(function (t, i) {
-      var y = top + i * rowH, comm = t.comm_ns / steps, exposed = t.exposed_comm_ns / steps;
-      var g = sv("g", { class: "type-row", "data-type": t.coll_type });
-      g.appendChild(sv("text", { x: left - 6, y: y + 16, "text-anchor": "end" }, t.coll_type));
+      var y = top + i * rowH, comm = comms[t], exposed = exposeds[t] || 0;
+      var g = sv("g", { class: "type-row", "data-type": t });
+      g.appendChild(sv("text", { x: left - 6, y: y + 16, "text-anchor": "end" }, t));
       var hidden = sv("rect", { x: left, y: y + 4, width: (comm - exposed) / max * w,
-        height: rowH - 8, fill: typeColour(t.coll_type), "fill-opacity": 0.35 });
+        height: rowH - 8, fill: typeColour(t), "fill-opacity": 0.35 });
       var shown = sv("rect", { x: left + (comm - exposed) / max * w, y: y + 4,
-        width: exposed / max * w, height: rowH - 8, fill: typeColour(t.coll_type) });
-      var text = t.coll_type + " per step and rank\ncomm " + ms(comm) + ", exposed " +
-        ms(exposed) + "\ncomm ÷ compute " + (comm / compute).toFixed(2) +
-        (shares[t.coll_type] !== undefined ? "\nexposed share of the step " +
-          pct(shares[t.coll_type]) : "");
+        width: exposed / max * w, height: rowH - 8, fill: typeColour(t) });
+      var text = t + " per step\ncomm " + ms(comm) + " (" + pct(commShares[t] || 0) +
+        " of the step), exposed " + ms(exposed) + " (" + pct(shares[t] || 0) + ")" +
+        "\ncomm ÷ compute " + ratio(ratios[t]);
       hover(hidden, text); hover(shown, text);
       g.appendChild(hidden); g.appendChild(shown);
       g.appendChild(sv("text", { x: left + comm / max * w + 6, y: y + 16 },
-        ms(comm) + " (" + (comm / compute * 100).toFixed(0) + " % of compute)"));
+        ms(comm) + " (" + ratio(ratios[t]) + " × compute)"));
       svg.appendChild(g);
     });
     var cx = left + compute / max * w;
@@ -570,16 +572,18 @@
     axis(svg, left, top + types.length * rowH + 2, w, max, function (v) { return ms(v); });
     s.appendChild(svg);
     var table = el("table", { class: "figures" }, el("tr", null, el("th", null, "collective"),
-      el("th", null, "comm / step"), el("th", null, "exposed / step"),
-      el("th", null, "exposed share of the step"), el("th", null, "comm ÷ compute")));
+      el("th", null, "comm / step"), el("th", null, "comm share of the step"),
+      el("th", null, "exposed / step"), el("th", null, "exposed share of the step"),
+      el("th", null, "comm ÷ compute")));
     types.forEach(function (t) {
-      table.appendChild(el("tr", null, el("td", null, t.coll_type), el("td", null, ms(t.comm_ns / steps)),
-        el("td", null, ms(t.exposed_comm_ns / steps)), el("td", null, pct(shares[t.coll_type])),
-        el("td", null, (t.comm_ns / steps / compute).toFixed(2))));
+      table.appendChild(el("tr", null, el("td", null, t), el("td", null, ms(comms[t])),
+        el("td", null, pct(commShares[t] || 0)), el("td", null, ms(exposeds[t] || 0)),
+        el("td", null, pct(shares[t] || 0)), el("td", null, ratio(ratios[t]))));
     });
     s.appendChild(table);
-    s.appendChild(el("p", { class: "explain" }, "Compute per step and rank " + ms(compute) +
-      (step ? "; step time " + ms(step) : "") + "."));
+    s.appendChild(el("p", { class: "explain" }, "Per step, the mean over ranks of each rank's " +
+      "share of its steps (metrics.md §14): compute " + ms(compute) +
+      (step ? "; step time " + ms(step) : " of " + parts.basis) + "."));
     projection(s);
   }
   function projection(s) {

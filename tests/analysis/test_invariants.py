@@ -1,0 +1,192 @@
+"""The report agrees with itself (tracecomm.analysis.invariants): every invariant holds on the
+bundled fixtures, on a generated run of each shape the generator makes and on every real trace
+in ../shared; and each invariant fails on a report broken the way it guards against."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import tracecomm
+from tests.conftest import REPO, SAMPLE_RUN
+from tracecomm.analysis.invariants import CHECKS, violations
+from tracecomm.analysis.model import Report
+from tracecomm.analysis.pipeline_view import StageBubble, overloaded
+from tracecomm.engine.model import Figures
+from tracecomm.synth.__main__ import _parser, _spec
+from tracecomm.synth.writer import write_run
+
+SHARED_TRACES = REPO.parent / "shared" / "data" / "traces"
+# every shape the generator makes, with the problems that exercise each section
+SHAPES = {
+    "fsdp": "",
+    "fsdp-healthy": "--healthy",
+    "fsdp-host-bound": "--ranks 4 --host-bound 300 --loader-stall 2000",
+    "dp-tp": "--layout dp-tp --dp 2 --tp 4",
+    "dp-pp": "--layout dp-pp --dp 2 --pp 4 --microbatches 8",
+    "dp-pp-stage": "--layout dp-pp --dp 2 --pp 4 --microbatches 8 --imbalanced-stage 2:1.3",
+    "dp-pp-straggler": "--layout dp-pp --dp 2 --pp 2 --microbatches 4 --straggler 3:0.3",
+}
+
+
+def _shared_runs() -> list[Path]:
+    if not SHARED_TRACES.is_dir():
+        return []
+    return sorted(p for p in SHARED_TRACES.iterdir() if p.is_dir())
+
+
+@pytest.fixture(scope="module")
+def sample() -> Report:
+    return tracecomm.analyze(SAMPLE_RUN)
+
+
+@pytest.mark.parametrize("name", ["sample-run", "gloo-run"])
+def test_the_fixtures_agree_with_themselves(name: str) -> None:
+    assert violations(tracecomm.analyze(REPO / "fixtures" / name)) == []
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_generated_shape_agrees_with_itself(
+    shape: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    out = tmp_path_factory.mktemp(shape) / "run"
+    write_run(_spec(_parser().parse_args([str(out), *SHAPES[shape].split()])), out)
+    report = tracecomm.analyze(out)
+    assert violations(report) == []
+    assert report.step_parts is not None  # the invariants had something to check
+
+
+@pytest.mark.parametrize("run", _shared_runs(), ids=lambda p: p.name)
+def test_every_real_trace_agrees_with_itself(run: Path) -> None:
+    assert violations(tracecomm.analyze(run)) == []
+
+
+def test_the_shared_traces_are_all_checked() -> None:
+    if not SHARED_TRACES.is_dir():
+        pytest.skip("../shared/data/traces is not present")
+    assert {p.name for p in _shared_runs()} >= {"bytedance-straggler-SE", "deepseek-train-ep64"}
+
+
+# --- each invariant fails on a report broken the way it guards against -----------------------
+
+
+def _broken_partition(r: Report) -> Report:
+    rank = r.rank_reports[0]
+    window = rank.breakdown.window
+    assert window is not None
+    figures = replace(window.figures, idle_ns=window.figures.idle_ns + 1)
+    breakdown = replace(rank.breakdown, window=replace(window, figures=figures))
+    return replace(r, rank_reports=(replace(rank, breakdown=breakdown), *r.rank_reports[1:]))
+
+
+def _broken_types(r: Report) -> Report:
+    assert r.step_parts is not None
+    by_type = dict(r.step_parts.exposed_comm_by_type_ns)
+    first = next(iter(by_type))
+    by_type[first] //= 2  # a type's median over ranks: no longer adds up with the others
+    return replace(r, step_parts=replace(r.step_parts, exposed_comm_by_type_ns=by_type))
+
+
+def _broken_parts(r: Report) -> Report:
+    assert r.step_parts is not None
+    return replace(r, step_parts=replace(r.step_parts, idle_ns=r.step_parts.idle_ns + 10_000))
+
+
+def _broken_share(r: Report) -> Report:
+    assert r.step_parts is not None
+    pct = dict(r.step_parts.exposed_comm_by_type_pct)
+    first = next(iter(pct))
+    pct[first] *= 3  # a share of another base than the figure beside it
+    return replace(r, step_parts=replace(r.step_parts, exposed_comm_by_type_pct=pct))
+
+
+def _broken_range(r: Report) -> Report:
+    assert r.step_parts is not None
+    return replace(r, step_parts=replace(r.step_parts, busy_pct=112.5))
+
+
+def _broken_finding(r: Report) -> Report:
+    f = next(f for f in r.findings if f.kind == "exposed_comm")
+    broken = replace(f, cost_ns=(f.cost_ns or 0) + 1_000_000)
+    return replace(r, findings=tuple(broken if x is f else x for x in r.findings))
+
+
+def _broken_step_time(r: Report) -> Report:
+    assert r.step_parts is not None
+    return replace(r, step_parts=replace(r.step_parts, step_ns=r.step_parts.step_ns + 53_000))
+
+
+BROKEN = {
+    "partitions add up": _broken_partition,
+    "types add up": _broken_types,
+    "step parts add up": _broken_parts,
+    "shares are their figures": _broken_share,
+    "shares in range": _broken_range,
+    "findings cost their parts": _broken_finding,
+    "one step time": _broken_step_time,
+}
+
+
+def test_every_invariant_has_a_broken_report() -> None:
+    assert set(BROKEN) | {"stages named are heaviest"} == set(CHECKS)
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_each_invariant_fails_on_a_broken_report(name: str, sample: Report) -> None:
+    assert CHECKS[name](sample) == []
+    assert CHECKS[name](BROKEN[name](sample)) != []
+
+
+def test_the_summary_total_is_the_ranks_summed(sample: Report) -> None:
+    total = sample.summary.total
+    assert total is not None
+    broken = replace(sample.summary, total=replace(total, compute_ns=total.compute_ns + 1))
+    assert any("summary.total" in v for v in violations(replace(sample, summary=broken)))
+
+
+def test_an_impossible_mfu_is_flagged_or_refused(sample: Report) -> None:
+    assert sample.throughput is not None
+    high = replace(sample, throughput=replace(sample.throughput, mfu=1.4))
+    assert CHECKS["shares in range"](high) != []
+
+
+# --- the stage a pipeline names is the stage with the most compute ---------------------------
+
+
+def _stages(*computes: int) -> tuple[StageBubble, ...]:
+    return tuple(StageBubble(i, 2 * i, 10.0, c) for i, c in enumerate(computes))
+
+
+def test_the_verdict_names_the_heaviest_stage_not_the_first_over_the_line() -> None:
+    # stage 2 is 14 % over the others' median, stage 3 36 %: stage 3 is the overloaded one
+    found = overloaded(_stages(1000, 1000, 1140, 1360))
+    assert found is not None and found[0].stage == 3 and round(found[1]) == 36
+
+
+def test_balanced_stages_name_none() -> None:
+    assert overloaded(_stages(1000, 1010, 1040, 1000)) is None
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Report:
+    out = tmp_path_factory.mktemp("pp") / "run"
+    flags = "--layout dp-pp --dp 2 --pp 4 --microbatches 8 --imbalanced-stage 2:1.3"
+    write_run(_spec(_parser().parse_args([str(out), *flags.split()])), out)
+    return tracecomm.analyze(out)
+
+
+def test_the_pipeline_verdict_and_the_finding_name_one_stage(pipeline: Report) -> None:
+    assert pipeline.pipelines and all(v.overloaded_stage == 2 for v in pipeline.pipelines)
+    stages = {f.stage for f in pipeline.findings if f.kind == "stage_imbalance"}
+    assert stages == {2}
+    check = CHECKS["stages named are heaviest"]
+    assert check(pipeline) == []
+    view = pipeline.pipelines[0]
+    wrong = replace(view, overloaded_stage=1, verdict=view.verdict.replace("stage 2", "stage 1"))
+    assert check(replace(pipeline, pipelines=(wrong, *pipeline.pipelines[1:]))) != []
+
+
+def test_figures_of_an_empty_window_are_not_shares() -> None:
+    assert Figures(0, 0, 0, 0, 0, 0, 0).overlap_pct is None

@@ -1,0 +1,260 @@
+"""What every Report must hold across its sections (docs/metrics.md, "Invariants").
+
+Each figure is computed once, in the analysis, and every section that answers the same
+question shows that figure: parts add up to their totals, shares are their figure over the
+stated base and lie in 0–100 %, a finding costs what the step's parts say, a pipeline names the
+stage the numbers show, and the run has one step time. ``violations(report)`` lists what a
+report breaks, one line each; the tests run it over every real trace, fixture and generated
+shape, and over deliberately broken reports (one per invariant). A violation is a bug to fix
+in the analysis, never a figure to patch at run time: nothing calls this outside the tests and
+``tracecomm`` debugging.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tracecomm.analysis.model import Report
+from tracecomm.analysis.pipeline_view import heaviest_stage
+from tracecomm.engine.model import WindowFigures
+
+# Step parts are rounded to whole ns one by one: sums may differ by half a ns a term.
+_ROUNDING_NS = 8
+# Shares whose base is not "the whole": an excess over a median, an error of a replay, a
+# tolerance. They may pass 100 % and are checked for sign only.
+_UNBOUNDED_SHARES = ("excess_pct", "error_pct", "tolerance_pct", "vs_")
+
+Check = Callable[[Report], list[str]]
+
+
+def partitions_add_up(report: Report) -> list[str]:
+    """metrics.md §3: every window (a rank's, each step's) is compute + exposed comm +
+    exposed memory + idle exactly, nothing negative, overlapped comm within comm, idle causes
+    adding up to idle; the summary's total is the sum of the ranks' windows."""
+    out = []
+    for rank in report.rank_reports:
+        bd = rank.breakdown
+        windows = [("window", bd.window)] + [(f"step {s.step}", s.window) for s in bd.steps]
+        for name, window in windows:
+            if window is None:
+                continue
+            problem = _window_problem(window)
+            if problem:
+                out.append(f"rank {rank.rank} {name}: {problem}")
+    total = report.summary.total
+    whole = [r.breakdown.window for r in report.rank_reports if r.breakdown.window is not None]
+    if total is not None and whole:
+        for name in ("window_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns"):
+            summed = sum(getattr(w.figures, name) for w in whole)
+            if getattr(total, name) != summed:
+                out.append(f"summary.total.{name} {getattr(total, name)} != Σ ranks {summed}")
+    return out
+
+
+def _window_problem(window: WindowFigures) -> str | None:
+    f = window.figures
+    parts = (f.compute_ns, f.exposed_comm_ns, f.exposed_memory_ns, f.idle_ns)
+    if min((f.window_ns, f.comm_ns, f.overlapped_comm_ns, *parts)) < 0:
+        return "a negative time"
+    if sum(parts) != f.window_ns:
+        return f"parts {sum(parts)} ns != window {f.window_ns} ns"
+    if f.overlapped_comm_ns + f.exposed_comm_ns != f.comm_ns:
+        return "overlapped + exposed comm != comm"
+    causes = window.idle_by_cause
+    if causes is not None and sum(causes.values()) != f.idle_ns:
+        return f"idle causes {sum(causes.values())} ns != idle {f.idle_ns} ns"
+    exposed_types = sum(t.exposed_comm_ns for t in window.by_type)
+    if window.by_type and exposed_types < f.exposed_comm_ns:
+        return f"exposed comm by type {exposed_types} ns < exposed comm {f.exposed_comm_ns} ns"
+    if any(t.exposed_comm_ns > t.comm_ns or t.exposed_comm_ns < 0 for t in window.by_type):
+        return "a type's exposed comm outside 0–its comm"
+    return None
+
+
+def types_add_up(report: Report) -> list[str]:
+    """The run's types are the sums of the ranks' (``by_type``), and one step's types are its
+    exposed comm plus the time two or more types are exposed at once (``step_parts``)."""
+    out = []
+    summed: dict[str, list[int]] = {}
+    for rank in report.rank_reports:
+        window = rank.breakdown.window
+        for t in window.by_type if window is not None else ():
+            row = summed.setdefault(t.coll_type, [0, 0])
+            row[0] += t.comm_ns
+            row[1] += t.exposed_comm_ns
+    for summary in report.type_summaries:
+        comm, exposed = summed.get(summary.coll_type, [0, 0])
+        if (summary.comm_ns, summary.exposed_comm_ns) != (comm, exposed):
+            out.append(f"by_type {summary.coll_type}: comm / exposed != Σ ranks")
+    parts = report.step_parts
+    if parts is not None:
+        by_type = sum(parts.exposed_comm_by_type_ns.values())
+        want = parts.exposed_comm_ns + parts.types_overlap_ns
+        if abs(by_type - want) > _ROUNDING_NS:
+            out.append(
+                f"step_parts: exposed comm by type {by_type} ns != exposed comm "
+                f"{parts.exposed_comm_ns} + overlap of types "
+                f"{parts.types_overlap_ns} ns"
+            )
+        if parts.types_overlap_ns < 0:
+            out.append("step_parts: a negative overlap of types")
+    return out
+
+
+def step_parts_add_up(report: Report) -> list[str]:
+    """One step's parts are the step: compute + exposed comm + exposed memory + idle."""
+    parts = report.step_parts
+    if parts is None:
+        return []
+    summed = parts.compute_ns + parts.exposed_comm_ns + parts.exposed_memory_ns + parts.idle_ns
+    if abs(summed - parts.step_ns) > _ROUNDING_NS:
+        return [f"step_parts: parts {summed} ns != step {parts.step_ns} ns"]
+    return []
+
+
+def shares_are_their_figures(report: Report) -> list[str]:
+    """Each share shown beside a figure is that figure over its stated base: the step parts'
+    and the findings' shares are of the step (clipped to 100 %), busy is 100 − idle."""
+    parts = report.step_parts
+    if parts is None:
+        return []
+    out = []
+    pairs: list[tuple[str, int, float | None]] = [
+        ("compute", parts.compute_ns, parts.compute_pct),
+        ("exposed_comm", parts.exposed_comm_ns, parts.exposed_comm_pct),
+        ("exposed_memory", parts.exposed_memory_ns, parts.exposed_memory_pct),
+        ("idle", parts.idle_ns, parts.idle_pct),
+        ("busy", parts.step_ns - parts.idle_ns, parts.busy_pct),
+    ]
+    pairs += [
+        (f"exposed_comm_by_type.{t}", ns, parts.exposed_comm_by_type_pct.get(t))
+        for t, ns in parts.exposed_comm_by_type_ns.items()
+    ]
+    pairs += [
+        (f"comm_by_type.{t}", ns, parts.comm_by_type_pct.get(t))
+        for t, ns in parts.comm_by_type_ns.items()
+    ]
+    pairs += [
+        (f"finding {f.kind} {f.coll_type or f.stage or ''}".rstrip(), f.cost_ns, f.cost_pct)
+        for f in report.findings
+        if f.cost_ns is not None
+    ]
+    for name, ns, pct in pairs:
+        want = min(100.0, 100.0 * ns / parts.step_ns) if parts.step_ns else None
+        if pct is None or want is None or not math.isclose(pct, want, abs_tol=1e-6):
+            out.append(f"{name}: {pct!r} % is not {ns} ns over the step ({parts.step_ns} ns)")
+    return out
+
+
+def shares_in_range(report: Report) -> list[str]:
+    """No impossible number: every share (a field ending in ``_pct``) in 0–100 % or null
+    (excesses and errors, whose base is not a whole, only not negative); MFU a fraction no
+    larger than what the compute share allows unless a finding says the input is wrong."""
+    out = []
+    for path, value in _shares(report):
+        name = path.rsplit(".", 1)[-1]
+        low_only = any(part in name for part in _UNBOUNDED_SHARES)
+        if not math.isfinite(value) or value < 0 or (not low_only and value > 100):
+            out.append(f"{path} = {value!r} outside 0–100 %")
+    th = report.throughput
+    if th is not None and th.mfu is not None:
+        flagged = any(f.kind == "impossible_mfu" for f in report.findings)
+        if not math.isfinite(th.mfu) or th.mfu < 0 or (th.mfu > 1 and not flagged):
+            out.append(f"throughput.mfu = {th.mfu!r} is not a fraction in 0–1")
+    return out
+
+
+def _shares(value: Any, path: str = "report") -> Iterator[tuple[str, float]]:
+    """Every float or int named ``*_pct`` inside the report's typed sections (dataclasses,
+    tuples, dicts: a dict of shares is named for its values)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from _named(getattr(value, f.name), f"{path}.{f.name}")
+    elif isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            yield from _shares(item, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _shares(item, f"{path}.{key}")
+
+
+def _named(value: Any, path: str) -> Iterator[tuple[str, float]]:
+    if path.endswith("_pct"):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield path, float(value)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(item, (int, float)) and not isinstance(item, bool):
+                    yield f"{path}[{key}]", float(item)
+        return
+    yield from _shares(value, path)
+
+
+def findings_cost_their_parts(report: Report) -> list[str]:
+    """A finding about a collective type costs the step parts' exposed time of that type."""
+    parts = report.step_parts
+    out = []
+    for f in report.findings:
+        if f.kind != "exposed_comm" or f.coll_type is None:
+            continue
+        want = parts.exposed_comm_by_type_ns.get(f.coll_type) if parts is not None else None
+        if f.cost_ns != want:
+            out.append(f"finding {f.coll_type} exposed costs {f.cost_ns} ns, step parts {want}")
+    return out
+
+
+def stages_named_are_heaviest(report: Report) -> list[str]:
+    """The stage a pipeline's verdict names is the stage that computes the most, and a stage
+    finding names a stage some pipeline's verdict names."""
+    out = []
+    named = set()
+    for view in report.pipelines:
+        found = heaviest_stage(view.per_stage)
+        if view.overloaded_stage is None:
+            continue
+        named.add(view.overloaded_stage)
+        if found is None or found[0].stage != view.overloaded_stage:
+            heaviest = None if found is None else found[0].stage
+            out.append(
+                f"pipeline {view.group}: overloaded stage {view.overloaded_stage}, the most "
+                f"compute is stage {heaviest}"
+            )
+        if f"stage {view.overloaded_stage} " not in view.verdict:
+            out.append(
+                f"pipeline {view.group}: the verdict does not name stage {view.overloaded_stage}"
+            )
+    for f in report.findings:
+        if f.kind == "stage_imbalance" and f.stage not in named:
+            out.append(f"finding names stage {f.stage}; the pipelines name {sorted(named)}")
+    return out
+
+
+def one_step_time(report: Report) -> list[str]:
+    """The run has one step time (metrics.md §8): the step parts, the findings and the gate
+    take the throughput's (the comparison's record is tested where it is built)."""
+    th, parts = report.throughput, report.step_parts
+    if th is None or th.step_time_ns is None or parts is None or not parts.per_step:
+        return []
+    if parts.step_ns != th.step_time_ns:
+        return [f"step_parts.step_ns {parts.step_ns} != step time {th.step_time_ns}"]
+    return []
+
+
+CHECKS: dict[str, Check] = {
+    "partitions add up": partitions_add_up,
+    "types add up": types_add_up,
+    "step parts add up": step_parts_add_up,
+    "shares are their figures": shares_are_their_figures,
+    "shares in range": shares_in_range,
+    "findings cost their parts": findings_cost_their_parts,
+    "stages named are heaviest": stages_named_are_heaviest,
+    "one step time": one_step_time,
+}
+
+
+def violations(report: Report) -> list[str]:
+    """Every invariant the report breaks, as ``<invariant>: <what>`` lines (empty: none)."""
+    return [f"{name}: {line}" for name, check in CHECKS.items() for line in check(report)]
