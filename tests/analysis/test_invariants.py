@@ -190,3 +190,19 @@ def test_the_pipeline_verdict_and_the_finding_name_one_stage(pipeline: Report) -
 
 def test_figures_of_an_empty_window_are_not_shares() -> None:
     assert Figures(0, 0, 0, 0, 0, 0, 0).overlap_pct is None
+
+
+def test_an_impossible_mfu_is_shown_only_as_impossible() -> None:
+    """3.2e15 FLOPs per step on the sample is 2,032 % MFU: the report keeps the figure as
+    evidence, marks it impossible, says why first, and passes every invariant."""
+    from tracecomm.render.bottom_line import _time_line
+
+    report = tracecomm.analyze(SAMPLE_RUN, model_flops_per_step=3.2e15)
+    th = report.throughput
+    assert th is not None and th.mfu is not None and th.mfu > 20
+    assert th.mfu_possible is False and all(g.mfu_pct is None for g in th.gaps)
+    assert report.findings[0].kind == "impossible_mfu"
+    assert violations(report) == []
+    screen = _time_line(report).plain
+    assert "MFU –" in screen and "impossible: 2,032.1 %; see finding 1" in screen
+    assert "MFU 2032" not in screen

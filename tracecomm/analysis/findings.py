@@ -649,11 +649,9 @@ _COSTED = (_stragglers, _idle_causes, _exposed_memory)
 
 def _impossible_mfu(report: Report) -> list[Finding]:
     th = report.throughput
-    if th is None or th.mfu is None:
+    if th is None or th.mfu is None or th.mfu_possible is not False:
         return []
     low = [g for g in th.gaps if g.compute_pct < 100 * th.mfu]
-    if th.mfu <= 1 and not low:
-        return []
     share = min((g.compute_pct for g in th.gaps), default=None)
     evidence = [
         f"MFU would be {100 * th.mfu:,.1f} %"

@@ -161,9 +161,14 @@ def shares_in_range(report: Report) -> list[str]:
             out.append(f"{path} = {value!r} outside 0–100 %")
     th = report.throughput
     if th is not None and th.mfu is not None:
-        flagged = any(f.kind == "impossible_mfu" for f in report.findings)
-        if not math.isfinite(th.mfu) or th.mfu < 0 or (th.mfu > 1 and not flagged):
-            out.append(f"throughput.mfu = {th.mfu!r} is not a fraction in 0–1")
+        # an MFU over 100 % or over the compute share is shown only as impossible, with the
+        # finding that says the FLOPs input is wrong
+        flagged = th.mfu_possible is False and any(
+            f.kind == "impossible_mfu" for f in report.findings
+        )
+        over = th.mfu > 1 or any(g.compute_pct < 100 * th.mfu for g in th.gaps)
+        if not math.isfinite(th.mfu) or th.mfu < 0 or (over and not flagged):
+            out.append(f"throughput.mfu = {th.mfu!r} is over 100 % or the compute share")
     return out
 
 

@@ -93,6 +93,9 @@ class Throughput:
     tokens_per_s: float | None
     achieved_tflops_per_device: float | None
     mfu: float | None  # a fraction; None without FLOPs or a peak
+    # False: MFU over 100 % or over a group's compute share, so the FLOPs input is wrong (the
+    # views print it only as impossible, the bottom line's first finding says why)
+    mfu_possible: bool | None
     hfu: float | None  # full activation recompute, when a model config gave it
     gaps: tuple[GapShares, ...]
     missing: str | None  # why MFU is not computed, in words
@@ -130,7 +133,8 @@ def throughput(
         if flops and flops.hfu_per_step and total and not missing
         else None
     )
-    gaps = _gaps(ranks, mfu)
+    possible = None if mfu is None else _mfu_possible(mfu, _gaps(ranks, None))
+    gaps = _gaps(ranks, mfu if possible else None)
     energy, energy_warnings = _energy(ranks, steps, flops.tokens_per_step if flops else None, count)
     return Throughput(
         steps=tuple(steps),
@@ -146,6 +150,7 @@ def throughput(
         tokens_per_s=flops.tokens_per_step / seconds if flops and flops.tokens_per_step else None,
         achieved_tflops_per_device=flops.per_step / seconds / count / 1e12 if flops else None,
         mfu=mfu,
+        mfu_possible=possible,
         hfu=hfu,
         gaps=gaps,
         missing=missing,
@@ -252,6 +257,12 @@ def _energy(
         ),
         warnings,
     )
+
+
+def _mfu_possible(mfu: float, gaps: Sequence[GapShares]) -> bool:
+    """MFU can be no more than 100 % nor more than any group's compute share: the GPUs do
+    model FLOPs only while they compute (metrics.md §8)."""
+    return mfu <= 1 and all(g.compute_pct >= 100 * mfu for g in gaps)
 
 
 def _warnings(mfu: float | None, gaps: Sequence[GapShares]) -> tuple[str, ...]:

@@ -110,7 +110,10 @@ def _time_line(report: Report) -> Text:
     text = Text()
     text.append(f"GPU busy {parts.busy_pct:.1f} %" if parts is not None else "GPU busy –")
     text.append(" (a dashboard's figure) · ")
-    if th is not None and th.mfu is not None:
+    if th is not None and th.mfu is not None and th.mfu_possible is False:
+        text.append("MFU –", style="bold")
+        text.append(f" (impossible: {100 * th.mfu:,.1f} %; see finding 1)")
+    elif th is not None and th.mfu is not None:
         text.append(f"MFU {100 * th.mfu:.1f} %", style="bold")
     else:
         text.append("MFU –", style="bold")

@@ -32,9 +32,17 @@ def mfu_panel(th: Throughput, group_label: str) -> Text:
         text.append(f"\nFLOPs per step {th.flops.per_step:.4g}\n  from {th.flops.source}")
     if th.mfu is not None:
         text.append("\nMFU ")
-        text.append(f"{100 * th.mfu:.2f} %", style="bold")
-        text.append(f" of {th.device_count} × {_peaks(th)}")
-        if th.achieved_tflops_per_device is not None:
+        if th.mfu_possible is False:
+            text.append("– ", style="bold")
+            text.append(
+                f"(impossible: the FLOPs given make it {100 * th.mfu:,.2f} % of "
+                f"{th.device_count} × {_peaks(th)}; check the FLOPs input)",
+                style="red",
+            )
+        else:
+            text.append(f"{100 * th.mfu:.2f} %", style="bold")
+            text.append(f" of {th.device_count} × {_peaks(th)}")
+        if th.achieved_tflops_per_device is not None and th.mfu_possible is not False:
             text.append(f" · {th.achieved_tflops_per_device:.1f} TFLOP/s per device")
         if th.hfu is not None:
             text.append(f"\nHFU {100 * th.hfu:.2f} % with full activation recompute")

@@ -69,8 +69,10 @@
         "the slowest rank's ProfilerStep, median" : "no ProfilerStep in the traces"],
       ["Tokens / s", tp.tokens_per_s ? Math.round(tp.tokens_per_s).toLocaleString("en-US") : "–",
         tp.tokens_per_s ? "" : "needs the model's tokens per step"],
-      ["MFU", hasMfu ? pct(tp.mfu * 100) : "–",
-        hasMfu ? "peak " + tp.peak_total_tflops + " TFLOP/s" : "needs the model's FLOPs"],
+      ["MFU", hasMfu && tp.mfu_possible !== false ? pct(tp.mfu * 100) : "–",
+        !hasMfu ? "needs the model's FLOPs" : tp.mfu_possible === false ?
+          "impossible: " + pct(tp.mfu * 100) + " with the FLOPs given (see the first finding)" :
+          "peak " + tp.peak_total_tflops + " TFLOP/s"],
       ["GPU busy", pct(parts.busy_pct), "a dashboard's figure, of the step"],
       ["Exposed comm", pct(parts.exposed_comm_pct), parts.basis ? "of " + parts.basis : ""],
       ["Costs the most", top ? top.title : "nothing", top ? cost(top) : "no finding of 2 % " +
