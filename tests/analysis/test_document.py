@@ -1,7 +1,8 @@
 """The typed analyze document (``analysis.document``) is the document the writer makes: every
 document the suite can make converts into ``ReportDocument`` and back byte for byte (keys in
-order, integers as integers), and validates against the schema generated from the types;
-the schema files are what the types generate."""
+order, integers as integers), validates against the schema generated from the types, and
+loads back through the one loader (``run.saved``); the schema files are what the types
+generate."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from tests.conftest import REPO
 from tracecomm.analysis.document import SCHEMA_VERSION, NcclDocument, ReportDocument
 from tracecomm.cli import EXIT_OK, app
 from tracecomm.render import document as writer
+from tracecomm.run.saved import load_saved_report, saved_kind
 from tracecomm.schema import generated, stale
 from tracecomm.synth.nccl_log import nccl_log
 from tracecomm.text import json_safe
@@ -44,19 +46,31 @@ def round_trip(doc: dict[str, Any], kind: type[msgspec.Struct]) -> None:
     assert orjson.dumps(msgspec.to_builtins(msgspec.json.decode(text, type=kind))) == text
 
 
+def loads_back(doc: dict[str, Any], tmp: Path) -> None:
+    """Saved as ``analyze --format json`` writes it, the one loader reads it (its figures make
+    sense) and hands back the same document."""
+    path = tmp / "saved.json"
+    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    assert saved_kind(path) == "analyze"
+    saved = load_saved_report(path)
+    assert orjson.dumps(saved.builtins()) == orjson.dumps(doc)
+
+
 @pytest.mark.parametrize("name", sorted(GENERATED))
 def test_every_generated_document_is_the_typed_document(name: str, tmp_path: Path) -> None:
     run, options = GENERATED[name](tmp_path)
     doc = document_of(run, options)
     round_trip(doc, ReportDocument)
     jsonschema.validate(doc, REPORT_SCHEMA)
+    loads_back(doc, tmp_path)
 
 
 @pytest.mark.parametrize("folder", shared_folders(), ids=lambda p: p.name)
-def test_every_shared_trace_document_is_the_typed_document(folder: Path) -> None:
+def test_every_shared_trace_document_is_the_typed_document(folder: Path, tmp_path: Path) -> None:
     doc = document_of(folder, {})
     round_trip(doc, ReportDocument)
     jsonschema.validate(doc, REPORT_SCHEMA)
+    loads_back(doc, tmp_path)
 
 
 def test_the_nccl_document_is_typed_too(tmp_path: Path) -> None:
