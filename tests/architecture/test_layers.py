@@ -25,6 +25,7 @@ LAYERS = {
     "tracecomm.mfu": 2,
     "tracecomm.compat": 2,
     "tracecomm.analysis": 3,
+    "tracecomm.schema": 3,  # the published schemas, generated from analysis.document
     "tracecomm.render": 4,
     "tracecomm.gate": 4,
     "tracecomm.run": 5,

@@ -181,7 +181,7 @@ def _string_time(doc: dict[str, Any]) -> None:
 
 
 def _newer(doc: dict[str, Any]) -> None:
-    doc["schema_version"] = 2
+    doc["schema_version"] = 3
 
 
 def _other_tool(doc: dict[str, Any]) -> None:
@@ -210,12 +210,12 @@ def _share(doc: dict[str, Any]) -> None:
         (_break_figures, "do not add up"),
         (_negative_mfu, "mfu -0.5"),
         (_string_time, "not an analyze JSON document"),
-        (_newer, "schema version 2"),
+        (_newer, "schema version 3"),
         (_other_tool, "not a tracecomm document"),
         (_no_ranks, "not an analyze JSON document"),
-        (_bad_causes, "idle causes"),
+        (_bad_causes, "at `$.ranks[0].steps[1].window.idle_by_cause.other`"),
         (_bool_rank, "not an analyze JSON document"),
-        (_share, "outside 0–100 %"),
+        (_share, "<= 100.0 - at `$.stragglers.recoverable_pct`"),
     ],
 )
 def test_a_malformed_saved_report_is_one_line_and_exit_2(
@@ -243,8 +243,8 @@ def test_truncated_and_baseline_files_are_refused(runs: dict[str, Path], tmp_pat
     result = runner.invoke(app, ["compare", str(runs["n4"]), str(base)])
     assert result.exit_code == EXIT_USAGE
     assert result.stderr.strip() == (
-        f"tracecomm: error: {base}: a tracecomm-baseline document holds no per-step figures to "
-        "compare: give the run folder, its summaries or its `analyze --format json` document"
+        f"tracecomm: error: {base}: a tracecomm-baseline document holds no per-step figures: "
+        "give the run folder, its summaries or its `analyze --format json` document"
     )
 
 

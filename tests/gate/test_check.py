@@ -172,7 +172,7 @@ def test_bad_baselines_are_input_errors(runs: Path, tmp_path: Path, baseline: Pa
     assert code == EXIT_USAGE and "write it again with `tracecomm baseline`" in out
     (tmp_path / "other.json").write_text('{"hello": 1}')
     code, out = check(run_path(runs), tmp_path / "other.json")
-    assert code == EXIT_USAGE and "not a tracecomm baseline" in out
+    assert code == EXIT_USAGE and "other.json: not an analyze JSON document" in out
     code, out = check(run_path(runs), tmp_path / "missing")
     assert code == EXIT_USAGE and "no such file" in out
 

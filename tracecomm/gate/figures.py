@@ -12,9 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from tracecomm.analysis.document_checks import median_problem, mfu_problem, world_problem
+
 if TYPE_CHECKING:
+    from tracecomm.analysis.document import ReportDocument, Window
     from tracecomm.analysis.model import Report
-    from tracecomm.engine.model import StepFigures
+    from tracecomm.engine.model import WindowFigures
 
 BASELINE_KIND = "tracecomm-baseline"
 BASELINE_VERSION = 1
@@ -58,7 +61,7 @@ def from_report(report: Report, source: str) -> RunFigures:
             idle_ns=r.step_summary.median.idle_ns,
             overlap_pct=r.step_summary.median.overlap_pct,
             exposed_by_type_ns=_type_medians(
-                [s for s in r.breakdown.steps if s.included and s.window is not None]
+                [s.window for s in r.breakdown.steps if s.included and s.window is not None]
             ),
             root_delay_ns=max(0, delays.get(r.rank, 0)),
         )
@@ -75,9 +78,9 @@ def from_report(report: Report, source: str) -> RunFigures:
     )
 
 
-def _type_medians(steps: Sequence[StepFigures]) -> dict[str, int]:
-    """Median over the included steps of each type's exposed time (0 in a step without it)."""
-    windows = [s.window for s in steps if s.window is not None]
+def _type_medians(windows: Sequence[WindowFigures | Window]) -> dict[str, int]:
+    """Median over the included steps' windows of each type's exposed time (0 in a step
+    without it): of a Report's steps or of a saved document's."""
     types = sorted({t.coll_type for w in windows for t in w.by_type})
     return {
         coll: _median_ns(
@@ -87,45 +90,32 @@ def _type_medians(steps: Sequence[StepFigures]) -> dict[str, int]:
     }
 
 
-def from_document(doc: Mapping[str, Any], source: str) -> RunFigures:
-    """Figures of an ``analyze --format json`` document."""
-    delays = {r["rank"]: r["root_delay_ns"] for r in (doc.get("stragglers") or {}).get("ranks", [])}
-    ranks = {}
-    for rank in doc.get("ranks", []):
-        median = rank.get("step_median")
-        if not median:
-            continue
-        ranks[rank["rank"]] = RankFigures(
-            step_time_ns=median["window_ns"],
-            exposed_comm_ns=median["exposed_comm_ns"],
-            idle_ns=median["idle_ns"],
-            overlap_pct=median["overlap_pct"],
-            exposed_by_type_ns=_by_type_medians(rank.get("steps", [])),
-            root_delay_ns=max(0, delays.get(rank["rank"], 0)),
+def from_document(doc: ReportDocument, source: str) -> RunFigures:
+    """Figures of an ``analyze --format json`` document (``run.saved.load_saved_report``)."""
+    st = doc.stragglers
+    delays = {r.rank: r.root_delay_ns for r in st.ranks} if st is not None else {}
+    ranks = {
+        rank.rank: RankFigures(
+            step_time_ns=rank.step_median.window_ns,
+            exposed_comm_ns=rank.step_median.exposed_comm_ns,
+            idle_ns=rank.step_median.idle_ns,
+            overlap_pct=rank.step_median.overlap_pct,
+            exposed_by_type_ns=_type_medians(
+                [s.window for s in rank.steps if s.included and s.window is not None]
+            ),
+            root_delay_ns=max(0, delays.get(rank.rank, 0)),
         )
-    throughput = doc.get("throughput") or {}
+        for rank in doc.ranks
+        if rank.step_median is not None
+    }
     return RunFigures(
         ranks=ranks,
-        steps=tuple(doc.get("summary", {}).get("steps", ())),
-        world_size=doc.get("summary", {}).get("world_size"),
-        mfu=throughput.get("mfu"),
+        steps=tuple(doc.summary.steps),
+        world_size=doc.summary.world_size,
+        mfu=doc.throughput.mfu if doc.throughput is not None else None,
         source=source,
-        tool_version=(doc.get("tool") or {}).get("version"),
+        tool_version=doc.tool.version,
     )
-
-
-def _by_type_medians(steps: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """Median over the included steps of each type's exposed time (0 in a step without it)."""
-    windows = [s["window"] for s in steps if s.get("included") and s.get("window")]
-    types = sorted({t["coll_type"] for w in windows for t in w["by_type"]})
-    out = {}
-    for coll in types:
-        values = [
-            sum(t["exposed_comm_ns"] for t in w["by_type"] if t["coll_type"] == coll)
-            for w in windows
-        ]
-        out[coll] = _median_ns(values)
-    return out
 
 
 def _median_ns(values: Sequence[int]) -> int:
@@ -158,30 +148,25 @@ def baseline_document(figures: RunFigures) -> dict[str, Any]:
 
 
 def read_baseline_file(path: Path) -> RunFigures:
-    """A baseline written by ``tracecomm baseline``, or a whole ``analyze --format json`` file."""
+    """A compact baseline written by ``tracecomm baseline``. A whole analyze document is read by
+    ``run.saved.load_saved_report`` (then ``from_document``)."""
     try:
         doc = orjson.loads(path.read_bytes())
     except OSError as exc:
         raise BaselineError(f"{path}: {exc.strerror or exc}") from exc
     except orjson.JSONDecodeError as exc:
         raise BaselineError(f"{path}: not JSON ({exc})") from exc
-    if not isinstance(doc, dict):
-        raise BaselineError(f"{path}: not a tracecomm baseline or analyze JSON document")
-    if doc.get("kind") == BASELINE_KIND:
-        return _from_baseline(doc, path)
-    if "ranks" in doc and "schema_version" in doc and "summary" in doc:
-        try:
-            return _checked(from_document(doc, str(path)), path)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise BaselineError(
-                f"{path}: malformed analyze document ({type(exc).__name__}: {exc})"
-            ) from exc
-    raise BaselineError(f"{path}: not a tracecomm baseline or analyze JSON document")
+    if not isinstance(doc, dict) or doc.get("kind") != BASELINE_KIND:
+        raise BaselineError(f"{path}: not a tracecomm baseline")
+    return _from_baseline(doc, path)
 
 
 def _checked(figures: RunFigures, path: Path) -> RunFigures:
-    """Figures that can be: times whole and not negative, percentages in 0–100, an MFU in
-    0–1 (a baseline holding an impossible figure would make the gate meaningless)."""
+    """A baseline's figures that can be: times whole and not negative, then the checks a saved
+    analyze document's figures pass too (``analysis.document_checks``): each median step
+    positive and holding its exposed communication and idle time, overlap in 0–100, MFU a
+    fraction of the peak (a baseline holding an impossible figure would make the gate
+    meaningless)."""
     for rank, f in figures.ranks.items():
         times = {
             "step_time_ns": f.step_time_ns,
@@ -193,33 +178,18 @@ def _checked(figures: RunFigures, path: Path) -> RunFigures:
         for name, value in times.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise BaselineError(f"{path}: rank {rank}: {name} {value!r} is not a time in ns")
-        if f.step_time_ns == 0 or f.exposed_comm_ns > f.step_time_ns or f.idle_ns > f.step_time_ns:
-            raise BaselineError(
-                f"{path}: rank {rank}: the step time ({f.step_time_ns} ns) must be positive and "
-                "hold its exposed communication and idle time"
-            )
-        if f.overlap_pct is not None and not _number_in(f.overlap_pct, 0.0, 100.0):
-            raise BaselineError(f"{path}: rank {rank}: overlap_pct {f.overlap_pct!r} not in 0–100")
-    if figures.mfu is not None and not _number_in(figures.mfu, 0.0, 1.0):
-        raise BaselineError(f"{path}: mfu {figures.mfu!r} is not a fraction in 0–1")
-    if figures.world_size is not None and not (
-        isinstance(figures.world_size, int)
-        and not isinstance(figures.world_size, bool)
-        and figures.world_size > 0
-    ):
-        raise BaselineError(f"{path}: world_size {figures.world_size!r} is not a rank count")
+        problem = median_problem(f.step_time_ns, f.exposed_comm_ns, f.idle_ns, f.overlap_pct)
+        if problem:
+            raise BaselineError(f"{path}: impossible figures: rank {rank}: {problem}")
+    world = figures.world_size
+    if world is not None and type(world) is not int:
+        raise BaselineError(f"{path}: world_size {world!r} is not a rank count")
+    problem = mfu_problem(figures.mfu) or world_problem(world)
+    if problem:
+        raise BaselineError(f"{path}: impossible figures: {problem}")
     if not all(isinstance(s, int) and not isinstance(s, bool) for s in figures.steps):
         raise BaselineError(f"{path}: steps must be step numbers")
     return figures
-
-
-def _number_in(value: object, low: float, high: float) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and low <= value <= high
-    )
 
 
 def _from_baseline(doc: Mapping[str, Any], path: Path) -> RunFigures:

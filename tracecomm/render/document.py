@@ -9,6 +9,7 @@ from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 from tracecomm.analysis.crossrank import CrossRank
+from tracecomm.analysis.document import SCHEMA_VERSION
 from tracecomm.analysis.model import RankReport, Report
 from tracecomm.analysis.projection import Projection
 from tracecomm.analysis.stragglers import Stragglers
@@ -16,8 +17,6 @@ from tracecomm.engine.model import Figures, KernelStats, StepFigures, WindowFigu
 
 if TYPE_CHECKING:
     from tracecomm.nccl.diagnose import NcclSummary
-
-SCHEMA_VERSION = 1
 
 
 def report_document(report: Report, top: int | None = None) -> dict[str, Any]:

@@ -63,7 +63,7 @@ def check(ctx: typer.Context, run: RUN_OR_JSON, *, options: dict[str, Any]) -> N
     kept = flow.memo(options["cache"], "check", ctx.params) if fmt != "github" else None
     lines: list[str] = []
     current = _figures(run, options, lines)
-    base = _figures(baseline, options, lines)
+    base = _figures(baseline, options, lines, document=True)
     try:
         result = compare(base, current, budgets)
     except NothingShared as exc:
@@ -104,16 +104,30 @@ def baseline(run: RUN_OR_JSON, *, options: dict[str, Any]) -> None:
         stderr(f"baseline of {len(figures.ranks)} ranks written to {output}")
 
 
-def _figures(path: Path, options: Mapping[str, Any], lines: list[str]) -> RunFigures:
-    """Gate figures of a run folder (analyzed now), an analyze JSON or a baseline file; the
-    analysis's warnings are added to ``lines`` (unless --quiet)."""
-    from tracecomm.gate.figures import BaselineError, from_report, read_baseline_file
+def _figures(
+    path: Path, options: Mapping[str, Any], lines: list[str], document: bool = False
+) -> RunFigures:
+    """Gate figures of a run folder (analyzed now), a saved analyze JSON (read with the one
+    loader, ``run.saved.load_saved_report``) or a compact baseline; ``document``: a file is
+    one of the two documents, never a trace. The analysis's warnings are added to ``lines``
+    (unless --quiet)."""
+    from tracecomm.gate.figures import (
+        BASELINE_KIND,
+        BaselineError,
+        from_document,
+        from_report,
+        read_baseline_file,
+    )
+    from tracecomm.run.saved import SavedReportError, load_saved_report, saved_kind
 
-    if path.is_file() and path.suffix == ".json":
-        try:
+    kind = saved_kind(path) if path.is_file() else None
+    try:
+        if kind == BASELINE_KIND:
             return read_baseline_file(path)
-        except BaselineError as exc:
-            fail(str(exc), EXIT_USAGE)
+        if kind is not None or (document and path.is_file()):
+            return from_document(load_saved_report(path).document, str(path))
+    except (BaselineError, SavedReportError) as exc:
+        fail(str(exc), EXIT_USAGE)
     if not path.exists():
         fail(f"{path}: no such file or folder", EXIT_USAGE)
     report = flow.analyze(flow.request([path], options), no_input_code=EXIT_USAGE)

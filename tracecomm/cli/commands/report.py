@@ -1,15 +1,20 @@
-"""``tracecomm report``: the self-contained HTML report."""
+"""``tracecomm report``: the self-contained HTML report, of a run analyzed now or of its saved
+``analyze --format json`` document."""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from tracecomm.cli import flow
 from tracecomm.cli.app import app
-from tracecomm.cli.exits import EXIT_OK, EXIT_PARTIAL, stderr
+from tracecomm.cli.exits import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, fail, stderr
 from tracecomm.cli.options import ANALYZE_RUN, PROJECT, RUNS, WEAK, command, output_option
+
+if TYPE_CHECKING:
+    from tracecomm.run.saved import SavedReport
 
 OUTPUT = output_option("The HTML file to write: one self-contained page that opens offline.")
 
@@ -19,17 +24,71 @@ def report(run: RUNS, *, options: dict[str, Any]) -> None:
     """A self-contained HTML report of the run: headline, per-rank bars, straggler heat map,
     one-step timeline, collective bandwidth and the scaling view.
 
-    The page embeds the same JSON document as `analyze --format json --detail timeline`.
+    The page embeds the same JSON document as `analyze --format json --detail timeline`. RUN
+    may also be one such saved document: the page is drawn from it as it was saved (the
+    analysis options apply to run folders).
+
     Exit codes as for analyze: 0, 2, 3, 4 (written, but a rank is missing), 70.
     """
     from tracecomm.render.tables import REPORT
 
     output, quiet = options.pop("output"), options["quiet"]
+    saved = _saved(run, options)
+    if saved is not None:
+        _draw_saved(saved, output, quiet)
     result = flow.analyze(flow.request(run, options, detail=["timeline"]), show_progress=True)
     if not quiet:
         flow.print_lines(flow.warning_lines(result))
     page = REPORT["html"](result, flow.view())
+    _write(output, page, quiet)
+    raise typer.Exit(EXIT_PARTIAL if result.partial else EXIT_OK)
+
+
+def _saved(run: list[str], options: dict[str, Any]) -> SavedReport | None:
+    """The saved analyze document given as RUN, read with the one loader; None for a run."""
+    from tracecomm.run.saved import SavedReportError, load_saved_report, looks_saved
+
+    saved = [p for p in map(Path, run) if p.is_file() and looks_saved(p)]
+    if not saved:
+        return None
+    if len(run) > 1:
+        fail(
+            f"{saved[0]}: a saved analyze document is drawn alone, not with other runs", EXIT_USAGE
+        )
+    for name in ("project", "weak"):
+        if options.get(name):
+            fail(
+                f"--{name} projects a run folder; a saved document is drawn as it was saved "
+                "(save one with `tracecomm project RUN -f json`)",
+                EXIT_USAGE,
+            )
+    try:
+        return load_saved_report(saved[0])
+    except SavedReportError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+def _draw_saved(saved: SavedReport, output: Path, quiet: bool) -> None:
+    from tracecomm.render.html import render_html
+
+    doc = saved.document
+    if not quiet:
+        lines = [f"warning: {w}" for w in doc.warnings]
+        for m in doc.missing_ranks:
+            who = f"rank {m.rank}" if m.rank is not None else "a rank"
+            lines.append(f"error: {who} missing: {f'{m.path}: ' if m.path else ''}{m.reason}")
+        lines += [f"warning: skipped {s.path}: {s.reason}" for s in doc.skipped_files]
+        if doc.timeline is None:
+            lines.append(
+                f"note: {saved.path} was saved without --detail timeline: the page has no "
+                "one-step timeline"
+            )
+        flow.print_lines(lines)
+    _write(output, render_html(saved.builtins()).encode(), quiet)
+    raise typer.Exit(EXIT_PARTIAL if doc.partial else EXIT_OK)
+
+
+def _write(output: Path, page: bytes, quiet: bool) -> None:
     flow.write_file(output, page, "the report")
     if not quiet:
         stderr(f"wrote {output} ({len(page) / 1e6:.2f} MB)")
-    raise typer.Exit(EXIT_PARTIAL if result.partial else EXIT_OK)
