@@ -206,3 +206,14 @@ def test_an_impossible_mfu_is_shown_only_as_impossible() -> None:
     screen = _time_line(report).plain
     assert "MFU –" in screen and "impossible: 2,032.1 %; see finding 1" in screen
     assert "MFU 2032" not in screen
+
+
+def test_the_step_time_analyzed_gated_and_compared_is_one_number(sample: Report) -> None:
+    from tracecomm.analysis.runrecord import record_of_report
+    from tracecomm.gate.figures import from_report
+
+    assert sample.throughput is not None and sample.step_parts is not None
+    step = sample.throughput.step_time_ns
+    assert sample.step_parts.step_ns == step
+    assert from_report(sample, "run").step_time_ns == step
+    assert record_of_report(sample, "run", "traces").step_time_ns == step

@@ -304,7 +304,7 @@ def test_the_gate_reads_a_saved_document_as_it_reads_the_run(
     ("in_baseline", "in_document"),
     [
         (
-            lambda b: b["ranks"][0].update(idle_ns=b["ranks"][0]["step_time_ns"] + 1),
+            lambda b: b["ranks"][0].update(idle_ns=b["ranks"][0]["step_window_ns"] + 1),
             _median_beyond_its_step,
         ),
         (lambda b: b.update(mfu=-0.25), lambda d: d["throughput"].update(mfu=-0.25)),

@@ -250,3 +250,40 @@ def test_markdown(runs: Path, baseline: Path) -> None:
     code, out = check(run_path(runs), baseline, "--format", "markdown")
     assert code == EXIT_OK and out.startswith("### ✅ tracecomm check passed")
     assert "| figure | baseline | current | Δ | budget | verdict |" in out
+
+
+def test_the_gates_step_time_is_the_one_analyze_prints(runs: Path, baseline: Path) -> None:
+    """One name, one number (metrics.md §8): ``step_time`` is the run's step time, exactly as
+    analyze prints it; each rank's median step window is gated as ``step_window``."""
+    current = run_path(runs, rs=0.10)
+    _, out = check(current, baseline, "--format", "json")
+    analyzed = CliRunner().invoke(app, ["analyze", str(current), "-f", "json"])
+    step_ns = json.loads(analyzed.stdout)["throughput"]["step_time_ns"]
+    base_doc = json.loads(baseline.read_text())
+    got = figures(out)
+    assert got["step_time"]["current"] == step_ns
+    assert got["step_time"]["baseline"] == base_doc["step_time_ns"]
+    windows = [r["step_window_ns"] for r in base_doc["ranks"]]
+    assert got["step_window"]["baseline"] == statistics.median(windows)
+
+
+def test_a_version_1_baseline_gates_the_windows_and_says_why_not_the_step(
+    runs: Path, baseline: Path, tmp_path: Path
+) -> None:
+    """A baseline written before the step time was one number named each rank's median step
+    window ``step_time_ns``: it is read as the windows it holds, not as a step time."""
+    doc = json.loads(baseline.read_text())
+    old = {k: v for k, v in doc.items() if k != "step_time_ns"} | {"schema_version": 1}
+    old["ranks"] = [
+        {("step_time_ns" if k == "step_window_ns" else k): v for k, v in r.items()}
+        for r in doc["ranks"]
+    ]
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(old))
+    code, out = check(run_path(runs), path, "--format", "json")
+    result = json.loads(out)
+    got = {f["figure"]: f for f in result["figures"]}
+    assert code == EXIT_OK
+    assert got["step_time"]["verdict"] == "not comparable" and got["step_time"]["baseline"] is None
+    assert got["step_window"]["verdict"] == "pass"
+    assert any("version 1 baseline holds no step time" in n for n in result["notes"])

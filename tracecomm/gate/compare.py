@@ -59,7 +59,8 @@ def compare(base: RunFigures, current: RunFigures, budgets: Mapping[str, Budget]
         {t for run in (base, current) for r in shared for t in run.ranks[r].exposed_by_type_ns}
     )
     figures: list[tuple[str, Callable[[RunFigures], float | None]]] = [
-        ("step_time", _median(shared, lambda f: f.step_time_ns)),
+        ("step_time", lambda run: run.step_time_ns),
+        ("step_window", _median(shared, lambda f: f.step_window_ns)),
         ("exposed_comm", _median(shared, lambda f: f.exposed_comm_ns)),
         *(
             (TYPE_PREFIX + t, _median(shared, lambda f, t=t: f.exposed_by_type_ns.get(t, 0)))  # type: ignore[misc]
@@ -164,7 +165,7 @@ def _amount(value: float, unit: str) -> str:
 
 
 def _notes(base: RunFigures, current: RunFigures, shared: Sequence[int]) -> list[str]:
-    notes = []
+    notes = [*base.notes, *current.notes]
     for side, run, other in (("baseline", base, current), ("current run", current, base)):
         only = sorted(set(run.ranks) - set(other.ranks))
         if only:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from tracecomm.engine.model import WindowFigures
 
 BASELINE_KIND = "tracecomm-baseline"
-BASELINE_VERSION = 1
+BASELINE_VERSION = 2  # 2: the run's step time beside each rank's step window
 
 
 class BaselineError(ValueError):
@@ -31,7 +31,7 @@ class BaselineError(ValueError):
 class RankFigures:
     """One rank's medians over its included steps (ns, except ``overlap_pct``)."""
 
-    step_time_ns: int
+    step_window_ns: int  # the rank's median step window (not the step time: metrics.md §8)
     exposed_comm_ns: int
     idle_ns: int
     overlap_pct: float | None
@@ -41,6 +41,7 @@ class RankFigures:
 
 @dataclass(frozen=True)
 class RunFigures:
+    step_time_ns: int | None  # the run's one step time (metrics.md §8), as analyze prints it
     ranks: dict[int, RankFigures]
     steps: tuple[int, ...]
     world_size: int | None
@@ -56,7 +57,7 @@ def from_report(report: Report, source: str) -> RunFigures:
     delays = {r.rank: r.root_delay_ns for r in st.ranks} if st is not None else {}
     ranks = {
         r.rank: RankFigures(
-            step_time_ns=r.step_summary.median.window_ns,
+            step_window_ns=r.step_summary.median.window_ns,
             exposed_comm_ns=r.step_summary.median.exposed_comm_ns,
             idle_ns=r.step_summary.median.idle_ns,
             overlap_pct=r.step_summary.median.overlap_pct,
@@ -69,6 +70,7 @@ def from_report(report: Report, source: str) -> RunFigures:
         if r.step_summary is not None
     }
     return RunFigures(
+        step_time_ns=report.throughput.step_time_ns if report.throughput is not None else None,
         ranks=ranks,
         steps=report.summary.steps,
         world_size=report.summary.world_size,
@@ -96,7 +98,7 @@ def from_document(doc: ReportDocument, source: str) -> RunFigures:
     delays = {r.rank: r.root_delay_ns for r in st.ranks} if st is not None else {}
     ranks = {
         rank.rank: RankFigures(
-            step_time_ns=rank.step_median.window_ns,
+            step_window_ns=rank.step_median.window_ns,
             exposed_comm_ns=rank.step_median.exposed_comm_ns,
             idle_ns=rank.step_median.idle_ns,
             overlap_pct=rank.step_median.overlap_pct,
@@ -109,6 +111,7 @@ def from_document(doc: ReportDocument, source: str) -> RunFigures:
         if rank.step_median is not None
     }
     return RunFigures(
+        step_time_ns=doc.throughput.step_time_ns if doc.throughput is not None else None,
         ranks=ranks,
         steps=tuple(doc.summary.steps),
         world_size=doc.summary.world_size,
@@ -131,11 +134,12 @@ def baseline_document(figures: RunFigures) -> dict[str, Any]:
         "source": figures.source,
         "world_size": figures.world_size,
         "steps": list(figures.steps),
+        "step_time_ns": figures.step_time_ns,
         "mfu": figures.mfu,
         "ranks": [
             {
                 "rank": rank,
-                "step_time_ns": f.step_time_ns,
+                "step_window_ns": f.step_window_ns,
                 "exposed_comm_ns": f.exposed_comm_ns,
                 "idle_ns": f.idle_ns,
                 "overlap_pct": f.overlap_pct,
@@ -169,7 +173,7 @@ def _checked(figures: RunFigures, path: Path) -> RunFigures:
     meaningless)."""
     for rank, f in figures.ranks.items():
         times = {
-            "step_time_ns": f.step_time_ns,
+            "step_window_ns": f.step_window_ns,
             "exposed_comm_ns": f.exposed_comm_ns,
             "idle_ns": f.idle_ns,
             "root_delay_ns": f.root_delay_ns,
@@ -178,9 +182,12 @@ def _checked(figures: RunFigures, path: Path) -> RunFigures:
         for name, value in times.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise BaselineError(f"{path}: rank {rank}: {name} {value!r} is not a time in ns")
-        problem = median_problem(f.step_time_ns, f.exposed_comm_ns, f.idle_ns, f.overlap_pct)
+        problem = median_problem(f.step_window_ns, f.exposed_comm_ns, f.idle_ns, f.overlap_pct)
         if problem:
             raise BaselineError(f"{path}: impossible figures: rank {rank}: {problem}")
+    step = figures.step_time_ns
+    if step is not None and (type(step) is not int or step <= 0):
+        raise BaselineError(f"{path}: step_time_ns {step!r} is not a step time in ns")
     world = figures.world_size
     if world is not None and type(world) is not int:
         raise BaselineError(f"{path}: world_size {world!r} is not a rank count")
@@ -194,7 +201,17 @@ def _checked(figures: RunFigures, path: Path) -> RunFigures:
 
 def _from_baseline(doc: Mapping[str, Any], path: Path) -> RunFigures:
     version = doc.get("schema_version")
-    if version != BASELINE_VERSION:
+    # version 1 named each rank's median step window step_time_ns and held no step time
+    window_key = "step_time_ns" if version == 1 else "step_window_ns"
+    notes = (
+        (
+            "a version 1 baseline holds no step time (metrics.md §8): step_time is not compared, "
+            "step_window is; write the baseline again with `tracecomm baseline`",
+        )
+        if version == 1
+        else ()
+    )
+    if version not in (1, BASELINE_VERSION):
         newer = isinstance(version, int) and version > BASELINE_VERSION
         raise BaselineError(
             f"{path}: baseline schema version {version!r} "
@@ -208,7 +225,7 @@ def _from_baseline(doc: Mapping[str, Any], path: Path) -> RunFigures:
     try:
         ranks = {
             _rank_number(r["rank"]): RankFigures(
-                step_time_ns=r["step_time_ns"],
+                step_window_ns=r[window_key],
                 exposed_comm_ns=r["exposed_comm_ns"],
                 idle_ns=r["idle_ns"],
                 overlap_pct=r["overlap_pct"],
@@ -223,12 +240,14 @@ def _from_baseline(doc: Mapping[str, Any], path: Path) -> RunFigures:
     tool = doc.get("tool_version")
     return _checked(
         RunFigures(
+            step_time_ns=doc.get("step_time_ns") if version != 1 else None,
             ranks=ranks,
             steps=steps,
             world_size=doc.get("world_size"),
             mfu=doc.get("mfu"),
             source=str(path),
             tool_version=tool if isinstance(tool, str) else None,
+            notes=notes,
         ),
         path,
     )

@@ -66,7 +66,8 @@ def render_terminal(result: CheckResult, view: View) -> bytes:
         title=f"tracecomm check: {'PASS' if result.passed else 'REGRESSION'} "
         f"(baseline {result.baseline})",
         caption=f"medians over steps, then over the {len(result.shared_ranks)} shared ranks "
-        "(straggler delay: the worst rank); step_time: each rank's median step window",
+        "(straggler delay: the worst rank); step_time: the run's step time as analyze prints "
+        "it (metrics.md §8); step_window: each rank's median step window",
         title_justify="left",
     )
     for name in ("Figure", "Baseline", "Current", "Δ", "Budget", "Verdict"):
@@ -136,8 +137,8 @@ def render_markdown(result: CheckResult, view: View) -> bytes:
         head,
         "",
         f"Baseline {_code(result.baseline)}; medians over steps, then over "
-        f"{len(result.shared_ranks)} shared ranks; `step_time` is each rank's median step "
-        "window.",
+        f"{len(result.shared_ranks)} shared ranks; `step_time` is the run's step time as "
+        "analyze prints it (metrics.md §8), `step_window` each rank's median step window.",
         "",
         "| figure | baseline | current | Δ | budget | verdict |",
         "|---|---:|---:|---:|---:|---|",
