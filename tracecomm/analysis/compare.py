@@ -67,7 +67,7 @@ class TypicalStep:
 
 
 @dataclass(frozen=True)
-class RunFigures:
+class ComparedRun:
     """One run's row of the table (metrics.md §18)."""
 
     label: str
@@ -207,7 +207,7 @@ class Comparison:
     scaling: str  # "strong" / "weak"
     order: str  # "world size" / "as given"
     compared_steps: tuple[int, ...] | None  # the steps every run shares, when used
-    runs: tuple[RunFigures, ...]
+    runs: tuple[ComparedRun, ...]
     pairs: tuple[PairComparison, ...]  # each run against the first
     projection: ProjectionComparison
     notes: tuple[str, ...]
@@ -398,11 +398,11 @@ def _run_figures(
     shared: tuple[int, ...] | None,
     weak: bool,
     same_model: bool,
-) -> RunFigures:
+) -> ComparedRun:
     world = _world(r)
     tps = r.tokens_per_s
     efficiency, missing = _efficiency(r, first, weak, same_model)
-    return RunFigures(
+    return ComparedRun(
         label=r.label,
         source=r.source,
         world_size=world,
@@ -449,7 +449,7 @@ def _efficiency(
     return (first.step_time_ns * _world(first)) / (r.step_time_ns * _world(r)), None
 
 
-def _changes(first: RunFigures, run: RunFigures) -> dict[str, Change]:
+def _changes(first: ComparedRun, run: ComparedRun) -> dict[str, Change]:
     a, b = _flat(first), _flat(run)
     out = {}
     for name in a.keys() | b.keys():
@@ -466,7 +466,7 @@ def _changes(first: RunFigures, run: RunFigures) -> dict[str, Change]:
     return dict(sorted(out.items()))
 
 
-def _flat(r: RunFigures) -> dict[str, float]:
+def _flat(r: ComparedRun) -> dict[str, float]:
     """The figures a change is given for, by name (the JSON's names)."""
     values: dict[str, float | None] = {
         "step_time_ns": r.step_time_ns,
@@ -518,7 +518,7 @@ def decompose(base: TypicalStep, run: TypicalStep) -> Decomposition:
 
 
 def _pair(
-    records: Sequence[RunRecord], runs: Sequence[RunFigures], i: int, k: int
+    records: Sequence[RunRecord], runs: Sequence[ComparedRun], i: int, k: int
 ) -> PairComparison:
     a, b = runs[i], runs[k]
     decomposition = (
@@ -737,7 +737,7 @@ def kernel_diff(base: pl.DataFrame | None, run: pl.DataFrame | None) -> KernelDi
 
 
 def _projection(
-    records: Sequence[RunRecord], runs: Sequence[RunFigures], weak: bool
+    records: Sequence[RunRecord], runs: Sequence[ComparedRun], weak: bool
 ) -> ProjectionComparison:
     p = records[0].projection
     if p is None:
@@ -747,7 +747,7 @@ def _projection(
     return _checks(p, runs, weak)
 
 
-def _checks(p: ProjectionRecord, runs: Sequence[RunFigures], weak: bool) -> ProjectionComparison:
+def _checks(p: ProjectionRecord, runs: Sequence[ComparedRun], weak: bool) -> ProjectionComparison:
     sizes = {s.world_size: s for s in p.sizes[1:]}  # the first row replays the measured size
     first = runs[0]
     rows = []

@@ -20,10 +20,10 @@ from tracecomm.analysis.compare import (
     Change,
     CollectiveChange,
     CollectiveFigures,
+    ComparedRun,
     Comparison,
     Decomposition,
     PairComparison,
-    RunFigures,
     TypicalStep,
 )
 from tracecomm.render import View
@@ -63,7 +63,7 @@ def compare_document(c: Comparison) -> dict[str, Any]:
     }
 
 
-def _run_document(r: RunFigures) -> dict[str, Any]:
+def _run_document(r: ComparedRun) -> dict[str, Any]:
     doc = _plain(asdict(r))
     doc["typical_step"] = doc.pop("typical")
     return doc
@@ -126,7 +126,7 @@ def _change(change: Change | None, points: float | None) -> str:
     return "±0 %" if abs(r) < 0.05 else f"{'+' if r > 0 else MINUS}{abs(r):.1f} %"
 
 
-Row = tuple[str, Callable[[RunFigures], str], str | None, float | None]
+Row = tuple[str, Callable[[ComparedRun], str], str | None, float | None]
 
 
 def _rows(c: Comparison) -> list[Row]:
@@ -138,7 +138,7 @@ def _rows(c: Comparison) -> list[Row]:
         if any(r.typical and (r.typical.idle_by_cause_ns or {}).get(cause) for r in c.runs)
     ]
 
-    def typical(fn: Callable[[TypicalStep], str]) -> Callable[[RunFigures], str]:
+    def typical(fn: Callable[[TypicalStep], str]) -> Callable[[ComparedRun], str]:
         return lambda r: fn(r.typical) if r.typical is not None else DASH
 
     rows: list[Row] = [
@@ -247,7 +247,7 @@ def _cells(c: Comparison, row: Row) -> list[str]:
     return out
 
 
-def _typical_note(r: RunFigures) -> str:
+def _typical_note(r: ComparedRun) -> str:
     t = r.typical
     if t is None:
         return f"{r.label}: no step window"
