@@ -115,6 +115,26 @@ def test_the_readme_example_runs_in_a_notebook_kernel() -> None:
     check_example_output("".join(chunks))
 
 
+def test_a_run_under_a_gib_is_parsed_on_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API's worker processes would be fresh interpreters (polars is loaded: no fork), each
+    importing polars before its first rank: below 1 GiB, where the CLI's forked pool starts
+    from 64 MB, the ranks go to threads; ``jobs=N`` still asks for processes."""
+    from tracecomm.run import pool
+
+    started: list[int] = []
+
+    def new_pool(jobs: int) -> Any:
+        started.append(jobs)
+        raise RuntimeError("no pool here")
+
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 8)  # the CLI's threshold, passed
+    monkeypatch.setattr(pool, "new_pool", new_pool)
+    assert tracecomm.analyze(SAMPLE_RUN).ranks.height == 8 and not started
+    with pytest.raises(RuntimeError, match="no pool here"):
+        tracecomm.analyze(SAMPLE_RUN, jobs=2)
+    assert started == [2]
+
+
 def test_the_frames_hold_the_cli_figures(report: tracecomm.Report, document: dict) -> None:
     ranks = report.ranks
     assert isinstance(ranks, pl.DataFrame) and ranks["rank"].to_list() == list(range(8))

@@ -95,10 +95,14 @@ class LocalExecutor:
     """This process for one job (items side by side on ``threads`` threads: the parse spends
     most of its time in polars and inflation, which release the GIL), else a process pool (the
     CLI may hand over one it started early, so workers import while the client loads its own
-    modules)."""
+    modules). ``pool_min_bytes``: the input that pays for a pool when the caller leaves the
+    number of jobs open (``run.pool.jobs_for``; None: ``POOL_MIN_BYTES``)."""
 
-    def __init__(self, pool: ProcessPoolExecutor | None = None) -> None:
+    def __init__(
+        self, pool: ProcessPoolExecutor | None = None, pool_min_bytes: int | None = None
+    ) -> None:
         self._pool = pool
+        self.pool_min_bytes = pool_min_bytes
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
@@ -299,8 +303,11 @@ class DaskExecutor:
 
 
 def open_executor(
-    spec: ExecutorSpec, jobs: int | None, pool: ProcessPoolExecutor | None = None
+    spec: ExecutorSpec,
+    jobs: int | None,
+    pool: ProcessPoolExecutor | None = None,
+    pool_min_bytes: int | None = None,
 ) -> Executor:
     if spec.kind == "dask":
         return DaskExecutor(spec, jobs)
-    return LocalExecutor(pool)
+    return LocalExecutor(pool, pool_min_bytes)

@@ -23,6 +23,13 @@ from tracecomm.ingest.discover import json_size
 
 # Below this much input a pool costs more (interpreter + polars start) than it saves.
 POOL_MIN_BYTES = 64 * 2**20
+# ... for a pool of fresh interpreters, which the Python API starts (polars is loaded there, so
+# no fork): each worker starts Python and imports polars and the per-rank code (0.42-0.5 CPU-s)
+# before its first rank, where threads of the caller start at once. On two busy cores (best
+# of 3-5), two spawned workers took 3.9 s where threads took 2.4 s over 8 x 30 MB, 6.0 s
+# against 5.0 s over 8 x 100 MB, and 7.1 s against 15.5 s over 8 x 250 MB. More cores favour
+# the pool sooner (threads share the GIL), but under 1 GiB the threads finish in seconds.
+SPAWNED_POOL_MIN_BYTES = 2**30
 # polars' allocator (jemalloc) keeps freed pages for 10 s by default, and a run is shorter:
 # the peak RSS counted every page a step ever freed. Handing them back after 0.1 s costs no
 # measurable time and takes a 2 GB trace from 1.0 to 0.85 GiB (BENCHMARKS.md).
@@ -30,12 +37,18 @@ JEMALLOC_CONF = "_RJEM_MALLOC_CONF"  # read once, when polars' library first all
 RETURN_FREED_PAGES = "dirty_decay_ms:100,muzzy_decay_ms:0"
 
 
-def jobs_for(paths: Sequence[str | Path], requested: int | None) -> int:
+def jobs_for(
+    paths: Sequence[str | Path], requested: int | None, min_bytes: int | None = None
+) -> int:
+    """Worker processes for the run: ``requested``, else one per core once the input reaches
+    ``min_bytes`` (``POOL_MIN_BYTES``; ``SPAWNED_POOL_MIN_BYTES`` where the workers would be
+    spawned)."""
     if requested is not None:
         return max(1, min(requested, len(paths)))
+    least = POOL_MIN_BYTES if min_bytes is None else min_bytes
     # a remote file's size is not worth a round trip here: count it as worth a process
-    total = sum(json_size(p) if "://" not in str(p) else POOL_MIN_BYTES for p in paths)
-    if total < POOL_MIN_BYTES or len(paths) < 2:
+    total = sum(json_size(p) if "://" not in str(p) else least for p in paths)
+    if total < least or len(paths) < 2:
         return 1
     return max(1, min(os.cpu_count() or 1, len(paths)))
 

@@ -258,7 +258,8 @@ def _map_files(
     meanwhile: Callable[[], None] | None = None,
 ) -> list[RankResult | FileFailure]:
     cached = request.cache is not None and _all_cached(paths, request.cache, work)
-    jobs = 1 if cached else jobs_for(paths, request.jobs)
+    least = executor.pool_min_bytes if isinstance(executor, LocalExecutor) else None
+    jobs = 1 if cached else jobs_for(paths, request.jobs, least)
     threads = 1 if cached else threads_for(paths, request.jobs, jobs)
     per_file = executor.map(
         analyze_file,
