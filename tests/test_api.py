@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -35,19 +38,101 @@ def test_the_readme_line_prints_the_per_rank_frame() -> None:
     assert "shape: (8, " in out and "rank" in out and "node0" in out
 
 
-def test_the_readme_example_runs() -> None:
+def readme_example() -> str:
+    """The README's Python API example (it asks for ``jobs=2``: worker processes)."""
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("## Python API") :]
-    code = section[
-        section.index("```python") + 9 : section.index("```", section.index("```python") + 9)
-    ]
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout
+    start = section.index("```python") + len("```python\n")
+    code = section[start : section.index("```", start)]
+    assert "jobs=2" in code
+    return code
+
+
+def check_example_output(out: str) -> None:
+    """Printed once: the per-rank frame, then the MFU, step time and costliest type."""
+    assert out.count("shape: (8, ") == 1, out
     frame, last = out.rsplit("\n", 2)[0], out.rsplit("\n", 2)[1]
     assert "shape: (8, " in frame
     mfu, step_ns, costliest = last.split(" ", 2)
     assert 0.3 < float(mfu) < 0.5 and 19e6 < int(step_ns) < 21e6 and costliest == "AllGather"
+
+
+def run_example(args: list[str], stdin: str | None = None) -> str:
+    """The example in a fresh interpreter in the repository (for its relative paths), this
+    checkout's tracecomm first on the path."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, *args],
+        input=stdin,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_readme_example_runs() -> None:
+    check_example_output(run_example(["-c", readme_example()]))
+
+
+def test_the_readme_example_runs_as_a_plain_script(tmp_path: Path) -> None:
+    """No ``if __name__ == "__main__":`` guard: the worker processes that ``jobs=2`` starts
+    do not run the script again (it would print its frame once per worker, and each worker's
+    own ``analyze`` would break the pool)."""
+    script = tmp_path / "example.py"
+    script.write_text(readme_example())
+    check_example_output(run_example([str(script)]))
+
+
+def test_the_readme_example_runs_from_stdin() -> None:
+    """``python - < example.py``: the main module is ``<stdin>``, no file to import again."""
+    check_example_output(run_example(["-"], stdin=readme_example()))
+
+
+def test_the_readme_example_runs_in_a_notebook_kernel() -> None:
+    """A Jupyter kernel's ``__main__`` has no file: the example runs there as in a script."""
+    pytest.importorskip("ipykernel")
+    manager = pytest.importorskip("jupyter_client.manager")
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    km, kc = manager.start_new_kernel(cwd=str(REPO), env={**os.environ, "PYTHONPATH": path})
+    try:
+        chunks: list[str] = []
+
+        def output(msg: dict[str, Any]) -> None:
+            if msg["msg_type"] == "stream":
+                chunks.append(msg["content"]["text"])
+            elif msg["msg_type"] == "error":
+                chunks.append("\n".join(msg["content"]["traceback"]))
+
+        reply = kc.execute_interactive(readme_example(), timeout=300, output_hook=output)
+        assert reply["content"]["status"] == "ok", "".join(chunks)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    check_example_output("".join(chunks))
+
+
+def test_a_run_under_a_gib_is_parsed_on_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API's worker processes would be fresh interpreters (polars is loaded: no fork), each
+    importing polars before its first rank: below 1 GiB, where the CLI's forked pool starts
+    from 64 MB, the ranks go to threads; ``jobs=N`` still asks for processes."""
+    from tracecomm.run import pool
+
+    started: list[int] = []
+
+    def new_pool(jobs: int) -> Any:
+        started.append(jobs)
+        raise RuntimeError("no pool here")
+
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 8)  # the CLI's threshold, passed
+    monkeypatch.setattr(pool, "new_pool", new_pool)
+    assert tracecomm.analyze(SAMPLE_RUN).ranks.height == 8 and not started
+    with pytest.raises(RuntimeError, match="no pool here"):
+        tracecomm.analyze(SAMPLE_RUN, jobs=2)
+    assert started == [2]
 
 
 def test_the_frames_hold_the_cli_figures(report: tracecomm.Report, document: dict) -> None:

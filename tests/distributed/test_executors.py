@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,15 @@ from typer.testing import CliRunner
 from tests.distributed.conftest import need_distributed
 from tracecomm.cli import EXIT_OK, EXIT_USAGE, app
 from tracecomm.render.document import report_document
-from tracecomm.run.executors import DaskExecutor, ExecutorSpec, LocalExecutor, parse_executor
+from tracecomm.run.executors import (
+    DaskExecutor,
+    ExecutorSpec,
+    LocalExecutor,
+    WorkerDied,
+    parse_executor,
+)
 from tracecomm.run.request import request_of
-from tracecomm.run.session import analyze
+from tracecomm.run.session import _lost, analyze
 
 OPTS = {"jobs": 1, "detail": ["instances"]}
 
@@ -199,24 +206,45 @@ def test_the_local_executor_reports_progress_from_zero(run64: Path, jobs: int) -
 
 def test_a_pool_process_that_dies_loses_only_its_own_file() -> None:
     """The local pool breaks when one process dies; every other item still gets its result
-    and the one being parsed in the dying process is reported through on_error."""
+    and the one being parsed in the dying process is reported through on_error, with how
+    that process ended."""
     from tests.distributed import crashing
 
     items = ["a", "b", "die-c", "d", "e", "f", "g"]
     calls: list[tuple[int, int]] = []
+    lost: dict[str, BaseException] = {}
+
+    def lose(item: str, exc: BaseException) -> tuple[str, str]:
+        lost[item] = exc
+        return ("lost", item)
+
     out = LocalExecutor().map(
-        crashing.echo_or_die,
-        items,
-        (),
-        lambda d, t, p: calls.append((d, t)),
-        lambda item, exc: ("lost", item, type(exc).__name__),
-        2,
+        crashing.echo_or_die, items, (), lambda d, t, p: calls.append((d, t)), lose, 2
     )
-    assert out == [
-        ("lost", item, "BrokenProcessPool") if item.startswith("die") else ("ok", item)
-        for item in items
-    ]
+    assert out == [("lost", item) if item.startswith("die") else ("ok", item) for item in items]
+    died = lost["die-c"]
+    assert isinstance(died, WorkerDied) and isinstance(died, BrokenProcessPool)
+    assert died.exitcode == 9 and "exited with status 9" in died.how
     assert calls[0] == (0, 7) and calls[-1] == (7, 7)
+
+
+def test_a_killed_pool_process_is_reported_as_killed_and_a_crash_as_a_crash() -> None:
+    from tests.distributed import crashing
+
+    out = LocalExecutor().map(
+        crashing.echo_or_be_killed, ["a", "die-b", "c"], (), None, lambda item, e: e, 2
+    )
+    assert out[0] == ("ok", "a") and out[2] == ("ok", "c")
+    assert isinstance(out[1], WorkerDied) and out[1].exitcode == -signal.SIGKILL
+    reasons = {
+        code: _lost("rank3.json", WorkerDied(code)).reason
+        for code in (-signal.SIGKILL, -signal.SIGSEGV, 1, None)
+    }
+    assert "was killed (SIGKILL: the kernel's out-of-memory killer" in reasons[-signal.SIGKILL]
+    assert "crashed (SIGSEGV)" in reasons[-signal.SIGSEGV]
+    assert "exited with status 1 before finishing it" in reasons[1]
+    assert "memory" not in reasons[1] and "memory" not in reasons[-signal.SIGSEGV]
+    assert "died (killed for memory, or a crash)" in reasons[None]  # no exit status to read
 
 
 def test_ranks_parsed_on_threads_give_the_serial_figures(

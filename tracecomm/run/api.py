@@ -8,8 +8,10 @@ from typing import Any
 
 from tracecomm.analysis.compare import Comparison
 from tracecomm.analysis.model import Report
+from tracecomm.run.discover import Discovery
 from tracecomm.run.executors import open_executor
-from tracecomm.run.request import request_of
+from tracecomm.run.pool import SPAWNED_POOL_MIN_BYTES
+from tracecomm.run.request import Request, request_of
 from tracecomm.run.session import analyze as run_analysis
 
 
@@ -21,14 +23,17 @@ def analyze(paths: str | Path | Sequence[str | Path], **options: Any) -> Report:
         report.ranks          # one row per rank (polars), see Report.ranks_frame
         report.stragglers     # the typed sections, as the JSON document has them
 
+    Works alike in a notebook, in a plain script (no ``if __name__ == "__main__":`` guard
+    needed), under ``python -c`` and from ``python -``. The ranks are parsed on threads of this
+    process, one per core (polars and the inflation release the GIL), unless the run reaches
+    1 GiB or ``jobs=N`` asks for N worker processes: fresh interpreters, started per call, that
+    import tracecomm but never the caller's script or notebook (each costs about half a
+    CPU-second before its first rank). ``jobs=1`` parses one rank at a time; the figures are
+    the same either way.
+
     Raises ``tracecomm.errors.UsageError`` for a bad option or path and
     ``tracecomm.errors.NoUsableInput`` when nothing can be analyzed."""
-    request = request_of(paths, **options)
-    executor = open_executor(request.executor, request.jobs)
-    try:
-        return run_analysis(request, executor=executor)
-    finally:
-        executor.close()
+    return _analyze(request_of(paths, **options))
 
 
 def compare(
@@ -42,8 +47,24 @@ def compare(
         result.runs[-1].scaling_efficiency
         result.pairs[-1].decomposition     # where the time went, adding up to the ns
 
+    Works in a notebook and in a plain script alike, each run folder parsed as ``analyze``
+    parses it (threads of this process, or worker processes for 1 GiB or with ``jobs=N``,
+    which never import the caller's script).
+
     Raises ``tracecomm.errors.UsageError`` (a bad option, path or saved report) and
     ``tracecomm.errors.NoUsableInput``."""
     from tracecomm.run.compare import compare_runs
 
-    return compare_runs(list(paths), weak=weak, keep_order=keep_order, **options)
+    return compare_runs(
+        list(paths), weak=weak, keep_order=keep_order, analyze_run=_analyze, **options
+    )
+
+
+def _analyze(request: Request, discovery: Discovery | None = None) -> Report:
+    """A worker process here is a fresh interpreter (polars is loaded: no fork), which pays
+    for itself only on a large run: below ``SPAWNED_POOL_MIN_BYTES`` the ranks go to threads."""
+    executor = open_executor(request.executor, request.jobs, pool_min_bytes=SPAWNED_POOL_MIN_BYTES)
+    try:
+        return run_analysis(request, executor=executor, discovery=discovery)
+    finally:
+        executor.close()

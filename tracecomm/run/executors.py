@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -95,10 +97,14 @@ class LocalExecutor:
     """This process for one job (items side by side on ``threads`` threads: the parse spends
     most of its time in polars and inflation, which release the GIL), else a process pool (the
     CLI may hand over one it started early, so workers import while the client loads its own
-    modules)."""
+    modules). ``pool_min_bytes``: the input that pays for a pool when the caller leaves the
+    number of jobs open (``run.pool.jobs_for``; None: ``POOL_MIN_BYTES``)."""
 
-    def __init__(self, pool: ProcessPoolExecutor | None = None) -> None:
+    def __init__(
+        self, pool: ProcessPoolExecutor | None = None, pool_min_bytes: int | None = None
+    ) -> None:
         self._pool = pool
+        self.pool_min_bytes = pool_min_bytes
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
@@ -145,7 +151,6 @@ class LocalExecutor:
         breaks the whole pool: what had not finished runs again in a fresh pool of one
         process, where a death can only be the file being parsed, which alone is lost."""
         from concurrent.futures import as_completed
-        from concurrent.futures.process import BrokenProcessPool
 
         from tracecomm.run.pool import new_pool
 
@@ -153,8 +158,10 @@ class LocalExecutor:
         pending = list(range(len(items)))
         pool, self._pool = self._pool or new_pool(jobs), None
         while pending:
+            broken = False
             with pool:
                 futures = {pool.submit(fn, items[i], *args): i for i in pending}
+                workers = _workers(pool)
                 if meanwhile is not None:
                     meanwhile()
                     meanwhile = None  # a retry after a broken pool has it done already
@@ -163,12 +170,15 @@ class LocalExecutor:
                         results[futures[future]] = future.result()
                         if progress:
                             progress(len(results), len(items), items[futures[future]])
-                except BrokenProcessPool as exc:
-                    if jobs == 1:  # one process, in submission order: the first unfinished
-                        culprit = next(i for i in pending if i not in results)
-                        results[culprit] = on_error(items[culprit], exc)
-                        if progress:
-                            progress(len(results), len(items), items[culprit])
+                except BrokenProcessPool:
+                    broken = True
+            if broken and jobs == 1:  # one process, in submission order: the first unfinished
+                culprit = next(i for i in pending if i not in results)
+                # the pool is shut down: its process joined, its exit status known
+                status = next((w.exitcode for w in workers), None)
+                results[culprit] = on_error(items[culprit], WorkerDied(status))
+                if progress:
+                    progress(len(results), len(items), items[culprit])
             pending = [i for i in pending if i not in results]
             if not pending:
                 return [results[i] for i in range(len(items))]
@@ -180,6 +190,37 @@ class LocalExecutor:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+
+class WorkerDied(BrokenProcessPool):
+    """The one process of a pool died while it ran the item: how it ended (its exit status,
+    when the pool let it be read), so that a crash is not reported as running out of memory,
+    nor an error at the worker's start as either."""
+
+    def __init__(self, exitcode: int | None) -> None:
+        self.exitcode = exitcode
+        super().__init__(self.how)
+
+    @property
+    def how(self) -> str:
+        code = self.exitcode
+        if code is None:
+            return "died (killed for memory, or a crash)"
+        if code == -signal.SIGKILL:
+            return "was killed (SIGKILL: the kernel's out-of-memory killer, most likely)"
+        if code < 0:
+            try:
+                return f"crashed ({signal.Signals(-code).name})"
+            except ValueError:
+                return f"crashed (signal {-code})"
+        return f"exited with status {code} before finishing it (its error is on stderr)"
+
+
+def _workers(pool: ProcessPoolExecutor) -> list[Any]:
+    """The pool's processes, for their exit status once it is shut down (an attribute of
+    ``ProcessPoolExecutor``'s that Python 3.10 to 3.13 all have; none where it is missing)."""
+    processes = getattr(pool, "_processes", None)
+    return list(processes.values()) if isinstance(processes, dict) else []
 
 
 def _threaded(
@@ -299,8 +340,11 @@ class DaskExecutor:
 
 
 def open_executor(
-    spec: ExecutorSpec, jobs: int | None, pool: ProcessPoolExecutor | None = None
+    spec: ExecutorSpec,
+    jobs: int | None,
+    pool: ProcessPoolExecutor | None = None,
+    pool_min_bytes: int | None = None,
 ) -> Executor:
     if spec.kind == "dask":
         return DaskExecutor(spec, jobs)
-    return LocalExecutor(pool)
+    return LocalExecutor(pool, pool_min_bytes)

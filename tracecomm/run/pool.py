@@ -4,17 +4,32 @@ modules and discovering files."""
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
+from multiprocessing import get_context, popen_spawn_posix, reduction, spawn, util
+from multiprocessing.context import (
+    BaseContext,
+    SpawnContext,
+    SpawnProcess,
+    set_spawning_popen,
+)
 from pathlib import Path
+from typing import Any
 
 from tracecomm.ingest.discover import json_size
 
 # Below this much input a pool costs more (interpreter + polars start) than it saves.
 POOL_MIN_BYTES = 64 * 2**20
+# ... for a pool of fresh interpreters, which the Python API starts (polars is loaded there, so
+# no fork): each worker starts Python and imports polars and the per-rank code (0.42-0.5 CPU-s)
+# before its first rank, where threads of the caller start at once. On two busy cores (best
+# of 3-5), two spawned workers took 3.9 s where threads took 2.4 s over 8 x 30 MB, 6.0 s
+# against 5.0 s over 8 x 100 MB, and 7.1 s against 15.5 s over 8 x 250 MB. More cores favour
+# the pool sooner (threads share the GIL), but under 1 GiB the threads finish in seconds.
+SPAWNED_POOL_MIN_BYTES = 2**30
 # polars' allocator (jemalloc) keeps freed pages for 10 s by default, and a run is shorter:
 # the peak RSS counted every page a step ever freed. Handing them back after 0.1 s costs no
 # measurable time and takes a 2 GB trace from 1.0 to 0.85 GiB (BENCHMARKS.md).
@@ -22,12 +37,18 @@ JEMALLOC_CONF = "_RJEM_MALLOC_CONF"  # read once, when polars' library first all
 RETURN_FREED_PAGES = "dirty_decay_ms:100,muzzy_decay_ms:0"
 
 
-def jobs_for(paths: Sequence[str | Path], requested: int | None) -> int:
+def jobs_for(
+    paths: Sequence[str | Path], requested: int | None, min_bytes: int | None = None
+) -> int:
+    """Worker processes for the run: ``requested``, else one per core once the input reaches
+    ``min_bytes`` (``POOL_MIN_BYTES``; ``SPAWNED_POOL_MIN_BYTES`` where the workers would be
+    spawned)."""
     if requested is not None:
         return max(1, min(requested, len(paths)))
+    least = POOL_MIN_BYTES if min_bytes is None else min_bytes
     # a remote file's size is not worth a round trip here: count it as worth a process
-    total = sum(json_size(p) if "://" not in str(p) else POOL_MIN_BYTES for p in paths)
-    if total < POOL_MIN_BYTES or len(paths) < 2:
+    total = sum(json_size(p) if "://" not in str(p) else least for p in paths)
+    if total < least or len(paths) < 2:
         return 1
     return max(1, min(os.cpu_count() or 1, len(paths)))
 
@@ -49,15 +70,32 @@ def threads_for(paths: Sequence[str | Path], requested: int | None, jobs: int | 
 
 def new_pool(jobs: int) -> ProcessPoolExecutor:
     # Forking a process whose polars thread pool runs can deadlock: fork only while this
-    # process has not loaded polars (the CLI starts its pool first), else spawn. A forked
+    # process has not loaded polars (the CLI starts its pool first), else start fresh
+    # interpreters that leave the caller's script alone (``unguarded_spawn``). A forked
     # worker skips the interpreter's start and the imports already made.
-    method = "spawn" if "polars" in sys.modules or sys.platform != "linux" else "fork"
+    fork = "polars" not in sys.modules and sys.platform == "linux"
     return ProcessPoolExecutor(
         max_workers=jobs,
-        mp_context=get_context(method),
+        mp_context=get_context("fork") if fork else unguarded_spawn(),
         initializer=polars_threads,
         initargs=(max(1, (os.cpu_count() or 1) // jobs),),
     )
+
+
+def unguarded_spawn() -> BaseContext:
+    """multiprocessing's ``spawn``, but the workers do not run the caller's ``__main__``.
+
+    A spawned worker normally imports the main module again (the script, by its path) so that
+    functions defined there unpickle: a script calling ``tracecomm.analyze`` without an ``if
+    __name__ == "__main__":`` guard then runs in every worker, whose own ``analyze`` cannot
+    start processes while it is being imported, and the pool breaks. The pool's tasks are
+    tracecomm's own functions, imported by name, so the workers need nothing from
+    ``__main__``: these leave it out (as loky's workers do), and a plain script, code piped to
+    ``python -``, ``python -c`` and a notebook all work alike, guard or not. Windows keeps the
+    plain ``spawn``."""
+    if sys.platform == "win32":
+        return get_context("spawn")
+    return UnguardedSpawnContext()
 
 
 def polars_threads(threads: int) -> None:
@@ -96,3 +134,60 @@ def warm() -> None:
     from tracecomm.run.worker import preload
 
     preload()
+
+
+class UnguardedPopen(popen_spawn_posix.Popen):
+    """``popen_spawn_posix.Popen`` whose preparation data leaves out the main module, so the
+    child never runs it. multiprocessing has no switch for that: this is its ``_launch`` (the
+    same in Python 3.10 to 3.13) with the two ``pop`` calls added."""
+
+    _fds: list[int]  # set by popen_spawn_posix.Popen.__init__
+
+    def _launch(self, process_obj: Any) -> None:
+        from multiprocessing import resource_tracker
+
+        tracker_fd = resource_tracker.getfd()
+        assert tracker_fd is not None  # ensure_running set it
+        self._fds.append(tracker_fd)
+        prep_data = spawn.get_preparation_data(process_obj._name)
+        prep_data.pop("init_main_from_name", None)  # python -m script
+        prep_data.pop("init_main_from_path", None)  # python script.py, python - < script.py
+        fp = io.BytesIO()
+        set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, fp)
+            reduction.dump(process_obj, fp)
+        finally:
+            set_spawning_popen(None)
+        parent_r = child_w = child_r = parent_w = None
+        try:
+            parent_r, child_w = os.pipe()
+            child_r, parent_w = os.pipe()
+            cmd = spawn.get_command_line(tracker_fd=tracker_fd, pipe_handle=child_r)
+            self._fds.extend([child_r, child_w])
+            exe = os.fsencode(spawn.get_executable())
+            self.pid = util.spawnv_passfds(exe, cmd, self._fds)
+            self.sentinel = parent_r
+            with open(parent_w, "wb", closefd=False) as f:
+                f.write(fp.getbuffer())
+        finally:
+            fds = [fd for fd in (parent_r, parent_w) if fd is not None]
+            self.finalizer = util.Finalize(self, _close_fds, fds)
+            for fd in (child_r, child_w):
+                if fd is not None:
+                    os.close(fd)
+
+
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+class UnguardedProcess(SpawnProcess):
+    @staticmethod
+    def _Popen(process_obj: Any) -> UnguardedPopen:
+        return UnguardedPopen(process_obj)
+
+
+class UnguardedSpawnContext(SpawnContext):
+    Process = UnguardedProcess

@@ -24,7 +24,7 @@ from tracecomm.errors import NoUsableInput, OutputError, UsageError
 from tracecomm.ingest.power import PowerLog, PowerLogError, find_power_logs, load_power_log
 from tracecomm.mfu.inputs import InputError, ModelFlops, ModelInputs, model_flops
 from tracecomm.run.discover import Discovery, discover
-from tracecomm.run.executors import Executor, LocalExecutor
+from tracecomm.run.executors import Executor, LocalExecutor, WorkerDied
 from tracecomm.run.pool import jobs_for, threads_for
 from tracecomm.run.request import Request
 from tracecomm.run.settings import read_settings, settings_path
@@ -258,7 +258,8 @@ def _map_files(
     meanwhile: Callable[[], None] | None = None,
 ) -> list[RankResult | FileFailure]:
     cached = request.cache is not None and _all_cached(paths, request.cache, work)
-    jobs = 1 if cached else jobs_for(paths, request.jobs)
+    least = executor.pool_min_bytes if isinstance(executor, LocalExecutor) else None
+    jobs = 1 if cached else jobs_for(paths, request.jobs, least)
     threads = 1 if cached else threads_for(paths, request.jobs, jobs)
     per_file = executor.map(
         analyze_file,
@@ -292,8 +293,8 @@ def _lost(path: str, exc: BaseException) -> FileFailure:
     name = type(exc).__name__
     if name == "KilledWorker":
         reason = f"the worker parsing it died too often (Dask KilledWorker: {exc})"
-    elif name == "BrokenProcessPool":
-        reason = "the process parsing it died (killed for memory, or a crash); other ranks kept"
+    elif isinstance(exc, WorkerDied):
+        reason = f"the process parsing it {exc.how}; other ranks kept"
     else:
         reason = f"lost by the executor ({name}: {exc})"
     return FileFailure(path, reason)
