@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from tests.conftest import analyze_json
 from tests.distributed.conftest import need_distributed
-from tracecomm.cli import EXIT_OK, EXIT_USAGE, app
+from tracecomm.cli import EXIT_USAGE, app
 from tracecomm.render.document import report_document
 from tracecomm.run.executors import (
     DaskExecutor,
@@ -161,11 +162,7 @@ def test_the_cli_runs_on_a_local_dask_cluster(run64: Path, local_doc: dict[str, 
     need_distributed()
     import json
 
-    result = CliRunner().invoke(
-        app, ["analyze", str(run64), "-f", "json", "-q", "--executor", "dask", "-j", "2"]
-    )
-    assert result.exit_code == EXIT_OK, result.stderr
-    doc = json.loads(result.stdout)
+    doc = analyze_json(run64, "-q", "--executor", "dask", "-j", "2")
     assert doc["ranks"] == json.loads(json.dumps(local_doc["ranks"]))
 
 
