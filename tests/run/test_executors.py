@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import analyze_json
-from tests.distributed.conftest import need_distributed
+from tests.run.conftest import need_distributed
 from tracecomm.cli import EXIT_USAGE, app
 from tracecomm.render.document import report_document
 from tracecomm.run.executors import (
@@ -205,7 +205,7 @@ def test_a_pool_process_that_dies_loses_only_its_own_file() -> None:
     """The local pool breaks when one process dies; every other item still gets its result
     and the one being parsed in the dying process is reported through on_error, with how
     that process ended."""
-    from tests.distributed import crashing
+    from tests.run import crashing
 
     items = ["a", "b", "die-c", "d", "e", "f", "g"]
     calls: list[tuple[int, int]] = []
@@ -226,7 +226,7 @@ def test_a_pool_process_that_dies_loses_only_its_own_file() -> None:
 
 
 def test_a_killed_pool_process_is_reported_as_killed_and_a_crash_as_a_crash() -> None:
-    from tests.distributed import crashing
+    from tests.run import crashing
 
     out = LocalExecutor().map(
         crashing.echo_or_be_killed, ["a", "die-b", "c"], (), None, lambda item, e: e, 2
