@@ -1,13 +1,17 @@
-"""Shared test helpers: tiny handwritten traces and the location of the real ones."""
+"""Shared test helpers: tiny handwritten traces, the location of the real ones, and
+``analyze_json`` (the CLI's JSON document of a run)."""
 
 from __future__ import annotations
 
 import gzip
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import pytest
+from typer.testing import CliRunner
+
+from tracecomm.cli import EXIT_OK, app
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = REPO.parent / "shared" / "data" / "traces"
@@ -97,6 +101,30 @@ def simple_events(offset_us: int = 1000) -> list[dict]:
         ),
         kernel("vectorized_elementwise_kernel", o + 200, 50, 3),
     ]
+
+
+@overload
+def analyze_json(
+    *args: str | Path, code: int = EXIT_OK, with_stderr: Literal[False] = False
+) -> dict[str, Any]: ...
+
+
+@overload
+def analyze_json(
+    *args: str | Path, code: int = EXIT_OK, with_stderr: Literal[True]
+) -> tuple[dict[str, Any], str]: ...
+
+
+def analyze_json(
+    *args: str | Path, code: int = EXIT_OK, with_stderr: bool = False
+) -> dict[str, Any] | tuple[dict[str, Any], str]:
+    """``tracecomm analyze ARGS -f json`` in this process: the document it printed, parsed,
+    once the exit code is ``code``. ``args``: the inputs and any other options, as on the
+    command line; ``with_stderr``: also what it printed to stderr (the warnings)."""
+    result = CliRunner().invoke(app, ["analyze", *map(str, args), "-f", "json"])
+    assert result.exit_code == code, result.stderr
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return (doc, result.stderr) if with_stderr else doc
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -11,11 +10,9 @@ from typing import Any
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
 
 import tracecomm
-from tests.conftest import REPO, SAMPLE_RUN
-from tracecomm.cli import app
+from tests.conftest import REPO, SAMPLE_RUN, analyze_json
 from tracecomm.errors import NoUsableInput, UsageError
 
 
@@ -26,8 +23,7 @@ def report() -> tracecomm.Report:
 
 @pytest.fixture(scope="module")
 def document() -> dict:
-    result = CliRunner().invoke(app, ["analyze", str(SAMPLE_RUN), "-f", "json"])
-    return json.loads(result.stdout)
+    return analyze_json(SAMPLE_RUN)
 
 
 def test_the_readme_line_prints_the_per_rank_frame() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.analysis.possible import impossible
-from tests.analysis.test_stragglers import analyze
+from tests.conftest import analyze_json
 from tracecomm.synth import RunSpec, dp_pp_run, dp_tp_run, fsdp_run, write_run
 
 
@@ -61,7 +61,7 @@ def job(seed: int) -> tuple[RunSpec, tuple[str, ...]]:
 def test_no_impossible_figure_in_any_generated_job(tmp_path: Path, seed: int) -> None:
     spec, extra = job(seed)
     write_run(spec, tmp_path)
-    doc = analyze(tmp_path, *extra)
+    doc = analyze_json(tmp_path, *extra)
     assert list(impossible(doc)) == []
     st = doc["stragglers"]
     if st is not None and st["replay"] is not None:

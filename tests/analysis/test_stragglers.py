@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import SAMPLE_RUN
-from tracecomm.cli import EXIT_OK, app
+from tests.conftest import SAMPLE_RUN, analyze_json
+from tracecomm.cli import app
 from tracecomm.synth import expected_run, fsdp_run, write_run
-
-
-def analyze(path: Path, *extra: str) -> dict[str, Any]:
-    result = CliRunner().invoke(app, ["analyze", str(path), "--format", "json", *extra])
-    assert result.exit_code == EXIT_OK, result.stderr
-    doc: dict[str, Any] = json.loads(result.stdout)
-    return doc
 
 
 @pytest.mark.parametrize("slowdown", [0.05, 0.2, 0.5])
@@ -27,7 +18,7 @@ def test_the_injected_straggler_is_ranked_first_and_alone_flagged(
 ) -> None:
     spec = fsdp_run(world_size=8, steps=3, layers=4, seed=2, slow_rank=5, slowdown=slowdown)
     write_run(spec, tmp_path)
-    doc = analyze(tmp_path)
+    doc = analyze_json(tmp_path)
     st = doc["stragglers"]
     assert st["flag_basis"] == "replay gain"
     first = st["ranks"][0]
@@ -64,7 +55,7 @@ def test_the_injected_straggler_is_ranked_first_and_alone_flagged(
 
 def test_no_injected_straggler_flags_nobody(tmp_path: Path) -> None:
     write_run(fsdp_run(world_size=8, steps=3, layers=4, seed=2, slowdown=0.0), tmp_path)
-    st = analyze(tmp_path)["stragglers"]
+    st = analyze_json(tmp_path)["stragglers"]
     assert st["flagged"] == []
     assert st["recoverable_pct"] == 0.0
 
@@ -74,9 +65,9 @@ def test_clock_offsets_do_not_change_who_is_blamed(tmp_path: Path) -> None:
     write_run(
         fsdp_run(world_size=16, steps=2, layers=3, seed=1, slow_rank=12, slowdown=0.2), tmp_path
     )
-    aligned = analyze(tmp_path)["stragglers"]
+    aligned = analyze_json(tmp_path)["stragglers"]
     assert aligned["flagged"] == [12]
-    raw = analyze(tmp_path, "--no-clock-align")["stragglers"]
+    raw = analyze_json(tmp_path, "--no-clock-align")["stragglers"]
     # without alignment host 0 seems to wait 41 ms at every collective for host 1
     wait = {r["rank"]: r["wait_per_step_ns"] for r in aligned["ranks"]}
     raw_wait = {r["rank"]: r["wait_per_step_ns"] for r in raw["ranks"]}
@@ -96,7 +87,7 @@ def test_heat_map_and_table_in_the_terminal_report() -> None:
 
 
 def test_delay_by_group_and_type_adds_up_to_the_ranks() -> None:
-    st = analyze(SAMPLE_RUN)["stragglers"]
+    st = analyze_json(SAMPLE_RUN)["stragglers"]
     groups = st["by_group_type"]
     assert groups[0]["top_rank"] == 3
     assert {g["coll_type"] for g in groups} == {"AllGather", "ReduceScatter", "AllReduce"}
@@ -108,7 +99,7 @@ def test_delay_by_group_and_type_adds_up_to_the_ranks() -> None:
 def test_detail_instances_lists_every_matched_instance() -> None:
     from collections import Counter
 
-    doc = analyze(SAMPLE_RUN, "--detail", "instances")
+    doc = analyze_json(SAMPLE_RUN, "--detail", "instances")
     st, cr = doc["stragglers"], doc["cross_rank"]
     records = st["instances"]
     assert len(records) == cr["matched"] > 0
@@ -118,7 +109,7 @@ def test_detail_instances_lists_every_matched_instance() -> None:
     for r in records:
         assert r["ranks"] == 8 and 0 <= r["delay_caused_ns"] <= r["arrival_skew_ns"]
         assert r["transfer_ns"] > 0
-    assert analyze(SAMPLE_RUN)["stragglers"]["instances"] == []
+    assert analyze_json(SAMPLE_RUN)["stragglers"]["instances"] == []
 
 
 def test_peers_are_the_largest_group_doing_the_same_work() -> None:
@@ -171,7 +162,7 @@ def test_straggler_in_a_dp_x_tp_layout(tmp_path: Path) -> None:
 
     spec = dp_tp_run(dp=4, tp=2, steps=3, layers=3, seed=1, slow_rank=5, slowdown=0.3)
     write_run(spec, tmp_path)
-    st = analyze(tmp_path)["stragglers"]
+    st = analyze_json(tmp_path)["stragglers"]
     assert st["flagged"] == [5]
     assert st["ranks"][0]["rank"] == 5
     # its TP partner (rank 4) waits for it at every tensor-parallel all-reduce, then arrives
@@ -193,7 +184,7 @@ def test_large_runs_show_the_heat_map_by_host(tmp_path: Path) -> None:
     rows = [line.split() for line in out.splitlines() if line.strip().startswith("node")]
     heat = {r[0]: r[1:] for r in rows if len(r) > 1 and "█" in "".join(r)}
     assert list(heat) == ["node5"]  # rank 42 lives on node5 (8 ranks per host)
-    st = analyze(tmp_path)["stragglers"]
+    st = analyze_json(tmp_path)["stragglers"]
     assert st["flagged"] == [42]
 
 
@@ -206,7 +197,7 @@ def test_pipeline_straggler_in_the_first_stage_is_ranked_first(
     # 2-way data parallel x 4 stages; rank 0 (stage 0) computes slower
     spec = dp_pp_run(dp=2, pp=4, microbatches=4, steps=2, slow_rank=0, slowdown=slowdown)
     write_run(spec, tmp_path)
-    st = analyze(tmp_path)["stragglers"]
+    st = analyze_json(tmp_path)["stragglers"]
     assert st["ranks"][0]["rank"] == 0
     # one stage's compute is a quarter of the pipeline's: a rank 50 % slower costs the step
     # about 4 %, under the flag line of 5 %; twice as slow, it is flagged, alone
@@ -218,7 +209,7 @@ def test_pipeline_without_a_straggler_flags_nobody(tmp_path: Path) -> None:
     from tracecomm.synth import dp_pp_run
 
     write_run(dp_pp_run(dp=2, pp=4, microbatches=4, steps=2), tmp_path)
-    assert analyze(tmp_path)["stragglers"]["flagged"] == []
+    assert analyze_json(tmp_path)["stragglers"]["flagged"] == []
 
 
 def test_pipeline_straggler_in_the_first_stage_is_blamed_not_the_later_stages(
@@ -228,7 +219,7 @@ def test_pipeline_straggler_in_the_first_stage_is_blamed_not_the_later_stages(
 
     # 2-way data parallel x 4 stages; rank 0 (stage 0) computes twice as slow
     write_run(dp_pp_run(dp=2, pp=4, microbatches=4, steps=2, slow_rank=0, slowdown=1.0), tmp_path)
-    doc = analyze(tmp_path)
+    doc = analyze_json(tmp_path)
     st, cr = doc["stragglers"], doc["cross_rank"]
     assert st["flagged"] == [0] and st["ranks"][0]["rank"] == 0
     assert cr["p2p_paired"] * 2 == cr["point_to_point"] and cr["p2p_unpaired"] == 0
@@ -251,7 +242,7 @@ def test_an_imbalanced_pipeline_stage_ranks_first(tmp_path: Path) -> None:
     # stage 2 (ranks 4 and 5) holds twice the layers of the others
     spec = dp_pp_run(dp=2, pp=4, microbatches=4, steps=2, layers_per_stage=(2, 2, 4, 2))
     write_run(spec, tmp_path)
-    st = analyze(tmp_path)["stragglers"]
+    st = analyze_json(tmp_path)["stragglers"]
     assert st["flagged"] == [4, 5]
     assert {r["rank"] for r in st["ranks"][:2]} == {4, 5}
     top = st["ranks"][0]
@@ -262,10 +253,10 @@ def test_an_imbalanced_pipeline_stage_ranks_first(tmp_path: Path) -> None:
 
 
 def test_top_limits_the_ranked_list() -> None:
-    st = analyze(SAMPLE_RUN, "--top", "2")["stragglers"]
+    st = analyze_json(SAMPLE_RUN, "--top", "2")["stragglers"]
     assert [r["rank"] for r in st["ranks"]] == [
         3,
-        analyze(SAMPLE_RUN)["stragglers"]["ranks"][1]["rank"],
+        analyze_json(SAMPLE_RUN)["stragglers"]["ranks"][1]["rank"],
     ]
     assert st["flagged"] == []  # 4 % of the step (see the heat map test)
     result = CliRunner().invoke(app, ["analyze", str(SAMPLE_RUN), "--top", "1"])

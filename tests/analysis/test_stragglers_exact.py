@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.analysis.test_stragglers import analyze
+from tests.conftest import analyze_json
 from tracecomm.synth import (
     RunSpec,
     dp_pp_run,
@@ -69,7 +69,7 @@ def jitter_free(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[RunSpec
         jitter=0.0,
     )
     write_run(spec, tmp_path)
-    return spec, analyze(tmp_path, "--detail", "instances")
+    return spec, analyze_json(tmp_path, "--detail", "instances")
 
 
 def test_clock_offsets_are_recovered_exactly(jitter_free: tuple[RunSpec, dict[str, Any]]) -> None:
@@ -97,7 +97,7 @@ def test_pipeline_instances_match_the_schedule(tmp_path: Path, slowdown: float) 
         host_offsets_ns=[-12_345_678],
     )
     write_run(spec, tmp_path)
-    doc = analyze(tmp_path, "--detail", "instances")
+    doc = analyze_json(tmp_path, "--detail", "instances")
     assert_instances_match(spec, doc)
     st = doc["stragglers"]
     assert st["ranks"][0]["rank"] == 0
@@ -162,7 +162,7 @@ def test_replay_predicts_the_pipeline_without_its_straggler(
     for name, slow in (("slow", slowdown), ("clean", 0.0)):
         spec = dp_pp_run(2, 4, microbatches=4, steps=3, slow_rank=0, slowdown=slow, jitter=0.0)
         write_run(spec, tmp_path / name)
-        runs[name] = analyze(tmp_path / name)["stragglers"]
+        runs[name] = analyze_json(tmp_path / name)["stragglers"]
     st, clean = runs["slow"], runs["clean"]
     replay = st["replay"]
     assert st["flagged"] == [0] and replay["by_peers"] == [0] and replay["by_scaling"] == []
@@ -184,7 +184,7 @@ def test_replay_of_a_data_parallel_straggler_is_close(tmp_path: Path) -> None:
     for name, slow in (("slow", 0.5), ("clean", 0.0)):
         spec = fsdp_run(8, steps=4, seed=0, slow_rank=3, slowdown=slow, jitter=0.0)
         write_run(spec, tmp_path / name)
-        steps[name] = analyze(tmp_path / name)["stragglers"]
+        steps[name] = analyze_json(tmp_path / name)["stragglers"]
     st, truth = steps["slow"], steps["clean"]["median_step_ns"]
     assert st["replay"]["step_ns"] == st["median_step_ns"]
     assert st["step_if_no_straggler_replay_ns"] < truth
@@ -193,6 +193,6 @@ def test_replay_of_a_data_parallel_straggler_is_close(tmp_path: Path) -> None:
 
 def test_no_straggler_nothing_to_replay(tmp_path: Path) -> None:
     write_run(fsdp_run(8, steps=3, seed=1, slowdown=0.0, jitter=0.0), tmp_path)
-    st = analyze(tmp_path)["stragglers"]
+    st = analyze_json(tmp_path)["stragglers"]
     assert st["flagged"] == [] and st["recoverable_pct_replay"] == 0.0
     assert st["step_if_no_straggler_replay_ns"] == st["median_step_ns"]

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from tests.analysis.possible import impossible
-from tests.analysis.test_stragglers import analyze
-from tests.conftest import SHARED_TRACES
+from tests.conftest import SHARED_TRACES, analyze_json
 
 SE = "bytedance-straggler-SE"
 STAGE_1 = list(range(64, 128, 2))  # the ranks of stage 1 present in the traces
@@ -22,7 +21,7 @@ def se() -> tuple[dict[str, Any], dict[str, Any]]:
     folder = SHARED_TRACES / SE
     if not folder.is_dir():
         pytest.skip(f"../shared/data/traces/{SE} is not present")
-    return analyze(folder), json.loads((folder / "result-SE.json").read_text())
+    return analyze_json(folder), json.loads((folder / "result-SE.json").read_text())
 
 
 def test_stage_1_is_flagged_and_ranked_first(se: tuple[dict[str, Any], dict[str, Any]]) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.analysis.possible import impossible
-from tests.analysis.test_stragglers import analyze
+from tests.conftest import analyze_json
 from tracecomm.synth import dp_pp_run, write_run
 
 MEGA: dict[str, Any] = dict(
@@ -23,7 +23,7 @@ OVERLOADED: dict[str, Any] = dict(dp=2, pp=4, microbatches=8, steps=3)
 
 def generated(tmp: Path, **kw: Any) -> dict[str, Any]:
     write_run(dp_pp_run(**MEGA, **kw), tmp)
-    return analyze(tmp)
+    return analyze_json(tmp)
 
 
 @pytest.fixture(scope="module")

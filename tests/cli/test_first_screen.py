@@ -4,14 +4,13 @@ what to try (issue 22; metrics.md §14). ``--brief`` prints only that."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import SAMPLE_RUN
+from tests.conftest import SAMPLE_RUN, analyze_json
 
 WIDTH, SCREEN = 100, 25
 
@@ -31,7 +30,7 @@ def tracecomm(*args: str) -> str:
 
 @pytest.fixture(scope="module")
 def document() -> dict:
-    return json.loads(tracecomm("analyze", str(SAMPLE_RUN), "-f", "json"))
+    return analyze_json(SAMPLE_RUN)
 
 
 @pytest.fixture(scope="module")

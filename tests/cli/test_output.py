@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import REPO, SAMPLE_RUN
+from tests.conftest import REPO, SAMPLE_RUN, analyze_json
 from tracecomm import __version__
 from tracecomm.cli import EXIT_OK, app
 from tracecomm.run.request import parse_steps
@@ -25,9 +25,7 @@ SCHEMA = json.loads((REPO / "tracecomm/schema/report.schema.json").read_text())
 
 @pytest.fixture(scope="module")
 def sample_json() -> dict:
-    result = runner.invoke(app, ["analyze", str(SAMPLE_RUN), "--format", "json"])
-    assert result.exit_code == EXIT_OK, result.stderr
-    return json.loads(result.stdout)
+    return analyze_json(SAMPLE_RUN)
 
 
 def test_json_validates_against_the_shipped_schema(sample_json: dict) -> None:

@@ -11,7 +11,8 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from tests.engine.test_synth_truth import analyze_json, assert_run_matches
+from tests.conftest import analyze_json
+from tests.engine.test_synth_truth import assert_run_matches
 from tracecomm.cli import EXIT_NO_INPUT, app
 from tracecomm.engine import breakdown
 from tracecomm.engine.classify import classify

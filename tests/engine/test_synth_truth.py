@@ -6,15 +6,12 @@ schedule, no engine code); the actual ones go through the whole CLI and its JSON
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from tests.conftest import SAMPLE_RUN
-from tracecomm.cli import EXIT_OK, app
+from tests.conftest import SAMPLE_RUN, analyze_json
 from tracecomm.synth import RunSpec, expected_run, fsdp_run, write_run
 from tracecomm.synth.expected import Figures as Expected
 
@@ -27,13 +24,6 @@ FIELDS = (
     "exposed_memory_ns",
     "idle_ns",
 )
-
-
-def analyze_json(path: Path, *extra: str) -> dict[str, Any]:
-    result = CliRunner().invoke(app, ["analyze", str(path), "--format", "json", *extra])
-    assert result.exit_code == EXIT_OK, result.stderr
-    doc: dict[str, Any] = json.loads(result.stdout)
-    return doc
 
 
 def assert_window_matches(window: dict[str, Any], want: Expected) -> None:

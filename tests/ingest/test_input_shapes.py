@@ -4,22 +4,22 @@ per process, B / E pairs. Each through the CLI, asserting the figures."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import kernel, launch, simple_events, step, trace_doc, write_trace
-from tracecomm.cli import EXIT_OK, app
-
-
-def analyze(path: Path, *extra: str) -> dict[str, Any]:
-    result = CliRunner().invoke(app, ["analyze", str(path), "-f", "json", "-q", *extra])
-    assert result.exit_code == EXIT_OK, result.stderr
-    doc: dict[str, Any] = json.loads(result.stdout)
-    return doc
+from tests.conftest import (
+    analyze_json,
+    kernel,
+    launch,
+    simple_events,
+    step,
+    trace_doc,
+    write_trace,
+)
+from tracecomm.cli import app
 
 
 def one_comm_kernel(name: str, **args: Any) -> list[dict[str, Any]]:
@@ -60,7 +60,7 @@ def one_comm_kernel(name: str, **args: Any) -> list[dict[str, Any]]:
 )
 def test_comm_kernel_families(tmp_path: Path, name: str, args: dict[str, Any], coll: str) -> None:
     write_trace(tmp_path / "rank0.json", trace_doc(one_comm_kernel(name, **args), world=1))
-    doc = analyze(tmp_path)
+    doc = analyze_json(tmp_path, "-q")
     assert [(t["coll_type"], t["exposed_comm_ns"]) for t in doc["by_type"]] == [(coll, 100_000)]
 
 
@@ -69,7 +69,7 @@ def test_rocm_trace_with_hip_launches(tmp_path: Path) -> None:
     events[1]["name"] = events[2]["name"] = "hipExtLaunchKernel"
     props = [{"id": 0, "name": "AMD Instinct MI300X", "numSms": 304, "warpSize": 64}]
     write_trace(tmp_path / "rank0.json", trace_doc(events, world=1, deviceProperties=props))
-    doc = analyze(tmp_path, "--model-flops-per-step", "1e9")
+    doc = analyze_json(tmp_path, "-q", "--model-flops-per-step", "1e9")
     rank = doc["ranks"][0]
     assert rank["devices"] == ["AMD Instinct MI300X"] and rank["comm_kernels"] == 1
     assert rank["window"]["figures"]["compute_ns"] == 100_000
@@ -91,7 +91,7 @@ def test_merged_trace_by_pid(tmp_path: Path) -> None:
         if e["args"].get("correlation") is None:
             e["args"].pop("correlation")
     write_trace(tmp_path / "merged.json", trace_doc(events, rank=None))
-    doc = analyze(tmp_path, "--rank-from", "pid")
+    doc = analyze_json(tmp_path, "-q", "--rank-from", "pid")
     assert [r["rank"] for r in doc["ranks"]] == [0, 1]
     for r in doc["ranks"]:
         assert r["window"]["figures"]["compute_ns"] == 150_000
@@ -116,12 +116,8 @@ def test_merged_trace_by_process_name(tmp_path: Path) -> None:
         {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 99, "tid": 1, "ts": 1, "dur": 1}
     )
     write_trace(tmp_path / "merged.json", trace_doc(events, rank=None))
-    result = CliRunner().invoke(
-        app, ["analyze", str(tmp_path), "-f", "json", "--rank-from", "process_name"]
-    )
-    assert result.exit_code == EXIT_OK, result.stderr
-    assert "1 process(es) with no rank by process_name left out: 99" in result.stderr
-    doc = json.loads(result.stdout)
+    doc, stderr = analyze_json(tmp_path, "--rank-from", "process_name", with_stderr=True)
+    assert "1 process(es) with no rank by process_name left out: 99" in stderr
     assert [r["rank"] for r in doc["ranks"]] == [5, 6]
 
 
@@ -143,10 +139,11 @@ def test_user_rules_for_nvtx_ranges_and_kernels(tmp_path: Path) -> None:
     )
     events[-2]["name"] = "nccl_fused_gemm_epilogue"  # the last compute kernel, 1200–1250 µs
     write_trace(tmp_path / "rank0.json", trace_doc(events, world=1))
-    plain = analyze(tmp_path)["ranks"][0]["window"]["figures"]
+    plain = analyze_json(tmp_path, "-q")["ranks"][0]["window"]["figures"]
     assert plain["comm_ns"] == 150_000  # the fused kernel is taken for communication
-    doc = analyze(
+    doc = analyze_json(
         tmp_path,
+        "-q",
         "--comm-pattern",
         "grads-reduce-scatter=reducescatter",
         "--compute-pattern",
@@ -161,7 +158,7 @@ def test_user_rules_for_nvtx_ranges_and_kernels(tmp_path: Path) -> None:
     (tmp_path / "tracecomm.toml").write_text(
         '[rules]\ncomm = ["grads-reduce-scatter=ReduceScatter"]\ncompute = ["fused_gemm"]\n'
     )
-    assert analyze(tmp_path)["ranks"][0]["window"]["figures"] == figures
+    assert analyze_json(tmp_path, "-q")["ranks"][0]["window"]["figures"] == figures
 
 
 def test_rules_in_pyproject(tmp_path: Path) -> None:
@@ -169,7 +166,7 @@ def test_rules_in_pyproject(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         '[tool.tracecomm.rules]\ncomm = ["my_allreduce=AllReduce"]\n'
     )
-    assert analyze(tmp_path)["by_type"][0]["coll_type"] == "AllReduce"
+    assert analyze_json(tmp_path, "-q")["by_type"][0]["coll_type"] == "AllReduce"
     (tmp_path / "pyproject.toml").write_text('[tool.tracecomm.rules]\ncomm = ["(unclosed"]\n')
     result = CliRunner().invoke(app, ["analyze", str(tmp_path)])
     assert result.exit_code == 2 and "[rules] '(unclosed'" in result.stderr
@@ -182,7 +179,7 @@ def test_several_gpus_per_process(tmp_path: Path) -> None:
     events.append(second)
     props = [{"id": 0, "name": "NVIDIA H100"}, {"id": 1, "name": "NVIDIA H100 PCIe"}]
     write_trace(tmp_path / "rank0.json", trace_doc(events, world=1, deviceProperties=props))
-    rank = analyze(tmp_path)["ranks"][0]
+    rank = analyze_json(tmp_path, "-q")["ranks"][0]
     assert rank["devices"] == ["NVIDIA H100", "NVIDIA H100 PCIe"]  # most used first
     assert rank["unlinked_events"] == 1  # the second GPU's kernel launched from nowhere
     # one timeline for the process: both GPUs' work in the union
@@ -196,7 +193,7 @@ def test_begin_end_pairs(tmp_path: Path) -> None:
     begin = {k: v for k, v in gemm.items() if k != "dur"} | {"ph": "B"}
     end = {"ph": "E", "pid": 0, "tid": 7, "ts": 1100}
     write_trace(tmp_path / "rank0.json", trace_doc([begin, *events, end], world=1))
-    figures = analyze(tmp_path)["ranks"][0]["window"]["figures"]
+    figures = analyze_json(tmp_path, "-q")["ranks"][0]["window"]["figures"]
     assert figures["compute_ns"] == 150_000 and figures["exposed_comm_ns"] == 50_000
 
 
@@ -205,4 +202,4 @@ def test_string_pids_and_tids(tmp_path: Path) -> None:
     for e in events:
         e["pid"], e["tid"] = f"{e['pid']}", f"stream {e['tid']}"
     write_trace(tmp_path / "rank0.json", trace_doc(events, world=1))
-    assert analyze(tmp_path)["ranks"][0]["window"]["figures"]["compute_ns"] == 150_000
+    assert analyze_json(tmp_path, "-q")["ranks"][0]["window"]["figures"]["compute_ns"] == 150_000

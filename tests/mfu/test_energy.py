@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from tracecomm.cli import EXIT_OK, app
+from tests.conftest import analyze_json
 from tracecomm.engine.energy import window_energy
 from tracecomm.engine.intervals import coverage
 from tracecomm.ingest.power import PowerLogError, PowerSeries, is_power_log, load_power_log
@@ -21,13 +18,6 @@ from tracecomm.synth.power import power_log
 
 def watts_of(gpu: int) -> float:
     return 300.0 + 10.0 * gpu
-
-
-def analyze(path: Path, *extra: str) -> dict[str, Any]:
-    result = CliRunner().invoke(app, ["analyze", str(path), "--format", "json", *extra])
-    assert result.exit_code == EXIT_OK, result.stderr
-    doc: dict[str, Any] = json.loads(result.stdout)
-    return doc
 
 
 def test_state_split_of_a_power_step_by_hand() -> None:
@@ -52,7 +42,7 @@ def test_generated_run_energy_equals_hand_computed(tmp_path: Path) -> None:
     spec = fsdp_run(world_size=4, steps=4, seed=1, jitter=0.0)
     write_run(spec, tmp_path)
     (tmp_path / "gpu-power.csv").write_text(power_log(spec, "node0", lambda g, t: watts_of(g)))
-    doc = analyze(tmp_path, "--tokens-per-step", "4096", "--model-flops-per-step", "1e12")
+    doc = analyze_json(tmp_path, "--tokens-per-step", "4096", "--model-flops-per-step", "1e12")
     energy = doc["throughput"]["energy"]
     assert energy["gpus"] == 4 and energy["logs"] == [str(tmp_path / "gpu-power.csv")]
     expected = expected_run(spec)
@@ -83,7 +73,7 @@ def test_energy_of_a_subset_of_gpus_has_no_tokens_per_joule(tmp_path: Path) -> N
     write_run(spec, tmp_path)
     log = power_log(spec, "node0", lambda g, t: watts_of(g)).splitlines()
     (tmp_path / "power.csv").write_text("\n".join(line for line in log if ", 1, " not in line))
-    energy = analyze(tmp_path, "--tokens-per-step", "10")["throughput"]["energy"]
+    energy = analyze_json(tmp_path, "--tokens-per-step", "10")["throughput"]["energy"]
     assert energy["gpus"] == 1 and energy["tokens_per_j"] is None
     assert energy["missing"] == "power for 1 of 2 GPUs"
 

@@ -7,24 +7,18 @@ import io
 import json
 import statistics
 from pathlib import Path
-from typing import Any
 
 import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from tests.conftest import analyze_json
 from tests.mfu.test_flops import LLAMA3_8B
-from tracecomm.cli import EXIT_OK, EXIT_USAGE, app
+from tracecomm.cli import EXIT_USAGE, app
 from tracecomm.mfu.flops import flops_per_token
 from tracecomm.mfu.model import model_shape
 from tracecomm.render.mfu_panel import mfu_panel
 from tracecomm.synth import RunSpec, fsdp_run, write_run
-
-
-def analyze(path: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
-    result = CliRunner().invoke(app, ["analyze", str(path), "--format", "json", *extra])
-    doc = json.loads(result.stdout) if result.exit_code == EXIT_OK else {}
-    return result.exit_code, doc, result.stderr
 
 
 def expected_step_ns(spec: RunSpec) -> int:
@@ -49,8 +43,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunSpec, Path]:
 
 def test_exact_mfu_from_flops_per_step(run: tuple[RunSpec, Path]) -> None:
     spec, path = run
-    code, doc, _ = analyze(path, "--model-flops-per-step", "1.2e13", "--tokens-per-step", "8192")
-    assert code == EXIT_OK
+    doc = analyze_json(path, "--model-flops-per-step", "1.2e13", "--tokens-per-step", "8192")
     th = doc["throughput"]
     step = expected_step_ns(spec)
     assert th["steps"] == [13, 14, 15] and th["step_time_ns"] == step
@@ -67,8 +60,7 @@ def test_mfu_from_a_model_config(run: tuple[RunSpec, Path], tmp_path: Path) -> N
     config = tmp_path / "config.json"
     config.write_text(json.dumps(LLAMA3_8B))
     args = ["--model-config", str(config), "--seq-len", "4096", "--global-batch", "2"]
-    code, doc, _ = analyze(path, *args, "--dtype", "fp8")
-    assert code == EXIT_OK
+    doc = analyze_json(path, *args, "--dtype", "fp8")
     th = doc["throughput"]
     per_token = flops_per_token(model_shape(LLAMA3_8B), 4096)
     assert th["flops"]["per_token"] == per_token == 48_249_176_064
@@ -86,22 +78,21 @@ def test_settings_file_in_the_run_folder(run: tuple[RunSpec, Path], tmp_path: Pa
         "[model]\nflops_per_token = 6_000_000\ntokens_per_step = 1_000_000\n"
         "[device]\npeak_tflops = 500.0\n"
     )
-    code, doc, _ = analyze(tmp_path)
-    th = doc["throughput"]
-    assert code == EXIT_OK and th["flops"]["per_step"] == 6 * 10**12
+    th = analyze_json(tmp_path)["throughput"]
+    assert th["flops"]["per_step"] == 6 * 10**12
     assert th["devices"][0]["peak"]["model"] == "user"
     assert th["mfu"] == pytest.approx(6e12 / (expected_step_ns(spec) / 1e9 * 8 * 500e12), rel=1e-12)
     # a flag overrides the file
-    code, doc, _ = analyze(tmp_path, "--peak-tflops", "250")
+    doc = analyze_json(tmp_path, "--peak-tflops", "250")
     assert doc["throughput"]["peak_total_tflops"] == 2000.0
 
 
 def test_unknown_device_is_named_and_mfu_omitted(tmp_path: Path) -> None:
     spec = dataclasses.replace(fsdp_run(world_size=2, steps=3), device_name="NVIDIA Quantum 9000")
     write_run(spec, tmp_path)
-    code, doc, stderr = analyze(tmp_path, "--model-flops-per-step", "1e12")
+    doc, stderr = analyze_json(tmp_path, "--model-flops-per-step", "1e12", with_stderr=True)
     th = doc["throughput"]
-    assert code == EXIT_OK and th["mfu"] is None
+    assert th["mfu"] is None
     assert "warning: no peak for device 'NVIDIA Quantum 9000'" in stderr
     assert "'NVIDIA Quantum 9000'" in th["missing"] and "--peak-tflops" in th["missing"]
     assert th["devices"] == [{"name": "NVIDIA Quantum 9000", "ranks": 2, "peak": None}]
@@ -111,7 +102,7 @@ def test_without_flops_the_panel_says_how_to_give_them(run: tuple[RunSpec, Path]
     _, path = run
     result = CliRunner().invoke(app, ["analyze", str(path)])
     assert "Dashboard vs MFU" in result.stdout and "--model-flops-per-step" in result.stdout
-    _, doc, _ = analyze(path)
+    doc = analyze_json(path)
     th = doc["throughput"]
     assert th["mfu"] is None and th["flops"] is None and th["gaps"][0]["mfu_pct"] is None
     gap = th["gaps"][0]

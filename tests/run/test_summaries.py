@@ -3,7 +3,6 @@ a few KB of Parquet per rank."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
-from tests.conftest import SAMPLE_RUN
+from tests.conftest import SAMPLE_RUN, analyze_json
 from tracecomm.analysis.model import FileFailure, RankResult
 from tracecomm.cli import EXIT_NO_INPUT, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, app
 from tracecomm.engine import BreakdownOptions
@@ -34,13 +33,6 @@ NCCL_LOG = (
 
 def cli(*args: str) -> Any:
     return CliRunner().invoke(app, list(args))
-
-
-def analyze_json(*args: str, code: int = EXIT_OK) -> dict[str, Any]:
-    result = cli("analyze", *args, "-f", "json", "-q")
-    assert result.exit_code == code, result.stderr
-    doc: dict[str, Any] = json.loads(result.stdout)
-    return doc
 
 
 def comparable(doc: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +59,7 @@ def run(tmp_path: Path) -> Path:
 
 def test_ingest_then_analyze_gives_the_figures_of_the_traces(run: Path, tmp_path: Path) -> None:
     out = tmp_path / "summaries"
-    direct = analyze_json(str(run), "--detail", "instances", code=EXIT_PARTIAL)
+    direct = analyze_json(str(run), "-q", "--detail", "instances", code=EXIT_PARTIAL)
     result = cli("ingest", str(run), "--out", str(out), "-j", "1")
     assert result.exit_code == EXIT_PARTIAL, result.stderr  # rank 5 produced nothing
     assert "rank5.pt.trace.json.gz" in result.stderr and "7 rank summaries" in result.stderr
@@ -75,7 +67,7 @@ def test_ingest_then_analyze_gives_the_figures_of_the_traces(run: Path, tmp_path
     summary_bytes = sum(p.stat().st_size for p in out.glob(f"*{SUFFIX}"))
     trace_bytes = sum(json_size(p) for p in run.glob("*.json.gz"))
     assert summary_bytes < trace_bytes / 10
-    again = analyze_json(str(out), "--detail", "instances", code=EXIT_PARTIAL)
+    again = analyze_json(str(out), "-q", "--detail", "instances", code=EXIT_PARTIAL)
     assert comparable(again) == comparable(direct)
     assert again["throughput"]["mfu"] is not None  # the settings file came along
     assert again["nccl"] is not None  # and the NCCL log
@@ -153,11 +145,9 @@ def test_one_damaged_summary_loses_only_its_rank(run: Path, tmp_path: Path) -> N
     assert cli("ingest", str(run), "-o", str(out), "-q", "-j", "1").exit_code == EXIT_PARTIAL
     victim = next(out.glob(f"rank3-*{SUFFIX}"))
     victim.write_bytes(b"PAR1 garbage")
-    result = cli("analyze", str(out), "-f", "json")
-    assert result.exit_code == EXIT_PARTIAL
-    assert victim.name in result.stderr and "not a readable Parquet summary" in result.stderr
-    doc = json.loads(result.stdout)
-    assert len(doc["ranks"]) == 6 and "Traceback" not in result.stderr
+    doc, stderr = analyze_json(str(out), code=EXIT_PARTIAL, with_stderr=True)
+    assert victim.name in stderr and "not a readable Parquet summary" in stderr
+    assert len(doc["ranks"]) == 6 and "Traceback" not in stderr
 
 
 def test_steps_are_fixed_at_ingest(run: Path, tmp_path: Path) -> None:
@@ -165,9 +155,9 @@ def test_steps_are_fixed_at_ingest(run: Path, tmp_path: Path) -> None:
     assert cli("ingest", str(run), "-o", str(out), "--steps", "2:3", "-q").exit_code == (
         EXIT_PARTIAL
     )
-    same = analyze_json(str(out), code=EXIT_PARTIAL)  # no options: the stored ones
+    same = analyze_json(str(out), "-q", code=EXIT_PARTIAL)  # no options: the stored ones
     assert same["options"]["breakdown"]["first_step"] == 2
-    assert comparable(same) == comparable(analyze_json(str(run), "--steps", "2:3", code=4))
+    assert comparable(same) == comparable(analyze_json(str(run), "-q", "--steps", "2:3", code=4))
     result = cli("analyze", str(out), "--steps", "1:2")
     assert result.exit_code == EXIT_USAGE
     assert "steps and rules are fixed at ingest" in result.stderr
@@ -207,6 +197,6 @@ def test_nodes_ingesting_into_one_folder_do_not_collide(tmp_path: Path) -> None:
             shutil.copy(whole / f"rank{r}.pt.trace.json.gz", local / f"rank{r}.pt.trace.json.gz")
         assert cli("ingest", str(local), "-o", str(out), "-q").exit_code == EXIT_OK
     assert len(list(out.glob(f"*{SUFFIX}"))) == 4
-    doc = analyze_json(str(out))
-    figures = {r["rank"]: r["window"] for r in analyze_json(str(whole))["ranks"]}
+    doc = analyze_json(str(out), "-q")
+    figures = {r["rank"]: r["window"] for r in analyze_json(str(whole), "-q")["ranks"]}
     assert {r["rank"]: r["window"] for r in doc["ranks"]} == figures

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -12,17 +11,11 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from tracecomm.cli import EXIT_OK, EXIT_PARTIAL, app
+from tests.conftest import analyze_json
+from tracecomm.cli import EXIT_PARTIAL, app
 from tracecomm.ingest import load as ingest_load
 from tracecomm.run import session
 from tracecomm.synth import fsdp_run, write_run
-
-
-def analyze(run: Path, *extra: str) -> dict[str, object]:
-    result = CliRunner().invoke(app, ["analyze", str(run), "-f", "json", "-q", *extra])
-    assert result.exit_code == EXIT_OK, result.stderr
-    doc: dict[str, object] = json.loads(result.stdout)
-    return doc
 
 
 @pytest.fixture
@@ -48,22 +41,22 @@ def test_a_cached_run_gives_the_same_figures(
     run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = tmp_path / "cache"
-    first = analyze(run, "--cache", str(cache), "-j", "1")
+    first = analyze_json(run, "-q", "--cache", str(cache), "-j", "1")
     assert len(entries(cache)) == 4
-    assert analyze(run) == first  # and the same without the cache
+    assert analyze_json(run, "-q") == first  # and the same without the cache
     no_parse(monkeypatch)
     # other output options: the memo misses, the per-rank entries serve
-    again = analyze(run, "--cache", str(cache), "-j", "1", "--top", "3")
+    again = analyze_json(run, "-q", "--cache", str(cache), "-j", "1", "--top", "3")
     assert again["ranks"] == first["ranks"] and again["summary"] == first["summary"]
 
 
 def test_a_changed_file_is_parsed_again(run: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    analyze(run, "--cache", str(cache))
+    analyze_json(run, "-q", "--cache", str(cache))
     victim = sorted(run.iterdir())[0]
     stat = victim.stat()
     os.utime(victim, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
-    analyze(run, "--cache", str(cache))
+    analyze_json(run, "-q", "--cache", str(cache))
     assert len(entries(cache)) == 5
 
 
@@ -148,7 +141,7 @@ def test_a_check_is_replayed_with_its_exit_code(run: Path, tmp_path: Path) -> No
 
 
 def test_jobs_do_not_change_the_figures(run: Path) -> None:
-    assert analyze(run, "-j", "1") == analyze(run, "-j", "2")
+    assert analyze_json(run, "-q", "-j", "1") == analyze_json(run, "-q", "-j", "2")
 
 
 def test_a_damaged_entry_that_still_decodes_is_a_miss(run: Path, tmp_path: Path) -> None:
@@ -156,8 +149,8 @@ def test_a_damaged_entry_that_still_decodes_is_a_miss(run: Path, tmp_path: Path)
     decoder does not notice): its checksum says so, the trace is parsed again, the figures are
     right, and one warning says why."""
     cache = tmp_path / "cache"
-    clean = analyze(run)
-    analyze(run, "--cache", str(cache), "-j", "1")
+    clean = analyze_json(run, "-q")
+    analyze_json(run, "-q", "--cache", str(cache), "-j", "1")
     entry = entries(cache)[0]
     device = entry / "device.parquet"
     frame = pl.read_parquet(device)
@@ -167,7 +160,6 @@ def test_a_damaged_entry_that_still_decodes_is_a_miss(run: Path, tmp_path: Path)
         other = next(entries(cache)[1].glob("result-*.tcsum.parquet"))
         result.write_bytes(other.read_bytes())
     shutil.rmtree(cache / "memo", ignore_errors=True)  # the entries are what is damaged here
-    got = CliRunner().invoke(app, ["analyze", str(run), "-f", "json", "--cache", str(cache)])
-    assert got.exit_code == EXIT_OK, got.stderr
-    assert json.loads(got.stdout)["ranks"] == clean["ranks"]
-    assert "does not match its checksum" in got.stderr
+    got, stderr = analyze_json(run, "--cache", str(cache), with_stderr=True)
+    assert got["ranks"] == clean["ranks"]
+    assert "does not match its checksum" in stderr

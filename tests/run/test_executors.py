@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tests.distributed.conftest import need_distributed
-from tracecomm.cli import EXIT_OK, EXIT_USAGE, app
+from tests.conftest import analyze_json
+from tests.run.conftest import need_distributed
+from tracecomm.cli import EXIT_USAGE, app
 from tracecomm.render.document import report_document
 from tracecomm.run.executors import (
     DaskExecutor,
@@ -161,11 +162,7 @@ def test_the_cli_runs_on_a_local_dask_cluster(run64: Path, local_doc: dict[str, 
     need_distributed()
     import json
 
-    result = CliRunner().invoke(
-        app, ["analyze", str(run64), "-f", "json", "-q", "--executor", "dask", "-j", "2"]
-    )
-    assert result.exit_code == EXIT_OK, result.stderr
-    doc = json.loads(result.stdout)
+    doc = analyze_json(run64, "-q", "--executor", "dask", "-j", "2")
     assert doc["ranks"] == json.loads(json.dumps(local_doc["ranks"]))
 
 
@@ -208,7 +205,7 @@ def test_a_pool_process_that_dies_loses_only_its_own_file() -> None:
     """The local pool breaks when one process dies; every other item still gets its result
     and the one being parsed in the dying process is reported through on_error, with how
     that process ended."""
-    from tests.distributed import crashing
+    from tests.run import crashing
 
     items = ["a", "b", "die-c", "d", "e", "f", "g"]
     calls: list[tuple[int, int]] = []
@@ -229,7 +226,7 @@ def test_a_pool_process_that_dies_loses_only_its_own_file() -> None:
 
 
 def test_a_killed_pool_process_is_reported_as_killed_and_a_crash_as_a_crash() -> None:
-    from tests.distributed import crashing
+    from tests.run import crashing
 
     out = LocalExecutor().map(
         crashing.echo_or_be_killed, ["a", "die-b", "c"], (), None, lambda item, e: e, 2

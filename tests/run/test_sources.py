@@ -3,27 +3,18 @@ a test can fill; s3:// and gs:// go through the same calls with s3fs / gcsfs).""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import SAMPLE_RUN
-from tracecomm.cli import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, app
+from tests.conftest import SAMPLE_RUN, analyze_json
+from tracecomm.cli import EXIT_PARTIAL, EXIT_USAGE, app
 from tracecomm.errors import UsageError
 from tracecomm.run.sources import find_sources, local_path, scheme
 
 fsspec = pytest.importorskip("fsspec")
-
-
-def analyze(*inputs: str, code: int = EXIT_OK) -> dict[str, Any]:
-    result = CliRunner().invoke(app, ["analyze", *inputs, "-f", "json", "-q", "-j", "1"])
-    assert result.exit_code == code, result.stderr
-    doc: dict[str, Any] = json.loads(result.stdout)
-    return doc
 
 
 @pytest.fixture
@@ -50,8 +41,8 @@ def test_scheme_and_local_paths() -> None:
 
 
 def test_a_file_url_is_the_folder_itself() -> None:
-    by_url = analyze(SAMPLE_RUN.resolve().as_uri())
-    by_path = analyze(str(SAMPLE_RUN.resolve()))
+    by_url = analyze_json(SAMPLE_RUN.resolve().as_uri(), "-q", "-j", "1")
+    by_path = analyze_json(str(SAMPLE_RUN.resolve()), "-q", "-j", "1")
     assert {k: v for k, v in by_url.items() if k != "inputs"} == {
         k: v for k, v in by_path.items() if k != "inputs"
     }
@@ -60,8 +51,8 @@ def test_a_file_url_is_the_folder_itself() -> None:
 def test_a_remote_folder_is_listed_and_read_like_a_local_one(memory_run: str) -> None:
     urls = [f"{memory_run}/rank{r}.pt.trace.json.gz" for r in range(8)]
     assert find_sources([memory_run]) == urls
-    remote = analyze(memory_run)
-    local = analyze(str(SAMPLE_RUN))
+    remote = analyze_json(memory_run, "-q", "-j", "1")
+    local = analyze_json(str(SAMPLE_RUN), "-q", "-j", "1")
     assert [r["path"] for r in remote["ranks"]] == find_sources([memory_run])  # the URLs
     strip = ("inputs", "ranks", "warnings")
     assert {k: v for k, v in remote.items() if k not in strip} == {
@@ -99,6 +90,6 @@ def test_a_file_url_folder_brings_its_settings(tmp_path: Path) -> None:
     run = tmp_path / "run with space"
     shutil.copytree(SAMPLE_RUN, run)
     (run / "tracecomm.toml").write_text("[model]\nflops-per-step = 32000000000000\n")
-    by_url = analyze(run.as_uri())
+    by_url = analyze_json(run.as_uri(), "-q", "-j", "1")
     assert by_url["throughput"]["mfu"] is not None
-    assert by_url["throughput"] == analyze(str(run))["throughput"]
+    assert by_url["throughput"] == analyze_json(str(run), "-q", "-j", "1")["throughput"]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import SAMPLE_RUN
-from tests.distributed.conftest import need, need_distributed
+from tests.run.conftest import need, need_distributed
 from tracecomm.render.document import report_document
 from tracecomm.run.executors import DaskExecutor, ExecutorSpec, LocalExecutor
 from tracecomm.run.request import request_of
