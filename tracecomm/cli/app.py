@@ -5,7 +5,9 @@ written, and one error style (``tracecomm: error: …``, one line, exit 2) for u
 
 from __future__ import annotations
 
+import importlib
 import sys
+from types import ModuleType
 from typing import Annotated, Any
 
 import typer
@@ -53,19 +55,33 @@ class Commands(TyperGroup):
     ) -> Any:
         """Click's usage errors (an unknown option, a missing argument, a bad choice) in the
         tool's one style: ``tracecomm: error: <what> (see tracecomm <command> -h)``."""
-        from typer._click.exceptions import NoArgsIsHelpError, UsageError
-
+        errors = _click_exceptions()
+        # click 8.2+ raises NoArgsIsHelpError once the help is printed; click 8.0 and 8.1 (which
+        # typer 0.19 allows) exit 0 instead. An empty tuple in an except clause catches nothing.
+        no_args_error = getattr(errors, "NoArgsIsHelpError", ())
         try:
             code = super().main(args, prog_name, standalone_mode=False, **extra)
-        except NoArgsIsHelpError:  # the help was printed: that is the answer
+            if no_args_error == () and not (sys.argv[1:] if args is None else args):
+                code = EXIT_USAGE  # the help was printed, as below
+        except no_args_error:  # the help was printed: that is the answer
             code = EXIT_USAGE
-        except UsageError as exc:
+        except errors.UsageError as exc:
             command = exc.ctx.command_path if exc.ctx is not None else "tracecomm"
             stderr(f"error: {_one_line(exc.format_message())} (see {command} -h)")
             code = EXIT_USAGE
         if not standalone_mode:
             return code
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _click_exceptions() -> ModuleType:
+    """The exceptions of the click that typer runs on: typer 0.26 and later carry their own copy
+    (``typer._click``) and raise its classes; earlier releases depend on the click package (so
+    it is installed wherever they are) and raise click's."""
+    try:
+        return importlib.import_module("typer._click.exceptions")
+    except ModuleNotFoundError:
+        return importlib.import_module("click.exceptions")
 
 
 def _one_line(message: str) -> str:
