@@ -210,7 +210,7 @@ def test_an_impossible_mfu_is_shown_only_as_impossible() -> None:
 
 def test_the_step_time_analyzed_gated_and_compared_is_one_number(sample: Report) -> None:
     from tracecomm.analysis.runrecord import record_of_report
-    from tracecomm.gate.figures import from_report
+    from tracecomm.check.figures import from_report
 
     assert sample.throughput is not None and sample.step_parts is not None
     step = sample.throughput.step_time_ns

@@ -1,6 +1,6 @@
 """The import rule (docs/architecture.md): data flows one way, so imports do too.
 
-ingest ← engine ← analysis ← render / gate ← run ← cli, with ``errors`` and ``text`` below
+ingest ← engine ← analysis ← render / check ← run ← cli, with ``errors`` and ``text`` below
 everything; ``nccl`` reads logs (ingest's floor), ``mfu`` and ``compat`` sit beside the engine;
 ``synth`` (the generator) stands alone so that its expected figures cannot come from the code
 they check. Every import counts: module level, inside functions, and under TYPE_CHECKING.
@@ -27,7 +27,7 @@ LAYERS = {
     "tracecomm.analysis": 3,
     "tracecomm.schema": 3,  # the published schemas, generated from analysis.document
     "tracecomm.render": 4,
-    "tracecomm.gate": 4,
+    "tracecomm.check": 4,
     "tracecomm.run": 5,
     "tracecomm.cli": 6,
     # the package itself (``tracecomm.analyze``, ``__version__``) and ``python -m tracecomm``

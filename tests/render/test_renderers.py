@@ -23,9 +23,9 @@ from tests.conftest import SAMPLE_RUN
 from tracecomm.analysis.compare import compare
 from tracecomm.analysis.model import Report
 from tracecomm.analysis.runrecord import record_of_report
-from tracecomm.gate.budgets import DEFAULT_BUDGETS
-from tracecomm.gate.compare import compare as check
-from tracecomm.gate.figures import from_report
+from tracecomm.check.budgets import DEFAULT_BUDGETS
+from tracecomm.check.figures import from_report
+from tracecomm.check.verdicts import verdicts as check
 from tracecomm.render import View, tables
 
 VIEW = View(color=False)  # what a file or a pipe gets

@@ -1,7 +1,7 @@
 """What a document's figures must satisfy beyond their types (``analysis.document``): the
 physical sense a saved analyze document is checked for before anything reads it
 (``run.saved.load_saved_report``), and the part of it the compact baseline shares
-(``gate.figures``). Each check returns the problem in words, or None.
+(``check.figures``). Each check returns the problem in words, or None.
 
 The types already hold every time to a whole, non-negative number of ns where the writer
 does, every share to 0–100 and every name to the ones it can be; these checks relate figures to

@@ -1,5 +1,5 @@
 """The CI gate's verdicts as a terminal table, JSON, GitHub workflow commands, JUnit XML and
-Markdown. Values only change units here; the verdicts come from tracecomm.gate.compare."""
+Markdown. Values only change units here; the verdicts come from tracecomm.check.verdicts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from tracecomm.gate.compare import CheckResult, FigureCheck
+from tracecomm.check.verdicts import CheckResult, FigureCheck
 from tracecomm.render import View
 from tracecomm.text import json_safe, map_strings, markdown_safe, visible, xml_safe
 

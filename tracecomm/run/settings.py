@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from tracecomm.check.budgets import DEFAULT_BUDGETS, BudgetError
+from tracecomm.check.budgets import apply as apply_budgets
 from tracecomm.errors import UsageError
-from tracecomm.gate.budgets import DEFAULT_BUDGETS, BudgetError
-from tracecomm.gate.budgets import apply as apply_budgets
 from tracecomm.mfu.inputs import InputError, ModelInputs, model_inputs
 
 if sys.version_info >= (3, 11):

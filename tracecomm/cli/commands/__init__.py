@@ -12,7 +12,7 @@ ORDER = (
     "export",
     "project",
     "compare",
-    "gate",
+    "check",
     "nccl",
     "crosscheck",
     "docs",

@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from tracecomm.gate.budgets import FIGURES, TYPE_PREFIX, Budget, budget_for
-from tracecomm.gate.figures import RankFigures, RunFigures
+from tracecomm.check.budgets import FIGURES, TYPE_PREFIX, Budget, budget_for
+from tracecomm.check.figures import RankFigures, RunFigures
 from tracecomm.text import compact_ranges
 
 Verdict = Literal["regressed", "pass", "improved", "not comparable"]
@@ -48,7 +48,7 @@ class CheckResult:
         return not self.regressed
 
 
-def compare(base: RunFigures, current: RunFigures, budgets: Mapping[str, Budget]) -> CheckResult:
+def verdicts(base: RunFigures, current: RunFigures, budgets: Mapping[str, Budget]) -> CheckResult:
     shared = sorted(set(base.ranks) & set(current.ranks))
     if not shared:
         raise NothingShared(

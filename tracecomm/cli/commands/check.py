@@ -24,7 +24,7 @@ from tracecomm.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from tracecomm.gate.figures import RunFigures
+    from tracecomm.check.figures import RunFigures
 
 FORMAT = format_option(
     "terminal",
@@ -48,8 +48,8 @@ def check(ctx: typer.Context, run: RUN_OR_JSON, *, options: dict[str, Any]) -> N
 
     Exit codes: 0 pass; 1 regression; 2 usage or input error.
     """
-    from tracecomm.gate.budgets import DEFAULT_BUDGETS, BudgetError, apply
-    from tracecomm.gate.compare import NothingShared, compare
+    from tracecomm.check.budgets import DEFAULT_BUDGETS, BudgetError, apply
+    from tracecomm.check.verdicts import NothingShared, verdicts
     from tracecomm.render.tables import CHECK
 
     fmt, baseline = options.pop("output_format"), options.pop("baseline")
@@ -65,7 +65,7 @@ def check(ctx: typer.Context, run: RUN_OR_JSON, *, options: dict[str, Any]) -> N
     current = _figures(run, options, lines)
     base = _figures(baseline, options, lines, document=True)
     try:
-        result = compare(base, current, budgets)
+        result = verdicts(base, current, budgets)
     except NothingShared as exc:
         flow.print_lines(lines)
         fail(str(exc), EXIT_USAGE)
@@ -89,7 +89,7 @@ def baseline(run: RUN_OR_JSON, *, options: dict[str, Any]) -> None:
     """
     import orjson
 
-    from tracecomm.gate.figures import baseline_document
+    from tracecomm.check.figures import baseline_document
     from tracecomm.text import json_safe
 
     output = options.pop("output")
@@ -111,7 +111,7 @@ def _figures(
     loader, ``run.saved.load_saved_report``) or a compact baseline; ``document``: a file is
     one of the two documents, never a trace. The analysis's warnings are added to ``lines``
     (unless --quiet)."""
-    from tracecomm.gate.figures import (
+    from tracecomm.check.figures import (
         BASELINE_KIND,
         BaselineError,
         from_document,
