@@ -79,7 +79,7 @@ def test_an_identical_command_replays_its_output_without_analyzing(
     def fail(*a: object, **k: object) -> None:
         raise AssertionError("analyzed again")
 
-    monkeypatch.setattr(session, "analyze", fail)
+    monkeypatch.setattr(session, "run_analysis", fail)
     second = invoke(*args)
     assert (second.stdout_bytes, second.stderr, second.exit_code) == (
         first.stdout_bytes,
@@ -89,7 +89,7 @@ def test_an_identical_command_replays_its_output_without_analyzing(
     for fmt in ("csv", "terminal"):  # each format is its own entry
         monkeypatch.undo()
         out = invoke("analyze", str(run), "-f", fmt, "--cache", str(cache))
-        monkeypatch.setattr(session, "analyze", fail)
+        monkeypatch.setattr(session, "run_analysis", fail)
         assert invoke("analyze", str(run), "-f", fmt, "--cache", str(cache)).stdout == out.stdout
 
 
@@ -117,13 +117,13 @@ def test_the_memo_misses_when_anything_it_depends_on_changes(
     else:
         (run / "tracecomm.toml").write_text("[model]\nflops-per-step = 1000000000000\n")
     calls: list[object] = []
-    real = session.analyze
+    real = session.run_analysis
 
     def counted(*a: Any, **k: Any) -> Any:
         calls.append(1)
         return real(*a, **k)
 
-    monkeypatch.setattr(session, "analyze", counted)
+    monkeypatch.setattr(session, "run_analysis", counted)
     invoke(*args)
     assert calls == [1]
 

@@ -24,7 +24,8 @@ from tracecomm.run.executors import (
     parse_executor,
 )
 from tracecomm.run.request import request_of
-from tracecomm.run.session import _lost, analyze
+from tracecomm.run.session import _lost
+from tracecomm.run.session import run_analysis as analyze
 
 OPTS = {"jobs": 1, "detail": ["instances"]}
 

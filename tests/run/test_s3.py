@@ -17,7 +17,7 @@ from tests.run.conftest import need, need_distributed
 from tracecomm.render.document import report_document
 from tracecomm.run.executors import DaskExecutor, ExecutorSpec, LocalExecutor
 from tracecomm.run.request import request_of
-from tracecomm.run.session import analyze
+from tracecomm.run.session import run_analysis as analyze
 
 BUCKET = "traces"
 

@@ -39,7 +39,7 @@ def request(inputs: Sequence[str | Path], options: Mapping[str, Any], **extra: A
         fail(str(exc), EXIT_USAGE)
 
 
-def analyze(
+def report_for(
     req: Request, show_progress: bool = False, no_input_code: int = EXIT_NO_INPUT
 ) -> Report:
     """Run the analysis. A local pool starts first, from the one discovery of the inputs, so its
@@ -56,7 +56,7 @@ def analyze(
             if req.cache is None and req.rank_from is None:
                 pool = start_pool(discovery.traces, req.jobs)
         from tracecomm.run.executors import open_executor
-        from tracecomm.run.session import analyze as run_analysis
+        from tracecomm.run.session import run_analysis
 
         executor = open_executor(req.executor, req.jobs, pool)
     except UsageError as exc:

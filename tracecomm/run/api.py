@@ -12,7 +12,7 @@ from tracecomm.run.discover import Discovery
 from tracecomm.run.executors import open_executor
 from tracecomm.run.pool import SPAWNED_POOL_MIN_BYTES
 from tracecomm.run.request import Request, request_of
-from tracecomm.run.session import analyze as run_analysis
+from tracecomm.run.session import run_analysis
 
 
 def analyze(paths: str | Path | Sequence[str | Path], **options: Any) -> Report:

@@ -19,7 +19,7 @@ from tracecomm.run.discover import Discovery, discover
 from tracecomm.run.executors import open_executor
 from tracecomm.run.request import Request, request_of
 from tracecomm.run.saved import looks_saved, read_saved
-from tracecomm.run.session import analyze, project_later
+from tracecomm.run.session import project_later, run_analysis
 
 Analyze = Callable[[Request, Discovery], Report]
 
@@ -66,7 +66,7 @@ def compare_runs(
 def _analyze(request: Request, discovery: Discovery) -> Report:
     executor = open_executor(request.executor, request.jobs)
     try:
-        return analyze(request, executor=executor, discovery=discovery)
+        return run_analysis(request, executor=executor, discovery=discovery)
     finally:
         executor.close()
 

@@ -80,7 +80,7 @@ def read_run(discovery: Discovery, model: ModelInputs) -> RunInputs:
     )
 
 
-def analyze(
+def run_analysis(
     request: Request,
     progress: Progress | None = None,
     executor: Executor | None = None,

@@ -46,7 +46,7 @@ def analyze(
     if top is not None and top < 1:
         fail(f"--top {top}: list at least 1 rank", EXIT_USAGE)
     kept = flow.memo(options["cache"], "analyze", ctx.params)
-    report = flow.analyze(flow.request(run, options), show_progress=fmt == "terminal")
+    report = flow.report_for(flow.request(run, options), show_progress=fmt == "terminal")
     lines = [] if quiet else flow.warning_lines(report)
     code = EXIT_PARTIAL if report.partial else EXIT_OK
     flow.finish(kept, REPORT[fmt](report, flow.view(top, brief)), lines, code)

@@ -130,7 +130,7 @@ def _figures(
         fail(str(exc), EXIT_USAGE)
     if not path.exists():
         fail(f"{path}: no such file or folder", EXIT_USAGE)
-    report = flow.analyze(flow.request([path], options), no_input_code=EXIT_USAGE)
+    report = flow.report_for(flow.request([path], options), no_input_code=EXIT_USAGE)
     if not options["quiet"]:
         lines.extend(flow.warning_lines(report))
     return from_report(report, str(path))

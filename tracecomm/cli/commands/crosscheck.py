@@ -43,7 +43,7 @@ def crosscheck(run: RUN, *, options: dict[str, Any]) -> None:
         hta = installed()
     except HtaMissing as exc:
         fail(str(exc), EXIT_USAGE)
-    report = flow.analyze(flow.request([run], {"compat": hta.mode}))
+    report = flow.report_for(flow.request([run], {"compat": hta.mode}))
     files = {r.rank: r.path for r in report.rank_reports}  # HTA reads the files tracecomm read
     if not options["quiet"]:
         flow.print_lines(flow.warning_lines(report))

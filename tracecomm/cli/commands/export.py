@@ -44,7 +44,7 @@ def export(run: RUNS, *, options: dict[str, Any]) -> None:
     steps = options.get("export_steps") or None
     options["export_steps"] = steps
     options["export_ranks"] = options.get("export_ranks") or ""  # "": the default ranks
-    result = flow.analyze(flow.request(run, options), show_progress=True)
+    result = flow.report_for(flow.request(run, options), show_progress=True)
     if not quiet:
         flow.print_lines(flow.warning_lines(result))
     found = result.export

@@ -25,7 +25,7 @@ def project(run: RUNS, *, options: dict[str, Any]) -> None:
 
     fmt, quiet = options.pop("output_format"), options["quiet"]
     req = flow.request(run, options, project=True)
-    result = flow.analyze(req, show_progress=fmt == "terminal")
+    result = flow.report_for(req, show_progress=fmt == "terminal")
     if not quiet:
         flow.print_lines(flow.warning_lines(result))
     flow.write_stdout(PROJECTION[fmt](result, flow.view()))

@@ -36,7 +36,7 @@ def report(run: RUNS, *, options: dict[str, Any]) -> None:
     saved = _saved(run, options)
     if saved is not None:
         _draw_saved(saved, output, quiet)
-    result = flow.analyze(flow.request(run, options, detail=["timeline"]), show_progress=True)
+    result = flow.report_for(flow.request(run, options, detail=["timeline"]), show_progress=True)
     if not quiet:
         flow.print_lines(flow.warning_lines(result))
     page = REPORT["html"](result, flow.view())
