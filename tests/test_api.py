@@ -161,6 +161,6 @@ def test_bad_options_and_inputs_raise_the_errors_the_cli_maps(tmp_path: object) 
     with pytest.raises(UsageError, match="--steps"):
         tracecomm.analyze(SAMPLE_RUN, steps="7:3")
     with pytest.raises(UsageError, match="unknown option 'step'"):
-        tracecomm.analyze(SAMPLE_RUN, step="3")
+        tracecomm.analyze(SAMPLE_RUN, step="3")  # type: ignore[call-arg]
     with pytest.raises(NoUsableInput):
         tracecomm.analyze(str(tmp_path))

@@ -19,12 +19,13 @@ from tracecomm.analysis.compare import (
     kernel_diff,
 )
 from tracecomm.analysis.runrecord import RunRecord, model_record, record_of_report
+from tracecomm.run.request import AnalyzeOptions
 from tracecomm.synth.schedule import RunSpec
 from tracecomm.synth.series import Deltas, before_after, deltas, scaling_series, typical
 from tracecomm.synth.writer import write_run
 
 SIZES = (8, 16, 32, 64)
-TOKENS = {"flops_per_token": 8e8, "tokens_per_step": 1_000_000}
+TOKENS: AnalyzeOptions = {"flops_per_token": 8e8, "tokens_per_step": 1_000_000}
 
 
 @pytest.fixture(scope="module")

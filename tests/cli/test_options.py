@@ -72,3 +72,22 @@ def test_every_analyzing_command_takes_the_analysis_options(command: str) -> Non
     assert shared <= set(mine)
     for name in shared:
         assert getattr(mine[name], "help", None) == getattr(reference[name], "help", None)
+
+
+def test_the_api_options_are_the_cli_flags_one_list() -> None:
+    """tracecomm.analyze's keywords (run.request.AnalyzeOptions, whose keys are OPTIONS) are
+    the analyzing commands' flags, name for name (export's and project's too): what the CLI
+    adds is how it prints."""
+    import inspect
+
+    import tracecomm
+    from tracecomm.run.request import OPTIONS, AnalyzeOptions
+
+    flags = set(_params("analyze")) - {"run"}
+    every = {name for command in ANALYZING for name in _params(command)}
+    printing = {"output_format", "output", "quiet", "brief", "top", "color", "width", "progress"}
+    assert set(OPTIONS) == set(AnalyzeOptions.__annotations__)
+    assert set(OPTIONS) <= every, sorted(set(OPTIONS) - every)
+    assert flags - set(OPTIONS) <= printing, sorted(flags - set(OPTIONS) - printing)
+    shown = inspect.signature(tracecomm.analyze).parameters
+    assert [p for p in shown if p != "paths"] == list(OPTIONS)  # help() lists every one

@@ -18,6 +18,7 @@ from tracecomm.cli import EXIT_USAGE, app
 from tracecomm.mfu.flops import flops_per_token
 from tracecomm.mfu.model import model_shape
 from tracecomm.render.mfu_panel import mfu_panel
+from tracecomm.run.request import AnalyzeOptions
 from tracecomm.synth import RunSpec, fsdp_run, write_run
 
 
@@ -124,7 +125,9 @@ def test_panel_fits_80_columns(tmp_path: Path, with_model: bool) -> None:
     (tmp_path / "power.csv").write_text(power_log(spec, "node0", lambda g, t: 700.0))
     config = tmp_path / "config.json"
     config.write_text(json.dumps(LLAMA3_8B))
-    model = {"model_config": config, "seq_len": 1024, "global_batch": 1} if with_model else {}
+    model: AnalyzeOptions = (
+        {"model_config": config, "seq_len": 1024, "global_batch": 1} if with_model else {}
+    )
     report = analyze(tmp_path, **model)
     th = report.throughput
     assert th is not None and th.observed and th.energy

@@ -2,20 +2,51 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tracecomm.analysis.compare import Comparison
 from tracecomm.analysis.model import Report
 from tracecomm.run.discover import Discovery
 from tracecomm.run.executors import open_executor
 from tracecomm.run.pool import SPAWNED_POOL_MIN_BYTES
-from tracecomm.run.request import Request, request_of
+from tracecomm.run.request import AnalyzeOptions, Request, request_of
 from tracecomm.run.session import run_analysis
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
-def analyze(paths: str | Path | Sequence[str | Path], **options: Any) -> Report:
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _options_in_signature(*left_out: str) -> Callable[[_F], _F]:
+    """The options as keyword-only parameters of the function's signature, so that help()
+    and a notebook's completion show every one (``AnalyzeOptions``, the one list of names)."""
+
+    def decorate(fn: _F) -> _F:
+        signature = inspect.signature(fn)
+        kept = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        named = {p.name for p in kept}
+        kept += [
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=None,
+                annotation=getattr(hint, "__forward_arg__", hint),  # the text, as written
+            )
+            for name, hint in AnalyzeOptions.__annotations__.items()
+            if name not in named and name not in left_out
+        ]
+        fn.__signature__ = signature.replace(parameters=kept)  # type: ignore[attr-defined]
+        return fn
+
+    return decorate
+
+
+@_options_in_signature()
+def analyze(paths: str | Path | Sequence[str | Path], **options: Unpack[AnalyzeOptions]) -> Report:
     """Analyze a run folder (or trace files, URLs, ``ingest`` summaries) as ``tracecomm
     analyze`` does, with its options as keywords of the same names::
 
@@ -31,11 +62,13 @@ def analyze(paths: str | Path | Sequence[str | Path], **options: Any) -> Report:
     CPU-second before its first rank). ``jobs=1`` parses one rank at a time; the figures are
     the same either way.
 
+    The options are ``AnalyzeOptions`` (typed for a type checker; help() lists them).
     Raises ``tracecomm.errors.UsageError`` for a bad option or path and
     ``tracecomm.errors.NoUsableInput`` when nothing can be analyzed."""
     return _analyze(request_of(paths, **options))
 
 
+@_options_in_signature()
 def compare(
     paths: Sequence[str | Path], weak: bool = False, keep_order: bool = False, **options: Any
 ) -> Comparison:

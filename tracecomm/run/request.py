@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from tracecomm.analysis.options import AnalysisOptions
 from tracecomm.engine.options import BreakdownOptions
@@ -28,45 +28,52 @@ COMPAT = ("hta", "hta-0.6", "hta-0.5")  # compat.hta.MODES
 RANK_FROM = ("pid", "process_name")
 
 _STEPS = re.compile(r"^\s*(-?\d+)?\s*(:)?\s*(-?\d+)?\s*$")
-_MODEL_KEYS = (
-    "model_flops_per_step",
-    "flops_per_token",
-    "tokens_per_step",
-    "model_config",
-    "seq_len",
-    "global_batch",
-    "flops_formula",
-    "attention",
-    "dtype",
-    "peak_tflops",
-)
-OPTIONS = (
-    "steps",
-    "all_steps",
-    "comm_pattern",
-    "compute_pattern",
-    "rank_from",
-    "jobs",
-    "executor",
-    "cache",
-    "no_clock_align",
-    "nccl_log",
-    "link_gbps",
-    "timeline_ranks",
-    "pp_stages",
-    "microbatches",
-    "project",
-    "to",
-    "weak",
-    "detail",
-    "compat",
-    "max_inflate_ratio",
-    "max_trace_size",
-    "max_event_size",
-    "export_ranks",
-    "export_steps",
-    *_MODEL_KEYS,
-)
+
+
+class AnalyzeOptions(TypedDict, total=False):
+    """``tracecomm analyze``'s options as the Python API takes them: each name is the flag's
+    (``--model-flops-per-step`` is ``model_flops_per_step``), each value what the flag takes
+    (its text) or its Python form. The one list of option names: ``OPTIONS`` is its keys, and a
+    test holds the CLI's analyze flags to it."""
+
+    steps: str | int | tuple[int | None, int | None]  # "3:7", "3:", ":7", 5, (3, 7)
+    all_steps: bool
+    comm_pattern: str | Sequence[str]
+    compute_pattern: str | Sequence[str]
+    rank_from: str  # "pid" or "process_name"
+    jobs: int | str
+    executor: str  # "local", "dask", "dask://host:port"
+    cache: str | Path
+    no_clock_align: bool
+    nccl_log: str | Path | Sequence[str | Path]
+    link_gbps: float | str
+    timeline_ranks: str | Sequence[int]
+    pp_stages: int | str
+    microbatches: int | str
+    project: bool
+    to: str | Sequence[int]
+    weak: bool
+    detail: str | Sequence[str]  # "instances", "timeline"
+    compat: str  # "hta", "hta-0.6", "hta-0.5"
+    max_inflate_ratio: float | str
+    max_trace_size: str | int
+    max_event_size: str | int
+    export_ranks: str | Sequence[int]
+    export_steps: str
+    model_flops_per_step: float | str
+    flops_per_token: float | str
+    tokens_per_step: int | str
+    model_config: str | Path
+    seq_len: int | str
+    global_batch: int | str
+    flops_formula: str
+    attention: str
+    dtype: str
+    peak_tflops: float | str
+
+
+OPTIONS: tuple[str, ...] = tuple(AnalyzeOptions.__annotations__)
+_MODEL_KEYS = OPTIONS[OPTIONS.index("model_flops_per_step") :]
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
