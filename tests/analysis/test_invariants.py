@@ -217,3 +217,14 @@ def test_the_step_time_analyzed_gated_and_compared_is_one_number(sample: Report)
     assert sample.step_parts.step_ns == step
     assert from_report(sample, "run").step_time_ns == step
     assert record_of_report(sample, "run", "traces").step_time_ns == step
+
+
+def test_a_ranks_mean_step_is_its_window_over_its_steps(sample: Report) -> None:
+    rank = sample.rank_reports[0]
+    summary, window = rank.step_summary, rank.breakdown.window
+    assert summary is not None and summary.mean is not None and window is not None
+    assert abs(summary.mean.window_ns * summary.steps - window.figures.window_ns) <= summary.steps
+    broken_mean = replace(summary.mean, idle_ns=summary.mean.idle_ns + 50_000)
+    broken = replace(rank, step_summary=replace(summary, mean=broken_mean))
+    report = replace(sample, rank_reports=(broken, *sample.rank_reports[1:]))
+    assert any("mean step" in v for v in CHECKS["partitions add up"](report))

@@ -173,8 +173,19 @@ def test_a_single_rank_says_why_sections_are_empty(browser: str, tmp_path: Path)
         assert "message sizes" in empty["bandwidth"]
 
 
+def test_an_impossible_mfu_is_shown_as_impossible(browser: str, tmp_path: Path) -> None:
+    html = report_of(SAMPLE_RUN, tmp_path / "mfu.html", "--model-flops-per-step", "2e15")
+    with chromium_page() as page:
+        assert open_report(page, html) == []
+        card = page.evaluate(
+            "[...document.querySelectorAll('.card')].find(c => "
+            "c.querySelector('.label').textContent === 'MFU').textContent"
+        )
+        assert "–" in card and "impossible: 1270.1 %" in card
+
+
 def test_mfu_tokens_and_the_link_line_when_given(browser: str, tmp_path: Path) -> None:
-    flags = ["--model-flops-per-step", "2e15", "--tokens-per-step", "32768", "--link-gbps", "900"]
+    flags = ["--model-flops-per-step", "6.3e13", "--tokens-per-step", "32768", "--link-gbps", "900"]
     html = report_of(SAMPLE_RUN, tmp_path / "mfu.html", *flags)
     doc = json.loads(runner.invoke(app, ["analyze", str(SAMPLE_RUN), "-f", "json", *flags]).stdout)
     tp = doc["throughput"]
@@ -184,7 +195,7 @@ def test_mfu_tokens_and_the_link_line_when_given(browser: str, tmp_path: Path) -
             "Object.fromEntries([...document.querySelectorAll('.card')].map(c => "
             "[c.querySelector('.label').textContent, c.querySelector('.value').textContent]))"
         )
-        assert cards["MFU"] == f"{tp['mfu'] * 100:.1f} %"
+        assert tp["mfu_possible"] and cards["MFU"] == f"{tp['mfu'] * 100:.1f} %"
         assert cards["Tokens / s"] == f"{round(tp['tokens_per_s']):,}"
         assert count(page, "#bandwidth line.link") == 1
         label = page.evaluate("document.querySelector('#bandwidth svg').textContent")

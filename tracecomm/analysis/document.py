@@ -66,6 +66,19 @@ class MedianFigures(Figures, frozen=True):
     medians of per-step percentages); separate medians need not add up to window_ns."""
 
 
+class MeanStep(_Doc, frozen=True):
+    """The rank's analysis window over its included steps (gaps between steps counted with
+    them), each figure rounded to whole ns: the HTML's per-rank bars."""
+
+    window_ns: NonNegative
+    compute_ns: NonNegative
+    exposed_comm_ns: NonNegative
+    exposed_memory_ns: NonNegative
+    idle_ns: NonNegative
+    exposed_comm_by_type_ns: dict[str, NonNegative]
+    idle_by_cause_ns: dict[str, NonNegative] | None
+
+
 class TypeFigures(_Doc, frozen=True):
     """One collective type's kernels in a window."""
 
@@ -272,6 +285,7 @@ class Rank(_Doc, frozen=True):
     window: Window | None
     steps_included: NonNegative
     step_median: MedianFigures | None
+    step_mean: MeanStep | None
     step_worst: WorstStep | None
     steps: list[Step]
     observed: Annotated[

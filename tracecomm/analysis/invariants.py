@@ -32,8 +32,9 @@ Check = Callable[[Report], list[str]]
 
 def partitions_add_up(report: Report) -> list[str]:
     """metrics.md §3: every window (a rank's, each step's) is compute + exposed comm +
-    exposed memory + idle exactly, nothing negative, overlapped comm within comm, idle causes
-    adding up to idle; the summary's total is the sum of the ranks' windows."""
+    exposed memory + idle exactly (a rank's mean step within rounding), nothing negative,
+    overlapped comm within comm, idle causes adding up to idle; the summary's total is the sum
+    of the ranks' windows."""
     out = []
     for rank in report.rank_reports:
         bd = rank.breakdown
@@ -44,6 +45,11 @@ def partitions_add_up(report: Report) -> list[str]:
             problem = _window_problem(window)
             if problem:
                 out.append(f"rank {rank.rank} {name}: {problem}")
+        mean = rank.step_summary.mean if rank.step_summary is not None else None
+        if mean is not None:
+            parts = mean.compute_ns + mean.exposed_comm_ns + mean.exposed_memory_ns + mean.idle_ns
+            if abs(parts - mean.window_ns) > _ROUNDING_NS:
+                out.append(f"rank {rank.rank} mean step: parts {parts} ns != {mean.window_ns} ns")
     total = report.summary.total
     whole = [r.breakdown.window for r in report.rank_reports if r.breakdown.window is not None]
     if total is not None and whole:

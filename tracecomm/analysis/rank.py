@@ -55,13 +55,30 @@ class MedianFigures:
 
 
 @dataclass(frozen=True)
+class MeanStep:
+    """The rank's analysis window over its included steps: its mean step, the gaps between
+    steps counted with them (the HTML's per-rank bars). Each figure rounded to whole ns, so
+    the parts add up to ``window_ns`` within a few ns."""
+
+    window_ns: int
+    compute_ns: int
+    exposed_comm_ns: int
+    exposed_memory_ns: int
+    idle_ns: int
+    exposed_comm_by_type_ns: dict[str, int]  # types may overlap (two streams), §3
+    idle_by_cause_ns: dict[str, int] | None  # GPU timelines (§10)
+
+
+@dataclass(frozen=True)
 class StepSummary:
-    """Median of each figure over the included steps, and the slowest step's own figures."""
+    """Median of each figure over the included steps, the slowest step's own figures, and the
+    mean step (the analysis window over the steps)."""
 
     steps: int
     median: MedianFigures
     worst_step: int
     worst: Figures
+    mean: MeanStep | None = None  # None: the rank has no analysis window
 
 
 @dataclass(frozen=True)

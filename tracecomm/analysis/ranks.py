@@ -23,8 +23,9 @@ from tracecomm.analysis.model import (
     StepSummary,
     TypeSummary,
 )
+from tracecomm.analysis.rank import MeanStep
 from tracecomm.engine.classify import COLL_TYPES
-from tracecomm.engine.model import Figures, RankBreakdown
+from tracecomm.engine.model import Figures, RankBreakdown, WindowFigures
 from tracecomm.ingest.discover import RankClaim, assign_ranks, rank_from_filename
 from tracecomm.text import compact_ranges
 
@@ -116,7 +117,31 @@ def step_summary(bd: RankBreakdown) -> StepSummary | None:
         busy_pct=_median_pct([fig.busy_pct for _, fig in steps]),
     )
     worst_step, worst = max(steps, key=lambda item: (item[1].window_ns, item[0]))
-    return StepSummary(len(steps), median, worst_step, worst)
+    return StepSummary(len(steps), median, worst_step, worst, _mean_step(bd.window, len(steps)))
+
+
+def _mean_step(window: WindowFigures | None, steps: int) -> MeanStep | None:
+    """The analysis window over its steps (``MeanStep``)."""
+    if window is None or steps < 1:
+        return None
+
+    def per(ns: int) -> int:
+        return math.floor(ns / steps + 0.5)
+
+    f = window.figures
+    by_type: dict[str, int] = {}
+    for t in window.by_type:
+        by_type[t.coll_type] = by_type.get(t.coll_type, 0) + t.exposed_comm_ns
+    causes = window.idle_by_cause
+    return MeanStep(
+        window_ns=per(f.window_ns),
+        compute_ns=per(f.compute_ns),
+        exposed_comm_ns=per(f.exposed_comm_ns),
+        exposed_memory_ns=per(f.exposed_memory_ns),
+        idle_ns=per(f.idle_ns),
+        exposed_comm_by_type_ns={t: per(ns) for t, ns in by_type.items()},
+        idle_by_cause_ns=None if causes is None else {c: per(ns) for c, ns in causes.items()},
+    )
 
 
 def _median_pct(values: list[float | None]) -> float | None:

@@ -256,6 +256,7 @@ def _rank(rank: RankReport) -> dict[str, Any]:
         "window": _window(bd.window),
         "steps_included": summary.steps if summary else 0,
         "step_median": asdict(summary.median) if summary else None,
+        "step_mean": asdict(summary.mean) if summary and summary.mean else None,
         "step_worst": (
             {"step": summary.worst_step, "figures": figures_document(summary.worst)}
             if summary

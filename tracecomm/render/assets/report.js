@@ -154,7 +154,7 @@
       "communication not hidden behind compute " +
       "by collective type, exposed memory copies, idle. Collective types exposed at the same " +
       "time share their part of the bar; the tooltip gives each type's own figure.");
-    var ranks = (doc.ranks || []).filter(function (r) { return r.window && r.steps_included; });
+    var ranks = (doc.ranks || []).filter(function (r) { return r.step_mean; });
     if (!ranks.length) { empty(s, "No rank has an analysis window (no complete step)."); return; }
     var types = (doc.by_type || []).map(function (t) { return t.coll_type; });
     s.appendChild(legend([["compute", COMPUTE]].concat(types.map(function (t) {
@@ -167,19 +167,19 @@
     s.appendChild(holder);
     function rows(order) {
       var data = ranks.map(function (r) {
-        var f = r.window.figures, n = r.steps_included, byType = byId(r.window.by_type, "coll_type");
+        var m = r.step_mean, byType = m.exposed_comm_by_type_ns;  // the analysis's mean step
+        // types exposed at once share their part of the bar (drawn to the exposed total)
         var typeSum = 0;
-        types.forEach(function (t) { typeSum += byType[t] ? byType[t].exposed_comm_ns : 0; });
-        var scale = typeSum > 0 ? f.exposed_comm_ns / typeSum : 0;
-        var parts = [["compute", f.compute_ns / n, COMPUTE, f.compute_ns / n]];
+        types.forEach(function (t) { typeSum += byType[t] || 0; });
+        var scale = typeSum > 0 ? m.exposed_comm_ns / typeSum : 0;
+        var parts = [["compute", m.compute_ns, COMPUTE, m.compute_ns]];
         types.forEach(function (t) {
-          var v = byType[t] ? byType[t].exposed_comm_ns / n : 0;
-          parts.push(["exposed " + t, v * scale, typeColour(t), v]);
+          parts.push(["exposed " + t, (byType[t] || 0) * scale, typeColour(t), byType[t] || 0]);
         });
-        parts.push(["exposed memory", f.exposed_memory_ns / n, MEMORY, f.exposed_memory_ns / n]);
-        parts.push(["idle", f.idle_ns / n, IDLE, f.idle_ns / n, idleText(r.window.idle_by_cause, n)]);
+        parts.push(["exposed memory", m.exposed_memory_ns, MEMORY, m.exposed_memory_ns]);
+        parts.push(["idle", m.idle_ns, IDLE, m.idle_ns, idleText(m.idle_by_cause_ns)]);
         return { rank: r.rank, host: r.host || "(no host)", parts: parts,
-          total: f.window_ns / n, exposed: f.exposed_comm_ns / n };
+          total: m.window_ns, exposed: m.exposed_comm_ns };
       });
       var hosts = [];
       data.forEach(function (d) { if (hosts.indexOf(d.host) < 0) hosts.push(d.host); });
@@ -252,10 +252,10 @@
     dataloader: "waiting for the data loader", host_bound: "kernels launched late (CPU-bound)",
     other: "other"
   };
-  function idleText(causes, n) {
+  function idleText(causes) {
     if (!causes) return "";
     return Object.keys(causes).filter(function (c) { return causes[c] > 0; })
-      .map(function (c) { return "\n  " + (CAUSES[c] || c) + ": " + ms(causes[c] / n); }).join("");
+      .map(function (c) { return "\n  " + (CAUSES[c] || c) + ": " + ms(causes[c]); }).join("");
   }
   function idleTable(s) {
     var causes = (doc.summary || {}).idle_by_cause, shares = (doc.summary || {}).idle_by_cause_pct;
