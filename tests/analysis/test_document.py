@@ -137,3 +137,14 @@ def test_the_types_and_the_schema_refuse_the_same_damage(
         msgspec.convert(doc, ReportDocument)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(doc, REPORT_SCHEMA)
+
+
+def test_the_documents_collective_types_are_the_engines() -> None:
+    """The document's CollType literal is the classifier's list (a type checker needs the
+    literal written out; this keeps the two one list)."""
+    from typing import get_args
+
+    from tracecomm.analysis.document import CollType
+    from tracecomm.engine.classify import COLL_TYPES
+
+    assert get_args(CollType) == COLL_TYPES
