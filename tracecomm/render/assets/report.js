@@ -530,10 +530,10 @@
   // ---- 6. scaling view -----------------------------------------------------------------
   function scaling() {
     var s = section("scaling", "Which collective dominates as the job grows",
-      "Per step and rank: each collective type's communication time, hidden (light) and " +
-      "exposed (dark), against the compute it can hide behind (line). With more GPUs " +
-      "(strong scaling) compute per GPU shrinks while ring collectives do not: the type whose " +
-      "bar reaches the line first becomes the exposed one.");
+      "Per step, the mean over ranks (metrics.md §14): each collective type's communication " +
+      "time, hidden (light) and exposed (dark), against the compute it can hide behind " +
+      "(line). With more GPUs (strong scaling) compute per GPU shrinks while ring collectives " +
+      "do not: the type whose bar reaches the line first becomes the exposed one.");
     // every figure is the step parts' (metrics.md §14): per step, the mean over ranks, as
     // the headline and the findings have them
     var parts = doc.step_parts || {};
