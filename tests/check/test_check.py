@@ -287,3 +287,16 @@ def test_a_version_1_baseline_gates_the_windows_and_says_why_not_the_step(
     assert got["step_time"]["verdict"] == "not comparable" and got["step_time"]["baseline"] is None
     assert got["step_window"]["verdict"] == "pass"
     assert any("version 1 baseline holds no step time" in n for n in result["notes"])
+
+
+def test_a_baseline_rank_field_it_does_not_know_is_refused(
+    runs: Path, baseline: Path, tmp_path: Path
+) -> None:
+    """A format-2 baseline with a format-1 field name (or a typo) is not read as a baseline
+    missing that figure."""
+    doc = json.loads(baseline.read_text())
+    doc["ranks"][0]["step_time_ns"] = doc["ranks"][0].pop("step_window_ns")
+    path = tmp_path / "stale.json"
+    path.write_text(json.dumps(doc))
+    code, out = check(run_path(runs), path)
+    assert code == EXIT_USAGE and "unknown rank field 'step_time_ns'" in out

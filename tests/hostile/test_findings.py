@@ -266,7 +266,7 @@ def test_a_nan_budget_is_refused(run: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("step_time_ns", -1e30), ("step_time_ns", -1), ("overlap_pct", 250.0), ("idle_ns", "x")],
+    [("step_window_ns", -1e30), ("step_window_ns", -1), ("overlap_pct", 250.0), ("idle_ns", "x")],
 )
 def test_an_impossible_baseline_is_refused(
     run: Path, tmp_path: Path, field: str, value: object

@@ -222,7 +222,12 @@ def _from_baseline(doc: Mapping[str, Any], path: Path) -> RunFigures:
                 "with `tracecomm baseline`"
             )
         )
+    known = {"rank", window_key, "exposed_comm_ns", "idle_ns", "overlap_pct"}
+    known |= {"exposed_by_type_ns", "root_delay_ns"}
     try:
+        unknown = sorted({str(k) for r in doc["ranks"] for k in r} - known)
+        if unknown:  # a misspelt or stale field would be read as absent
+            raise ValueError(f"unknown rank field {unknown[0]!r}")
         ranks = {
             _rank_number(r["rank"]): RankFigures(
                 step_window_ns=r[window_key],
