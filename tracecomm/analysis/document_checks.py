@@ -12,8 +12,51 @@ idle time, MFU is a fraction of the peak.
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
-from tracecomm.analysis.document import Figures, Rank, ReportDocument
+from tracecomm.analysis.document import Rank, ReportDocument
+
+
+class Partition(Protocol):
+    """A window's partition (metrics.md §3), as the Report's ``engine.model.Figures`` and the
+    document's ``analysis.document.Figures`` both hold it."""
+
+    @property
+    def window_ns(self) -> int: ...
+    @property
+    def compute_ns(self) -> int: ...
+    @property
+    def comm_ns(self) -> int: ...
+    @property
+    def overlapped_comm_ns(self) -> int: ...
+    @property
+    def exposed_comm_ns(self) -> int: ...
+    @property
+    def exposed_memory_ns(self) -> int: ...
+    @property
+    def idle_ns(self) -> int: ...
+    @property
+    def overlap_pct(self) -> float | None: ...
+    @property
+    def busy_pct(self) -> float | None: ...
+
+
+def partition_problem(f: Partition, idle_causes_ns: int | None = None) -> str | None:
+    """A window's partition that cannot be: a negative time, parts that do not add up to the
+    window (compute + exposed comm + exposed memory + idle; overlapped + exposed comm = comm),
+    idle causes (their sum, when known) other than the idle time, a share outside 0–100. The
+    one check of a saved document's windows and of a Report's (``analysis.invariants``)."""
+    parts = (f.compute_ns, f.exposed_comm_ns, f.exposed_memory_ns, f.idle_ns)
+    if min((f.window_ns, f.comm_ns, f.overlapped_comm_ns, *parts)) < 0:
+        return "a negative time in a window"
+    if sum(parts) != f.window_ns or f.overlapped_comm_ns + f.exposed_comm_ns != f.comm_ns:
+        return "a window whose figures do not add up"
+    if idle_causes_ns is not None and idle_causes_ns != f.idle_ns:
+        return "idle causes that do not add up to the idle time"
+    for name, value in (("overlap_pct", f.overlap_pct), ("busy_pct", f.busy_pct)):
+        if value is not None and not number_in(value, 0.0, 100.0):
+            return f"{name} {value!r} not in 0–100"
+    return None
 
 
 def document_problem(doc: ReportDocument) -> str | None:
@@ -68,42 +111,30 @@ def number_in(value: object, low: float, high: float) -> bool:
 def _rank_problem(rank: Rank) -> str | None:
     windows = [w for w in (rank.window, *(s.window for s in rank.steps)) if w is not None]
     for w in windows:
-        found = _figures_problem(w.figures)
+        c = w.idle_by_cause
+        causes = (
+            None
+            if c is None
+            else c.pipeline_fill
+            + c.pipeline_drain
+            + c.pipeline_wait
+            + c.sync
+            + c.dataloader
+            + c.host_bound
+            + c.other
+        )
+        found = partition_problem(w.figures, causes)
         if found:
             return found
-        c = w.idle_by_cause
-        if c is not None:
-            causes = (
-                c.pipeline_fill,
-                c.pipeline_drain,
-                c.pipeline_wait,
-                c.sync,
-                c.dataloader,
-                c.host_bound,
-                c.other,
-            )
-            if sum(causes) != w.figures.idle_ns:
-                return "idle causes that do not add up to the idle time"
     if any(s.cpu_span_ns is not None and s.cpu_span_ns < 0 for s in rank.steps):
         return "a negative step span"
     if rank.step_worst is not None:
-        found = _figures_problem(rank.step_worst.figures)
+        found = partition_problem(rank.step_worst.figures)
         if found:
             return found
     m = rank.step_median
     if m is not None:
         return median_problem(m.window_ns, m.exposed_comm_ns, m.idle_ns, m.overlap_pct)
-    return None
-
-
-def _figures_problem(f: Figures) -> str | None:
-    parts = f.compute_ns + f.exposed_comm_ns + f.exposed_memory_ns + f.idle_ns
-    if parts != f.window_ns or f.overlapped_comm_ns > f.comm_ns:
-        return "a window whose figures do not add up"
-    for name in ("overlap_pct", "busy_pct"):
-        value = getattr(f, name)
-        if value is not None and not number_in(value, 0.0, 100.0):
-            return f"{name} {value!r} not in 0–100"
     return None
 
 

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from tracecomm.analysis.document_checks import partition_problem
 from tracecomm.analysis.model import Report
 from tracecomm.analysis.pipeline_view import heaviest_stage
 from tracecomm.engine.model import WindowFigures
@@ -62,16 +63,10 @@ def partitions_add_up(report: Report) -> list[str]:
 
 def _window_problem(window: WindowFigures) -> str | None:
     f = window.figures
-    parts = (f.compute_ns, f.exposed_comm_ns, f.exposed_memory_ns, f.idle_ns)
-    if min((f.window_ns, f.comm_ns, f.overlapped_comm_ns, *parts)) < 0:
-        return "a negative time"
-    if sum(parts) != f.window_ns:
-        return f"parts {sum(parts)} ns != window {f.window_ns} ns"
-    if f.overlapped_comm_ns + f.exposed_comm_ns != f.comm_ns:
-        return "overlapped + exposed comm != comm"
     causes = window.idle_by_cause
-    if causes is not None and sum(causes.values()) != f.idle_ns:
-        return f"idle causes {sum(causes.values())} ns != idle {f.idle_ns} ns"
+    found = partition_problem(f, None if causes is None else sum(causes.values()))
+    if found:
+        return found
     exposed_types = sum(t.exposed_comm_ns for t in window.by_type)
     if window.by_type and exposed_types < f.exposed_comm_ns:
         return f"exposed comm by type {exposed_types} ns < exposed comm {f.exposed_comm_ns} ns"
