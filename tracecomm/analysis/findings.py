@@ -244,7 +244,7 @@ def _exposed_comm(report: Report, basis: StepBasis, parts: StepParts) -> list[Fi
     for coll, cost in parts.exposed_comm_by_type_ns.items():
         if coll == "SendRecv" and report.pipelines:
             continue  # waits of pipeline stages: the pipeline bubble finding
-        total, _ = _per_step(report.rank_reports, _of_type(coll, exposed=False), basis)
+        total = parts.comm_by_type_ns.get(coll, 0)  # the same mean the step parts took
         _, ranks = _per_step(report.rank_reports, _of_type(coll, exposed=True), basis)
         evidence = [
             f"{coll} runs {_ms(total)} per step (mean over ranks); {_ms(cost)} of it with no "
