@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import REPO, SHARED_TRACES
+from tests.nccl.test_flight import dump, entry
 from tracecomm.render.document import report_document
 from tracecomm.synth import fsdp_run, write_run
 from tracecomm.synth.graphs import graph_replay_run
@@ -49,37 +50,12 @@ def _sample_everything(tmp: Path) -> tuple[Path, dict[str, Any]]:
     shutil.copytree(SAMPLE, run)
     (run / "rank0.log").write_bytes(nccl_log(NCCL_SPEC))
     for rank in range(4):  # Flight Recorder dumps: rank 3 never reached seq 12
-        entries = [_fr_entry(seq) for seq in range(8, 12 if rank == 3 else 13)]
-        (run / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(_fr_dump(entries)))
+        entries = [
+            entry(seq, "started" if seq == 12 else "completed")
+            for seq in range(8, 12 if rank == 3 else 13)
+        ]
+        (run / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(dump(entries)))
     return run, EVERYTHING
-
-
-def _fr_entry(seq: int) -> dict[str, Any]:
-    return {
-        "record_id": seq,
-        "pg_id": 0,
-        "process_group": ("0", "default_pg"),
-        "collective_seq_id": seq,
-        "p2p_seq_id": 0,
-        "op_id": seq,
-        "profiling_name": "nccl:all_reduce",
-        "time_created_ns": 1_764_400_000_000_000_000 + seq,
-        "input_sizes": [[1024]],
-        "output_sizes": [[1024]],
-        "state": "started" if seq == 12 else "completed",
-        "is_p2p": False,
-        "timeout_ms": 600000,
-    }
-
-
-def _fr_dump(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "version": "2.10",
-        "comm_lib_version": "2.24.3",
-        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}},
-        "pg_status": {"0": {"last_enqueued_collective": 12, "last_completed_collective": 11}},
-        "entries": entries,
-    }
 
 
 def _gloo(tmp: Path) -> tuple[Path, dict[str, Any]]:
