@@ -33,7 +33,9 @@ def test_stage_1_is_flagged_and_ranked_first(se: tuple[dict[str, Any], dict[str,
     assert {r["fix"] for r in st["ranks"][: len(STAGE_1)]} == {"stage 1"}
     (fix,) = [c for c in st["candidates"] if c["flagged"]]
     assert (fix["kind"], fix["index"], fix["ranks"]) == ("stage", 1, STAGE_1)
-    assert fix["by_op_type"]["compute"] == fix["gain_ns"]  # a compute imbalance
+    # a compute imbalance: the stage's own work gives nearly all of it (its ranks' send/recv
+    # transfers, at their peers', the rest)
+    assert fix["by_op_type"]["compute"] >= 0.99 * fix["gain_ns"]
 
 
 def test_recoverable_within_5_points_of_bytedance(
@@ -44,8 +46,11 @@ def test_recoverable_within_5_points_of_bytedance(
     theirs = 100 * (1 - 1 / result["blocking_decompose_by_stage"]["1"])  # 30.3 %
     ours = doc["stragglers"]["recoverable_pct_replay"]
     assert abs(ours - theirs) < 5, (ours, theirs)
-    # the first-order view is an estimate of the same thing, below the replay's here
-    assert 0 < doc["stragglers"]["recoverable_pct"] < ours
+    # the headline is the replay's; the first-order view, an estimate of the same thing, is
+    # below it here
+    assert doc["stragglers"]["recoverable_pct"] == ours
+    assert doc["stragglers"]["recoverable_basis"] == "replay"
+    assert 0 < doc["stragglers"]["first_order_recoverable_pct"] < ours
 
 
 def test_the_replay_reproduces_the_measured_step(

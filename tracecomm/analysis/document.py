@@ -547,9 +547,16 @@ class Replay(_Doc, frozen=True):
 
 
 class Candidate(_Doc, frozen=True):
-    kind: Literal["rank", "stage", "replica"]
+    kind: Literal["rank", "stage", "replica", "host"]
     index: Annotated[
-        int, Meta(ge=0, description="the rank, the stage number or the replica number")
+        int,
+        Meta(
+            ge=0,
+            description=(
+                "the rank, the stage number, the replica number, or the host's place "
+                "among the hosts in name order"
+            ),
+        ),
     ]
     ranks: list[int]
     method: Annotated[
@@ -581,8 +588,13 @@ class Candidate(_Doc, frozen=True):
     ]
     mostly_rank: Annotated[
         int | None,
-        Meta(description="a stage or replica: the rank inside whose own fix gives half its gain"),
+        Meta(
+            description=(
+                "a stage, replica or host: the rank inside whose own fix gives half its gain"
+            )
+        ),
     ]
+    host: Annotated[str | None, Meta(description="a host candidate's host name")] = None
 
 
 class GroupTypeDelay(_Doc, frozen=True):
@@ -628,10 +640,21 @@ class Instance(_Doc, frozen=True):
 class StepDelay(_Doc, frozen=True):
     rank: int
     step: int
-    delay_caused_ns: int
+    delay_caused_ns: Annotated[
+        int, Meta(description="the delay the rank alone caused in the step, inherited included")
+    ]
+    root_delay_ns: Annotated[
+        int | None,
+        Meta(
+            description=(
+                "what the rank caused itself in the step (the heat map): max(compute "
+                "excess over its peers, over the other stages) + delay caused − inherited"
+            )
+        ),
+    ] = None
 
 
-class Stragglers(_Doc, frozen=True):
+class Stragglers(_Doc, frozen=True, kw_only=True):
     ranks: Annotated[
         list[StragglerRank],
         Meta(
@@ -666,14 +689,32 @@ class Stragglers(_Doc, frozen=True):
         int | None,
         Meta(
             description=(
-                "first-order estimate: the median step minus the largest gain among the"
-                " flagged ranks (the larger of their compute / stage excess and the "
-                "delay they alone caused, per step), never below the longest rank's own"
-                " work once fixed"
+                "the median step with every flagged candidate fixed: the dependency "
+                "replay's what-if where the replay reproduces the run, else the "
+                "first-order estimate (recoverable_basis says which)"
             )
         ),
     ]
-    recoverable_pct: Percent | None
+    recoverable_pct: Annotated[
+        Percent | None,
+        Meta(description="100 · (median step − step_if_no_straggler_ns) / median step"),
+    ]
+    recoverable_basis: Annotated[
+        Literal["replay", "first-order"],
+        Meta(description="what step_if_no_straggler_ns and recoverable_pct come from"),
+    ] = "first-order"
+    first_order_step_ns: Annotated[
+        int | None,
+        Meta(
+            description=(
+                "the fast estimate: the median step minus the largest gain among the"
+                " flagged ranks (the larger of their compute / stage excess and the "
+                "delay they alone caused, per step), never below the longest rank's own"
+                " work once fixed; never the headline where the replay reproduces the run"
+            )
+        ),
+    ] = None
+    first_order_recoverable_pct: Percent | None = None
     step_if_no_straggler_replay_ns: Annotated[
         int | None,
         Meta(
@@ -1148,8 +1189,17 @@ class Pipeline(_Doc, frozen=True):
         NonNegative | None,
         Meta(description="a rank slower than its stage in the other pipelines"),
     ]
-    balanced: Annotated[bool, Meta(description="no overloaded stage and no slow rank")]
+    balanced: Annotated[bool, Meta(description="no overloaded stage and no slow rank of its own")]
     verdict: str
+    waits_for: Annotated[
+        list[int],
+        Meta(
+            description=(
+                "a balanced pipeline: the slow ranks of other pipelines it waits for at the "
+                "data-parallel collectives"
+            )
+        ),
+    ] = []
 
 
 # The kernel view across ranks (metrics.md §15-§16).

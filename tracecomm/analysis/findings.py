@@ -384,6 +384,8 @@ def _straggler(
     on = f" on {', '.join(where_hosts[:3])}" if where_hosts else ""
     first = flagged[0]
     what = label if label is not None and not label.startswith("rank") else _where(flagged, report)
+    if label is not None and label.startswith("host "):  # a slow node: its ranks, not "on"
+        what, on = f"{label} ({_where(flagged, report)})", ""
     return Finding(
         kind="straggler",
         severity="cost",

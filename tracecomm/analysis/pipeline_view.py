@@ -48,8 +48,11 @@ class PipelineView:
     overloaded_stage: int | None
     overloaded_excess_pct: float | None  # its compute over the others' median, in % more
     slow_rank: int | None  # a rank slower than its stage in the other pipelines (a straggler)
-    balanced: bool  # neither an overloaded stage nor a slow rank sets the pace
+    balanced: bool  # neither an overloaded stage nor a slow rank of its own sets the pace
     verdict: str
+    # the slow ranks of other pipelines it waits for at the data-parallel collectives, when
+    # its own stages are balanced: its bubble is that wait, not its schedule
+    waits_for: tuple[int, ...] = ()
 
 
 def pipeline_views(
@@ -69,7 +72,30 @@ def pipeline_views(
             view = _view(group, present, offset, stages, microbatches, cr.p2p_pairs)
             if view is not None:
                 views.append(view)
-    return tuple(_slow_rank_verdict(v, views) for v in views)
+    judged = tuple(_slow_rank_verdict(v, views) for v in views)
+    return tuple(_waiting_verdict(v, judged) for v in judged)
+
+
+def _waiting_verdict(view: PipelineView, views: Sequence[PipelineView]) -> PipelineView:
+    """A balanced pipeline of a job where another pipeline has a slow rank: the replicas
+    meet at every step's data-parallel collectives, so this one waits there for the slow one,
+    and its bubble, however large, is not its schedule's."""
+    slow = sorted({v.slow_rank for v in views if v.slow_rank is not None})
+    if not view.balanced or not slow:
+        return view
+    where = ", ".join(f"rank {r}" for r in slow[:3]) + (" …" if len(slow) > 3 else "")
+    worst = max(s.bubble_pct for s in view.per_stage)
+    schedule = (
+        f", the schedule's own {view.textbook_bubble_pct:.1f} % for 1F1B"
+        if view.textbook_bubble_pct is not None
+        else ""
+    )
+    verdict = (
+        f"stages are balanced; it waits for {where} (a slow rank of another pipeline) at the "
+        f"data-parallel collectives: that wait, not its schedule, is most of its bubble (up to "
+        f"{worst:.1f} %{schedule})"
+    )
+    return replace(view, verdict=verdict, waits_for=tuple(slow))
 
 
 def _slow_rank_verdict(view: PipelineView, views: Sequence[PipelineView]) -> PipelineView:

@@ -4,20 +4,33 @@ changed and see when each step would end.
 The model. Each rank's timeline is a chain of elements: the shared waits it takes part in
 (synchronized collective instances and send/recv pairs, arrivals.py) and the start and end of
 each included step (zero-length marks). Between them lies the rank's own work — compute,
-copies, launches, host time. Each element's predecessor ``p`` is the rank's element that ended
-last before the element's arrival (one still running beside it, on another stream, cannot have
-held it back):
+copies, launches, host time. A shared wait's time on a rank splits into wait and transfer:
+the wait runs from the rank's arrival to the last member's arrival (inside the kernel, as NCCL
+kernels spin, or before it), the transfer from the last arrival to the end — the time of the
+member that waited least, the same for every member. A recorded wait is never replayed as
+work: waits are recomputed from the arrivals.
 
-    gap[r, i]      = arrival[r, i] − end[r, p]          (own work before it, >= 0)
-    arrival'[r, i] = end'[r, p] + gap[r, i]
-    end'[r, i]     = max over members q of arrival'[q, i] + (end[r, i] − max_q arrival[q, i])
+An element starts once two things hold: the rank's own work before it is done, and the stream
+it runs on is free. The first is ``ready``: the arrival, or, for a kernel that queued behind
+another kernel of its stream (it started within RELEASE_SLACK_NS of that kernel's end), the end
+of the compute it was launched after (ProcessGroupNCCL makes its stream wait for the calling
+stream's queued work; engine/collectives.py ``ready_ns``), where that came earlier — in the
+recording the queue hid it. Its work predecessor ``p`` is the rank's element that ended last
+before the compute leading to that moment began (one still running beside it, on another
+stream, cannot have held it back); its queue predecessor ``q`` the previous shared wait on its
+stream:
 
-Replayed with the recorded gaps it gives back the recorded timeline exactly (the built-in check
-the report carries); replayed with some ranks' gaps (or a shared wait's transfer time) changed,
-it gives the step time that change would bring, delays propagating through every collective and
-send/recv. An element depends on one predecessor only, the one that held it back in the
-recording; a what-if that delays another earlier element past it is not seen (what-ifs here
-make work shorter, not longer).
+    gap[r, i]      = ready[r, i] − end[r, p]                      (own work before it, >= 0)
+    arrival'[r, i] = max(end'[r, p] + gap[r, i], end'[r, q] + hold[r, i])
+    end'[r, i]     = max over members m of arrival'[m, i] + (end[r, i] − max_m arrival[m, i])
+
+(``hold``: arrival − end[q] for a kernel that queued, a few µs; 0 otherwise.) Replayed with the
+recorded gaps it gives back the recorded timeline exactly (the built-in check the report
+carries); replayed with some ranks' gaps (or a shared wait's transfer time) changed, it gives
+the step time that change would bring, delays propagating through every collective, send/recv
+and stream. An element's own work depends on one predecessor only, the one that held it back
+in the recording; a what-if that delays another earlier element past it is not seen (what-ifs
+here make work shorter, not longer).
 
 The computation runs level by level (all elements whose inputs are known at once), and for many
 what-ifs side by side: ``gaps`` and ``transfers`` are (elements × what-ifs) arrays.
@@ -34,6 +47,10 @@ import polars as pl
 
 _FAR_PAST = np.iinfo(np.int64).min // 4  # "no constraint" without overflowing an addition
 RELEASE_SLACK_NS = 20_000
+
+# one level of the replay: (rows grouped by element, their work predecessors (-1: none), head
+# constraint, queue predecessors (-1: none), queue holds, element bounds, rows per element)
+_Level = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -55,7 +72,10 @@ class Chain:
     starts: np.ndarray  # rows of step-start marks, one per (rank, included step)
     ends: np.ndarray  # the matching step-end marks
     mark_rank: np.ndarray  # the rank of each (start, end) pair
-    levels: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
+    levels: tuple[_Level, ...]
+    pred: np.ndarray  # each row's work predecessor (-1: none)
+    ready: np.ndarray  # when each row's own work was done (its arrival unless it queued)
+    end: np.ndarray  # each row's recorded end
     shared_waits: int  # distinct shared waits in the chain
     by_inst: np.ndarray  # rows ordered by element
     inst_offsets: np.ndarray  # element i's rows are by_inst[inst_offsets[i]:inst_offsets[i + 1]]
@@ -92,14 +112,14 @@ def build_chain(waits: pl.DataFrame, windows: pl.DataFrame) -> Chain | None:
     frame = _elements(waits, windows)
     frame = frame.with_columns(pl.Series("inst", _global_order(frame)))
     rank = frame["rank"].to_numpy()
-    pred = _predecessors(frame)
-    arrival = frame["arrival_ns"].to_numpy()
-    ended = frame["end_ns"].to_numpy()[np.maximum(pred, 0)]
-    gap = np.where(pred >= 0, arrival - ended, 0)
-    head = np.where(pred < 0, arrival, _FAR_PAST)
-    starts, ends, mark_rank = _step_marks(frame)
     inst = frame["inst"].to_numpy().astype(np.int64)
-    levels = _levels(inst, pred, head)
+    queue, hold, ready = _queues(frame, inst)
+    pred = _predecessors(frame, ready)
+    ended = frame["end_ns"].to_numpy()[np.maximum(pred, 0)]
+    gap = np.where(pred >= 0, np.maximum(0, ready - ended), 0)
+    head = np.where(pred < 0, ready, _FAR_PAST)
+    starts, ends, mark_rank = _step_marks(frame)
+    levels = _levels(inst, pred, head, queue, hold)
     types = {t: i for i, t in enumerate(["", *sorted(set(frame["coll_type"].unique()) - {""})])}
     return Chain(
         rank=rank,
@@ -117,6 +137,9 @@ def build_chain(waits: pl.DataFrame, windows: pl.DataFrame) -> Chain | None:
         ends=ends,
         mark_rank=mark_rank,
         levels=levels,
+        pred=pred,
+        ready=ready.astype(np.int64),
+        end=frame["end_ns"].to_numpy().astype(np.int64),
         shared_waits=int(frame.filter(pl.col("code") >= 2)["inst"].n_unique()),
         by_inst=np.argsort(inst, kind="stable"),
         inst_offsets=np.searchsorted(np.sort(inst), np.arange(int(inst.max()) + 2)),
@@ -131,8 +154,10 @@ def replay_steps(
     width = gaps.shape[1]
     moved = chain.transfer[:, None] if transfers is None else transfers
     end = np.full((chain.size + 1, width), _FAR_PAST, dtype=np.int64)  # row -1: nothing
-    for rows, pred, head, bounds, counts in chain.levels:
-        arrived = np.maximum(end[pred], head[:, None]) + gaps[rows]
+    for rows, pred, head, queue, hold, bounds, counts in chain.levels:
+        arrived = np.maximum(
+            np.maximum(end[pred], head[:, None]) + gaps[rows], end[queue] + hold[:, None]
+        )
         last = np.maximum.reduceat(arrived, bounds, axis=0)
         end[rows] = np.repeat(last, counts, axis=0) + moved[rows]
     return _median_steps(end[chain.ends] - end[chain.starts], chain.mark_rank)
@@ -145,6 +170,10 @@ def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         waits = waits.with_columns(pl.col("coll_type").alias("kind"))
     if "work_since_ns" not in waits.columns:
         waits = waits.with_columns(pl.col("arrival_ns").alias("work_since_ns"))
+    if "ready_ns" not in waits.columns:
+        waits = waits.with_columns(pl.col("arrival_ns").alias("ready_ns"))
+    if "stream" not in waits.columns:
+        waits = waits.with_columns(pl.lit(None, dtype=pl.Int64).alias("stream"))
     # each shared wait numbered in the order of its group and key (a small table: the strings
     # are hashed once, and every later sort and grouping runs on integers)
     instances = (
@@ -165,6 +194,8 @@ def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
             "arrival_ns",
             "end_ns",
             pl.min_horizontal("arrival_ns", "work_since_ns").alias("work_since_ns"),
+            pl.min_horizontal("arrival_ns", "ready_ns").alias("ready_ns"),
+            pl.col("stream").cast(pl.Int64),
             "transfer",
             "coll_type",
             "kind",
@@ -184,6 +215,8 @@ def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
                 pl.col(edge).alias("arrival_ns"),
                 pl.col(edge).alias("end_ns"),
                 pl.col(edge).alias("work_since_ns"),
+                pl.col(edge).alias("ready_ns"),
+                pl.lit(None, pl.Int64).alias("stream"),
                 pl.lit(0, pl.Int64).alias("transfer"),
                 pl.lit("").alias("coll_type"),
                 pl.lit("").alias("kind"),
@@ -221,7 +254,38 @@ def _global_order(frame: pl.DataFrame) -> np.ndarray:
     return frame.join(order, on="id", how="left", maintain_order="left")["inst"].to_numpy()
 
 
-def _predecessors(frame: pl.DataFrame) -> np.ndarray:
+def _queues(frame: pl.DataFrame, inst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: the rank's previous shared wait on the same stream (-1: none, or one that
+    ended after this one's arrival), the hold after its end (the arrival − its end when the
+    element queued behind it, started within RELEASE_SLACK_NS of its end; else 0), and when
+    the element's own work was ready: for an element that queued, the end of the compute it
+    was launched after (``ready_ns``) where that came earlier; else its arrival. The replay
+    keeps both: an element starts once its own work is done and its stream is free, so a
+    wait recorded behind a kernel that waited for a late peer is not replayed as work."""
+    rows = (
+        frame.with_row_index("_row")
+        .filter(pl.col("stream").is_not_null() & (pl.col("code") >= 2))
+        .sort("rank", "stream", "arrival_ns", "_row")
+        .with_columns(pl.col("_row").shift(1).over("rank", "stream").alias("_prev"))
+        .filter(pl.col("_prev").is_not_null())
+    )
+    n = frame.height
+    queue = np.full(n, -1, dtype=np.int64)
+    here = rows["_row"].to_numpy().astype(np.int64)
+    prev = rows["_prev"].to_numpy().astype(np.int64)
+    arrival = frame["arrival_ns"].to_numpy().astype(np.int64)
+    end = frame["end_ns"].to_numpy().astype(np.int64)
+    usable = (end[prev] <= arrival[here]) & (inst[prev] < inst[here])
+    queue[here[usable]] = prev[usable]
+    safe = np.maximum(queue, 0)
+    queued = (queue >= 0) & (arrival - end[safe] <= RELEASE_SLACK_NS)
+    hold = np.where(queued, arrival - end[safe], 0)
+    known = frame["ready_ns"].fill_null(frame["arrival_ns"]).to_numpy().astype(np.int64)
+    ready = np.where(queued, np.minimum(arrival, known), arrival)
+    return queue, hold, ready
+
+
+def _predecessors(frame: pl.DataFrame, ready: np.ndarray | None = None) -> np.ndarray:
     """Per row: the rank's earlier element that ended last before the work leading into this
     one began (-1: none). Only an element that had ended can have held this one back; one
     still running beside it (an all-reduce on another stream, the other half of a batched
@@ -230,9 +294,8 @@ def _predecessors(frame: pl.DataFrame) -> np.ndarray:
     Rows come grouped by rank in chain order."""
     rank = frame["rank"].to_numpy()
     end = frame["end_ns"].to_numpy()
-    released = np.minimum(
-        frame["arrival_ns"].to_numpy(), frame["work_since_ns"].to_numpy() + RELEASE_SLACK_NS
-    )
+    arrival = frame["arrival_ns"].to_numpy() if ready is None else ready
+    released = np.minimum(arrival, frame["work_since_ns"].to_numpy() + RELEASE_SLACK_NS)
     pred = np.full(len(rank), -1, dtype=np.int64)
     bounds = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True])
     for lo, hi in pairwise(bounds.tolist()):  # per rank, not per event
@@ -259,21 +322,24 @@ def _rank_predecessors(end: np.ndarray, released: np.ndarray) -> np.ndarray:
 
 
 def _levels(
-    inst: np.ndarray, pred: np.ndarray, head: np.ndarray
-) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]:
+    inst: np.ndarray, pred: np.ndarray, head: np.ndarray, queue: np.ndarray, hold: np.ndarray
+) -> tuple[_Level, ...]:
     """Group rows into levels: an element's level is one more than the highest level among its
-    members' predecessors, so every level depends only on the ones before it. Each level:
-    (rows grouped by element, their predecessors (-1: none), head constraint, element bounds,
-    rows per element)."""
+    members' predecessors (work and queue), so every level depends only on the ones before it
+    (see _Level)."""
     by_inst = np.argsort(inst, kind="stable")
     count = int(inst.max()) + 1 if inst.size else 0
     offsets = np.searchsorted(inst[by_inst], np.arange(count + 1))
     pred_inst = np.where(pred >= 0, inst[np.maximum(pred, 0)], -1)[by_inst].tolist()
+    queue_inst = np.where(queue >= 0, inst[np.maximum(queue, 0)], -1)[by_inst].tolist()
     level = [0] * count
     bounds = offsets.tolist()
     for i in range(count):  # one pass over the elements, in an order that respects chains
         best = -1
         for p in pred_inst[bounds[i] : bounds[i + 1]]:
+            if p >= 0 and level[p] > best:
+                best = level[p]
+        for p in queue_inst[bounds[i] : bounds[i + 1]]:
             if p >= 0 and level[p] > best:
                 best = level[p]
         level[i] = best + 1
@@ -285,7 +351,7 @@ def _levels(
         element = inst[rows]
         starts = np.flatnonzero(np.r_[True, element[1:] != element[:-1]])
         counts = np.diff(np.r_[starts, len(rows)])
-        out.append((rows, pred[rows], head[rows], starts, counts))
+        out.append((rows, pred[rows], head[rows], queue[rows], hold[rows], starts, counts))
     return tuple(out)
 
 

@@ -102,9 +102,7 @@ class RunRecord:
 def record_of_report(report: Report, label: str, source: str) -> RunRecord:
     tp = report.throughput
     st = report.stragglers
-    w = st.what_if if st is not None else None
-    replayed = w.recoverable_pct if w is not None and w.reproduces else None
-    first_order = st.recoverable_pct if st is not None else None
+    recoverable = st.recoverable_pct if st is not None else None
     energy = tp.energy if tp is not None else None
     flops = tp.flops if tp is not None else None
     return RunRecord(
@@ -125,8 +123,8 @@ def record_of_report(report: Report, label: str, source: str) -> RunRecord:
         ),
         tokens_per_s=tp.tokens_per_s if tp is not None else None,
         mfu=tp.mfu if tp is not None else None,
-        recoverable_pct=replayed if replayed is not None else first_order,
-        recoverable_by=recoverable_by(replayed, first_order),
+        recoverable_pct=recoverable,
+        recoverable_by=st.recoverable_basis if st is not None and recoverable is not None else None,
         avg_power_w=energy.avg_power_w if energy is not None else None,
         energy_per_step_j=energy.energy_per_step_j if energy is not None else None,
         tokens_per_j=energy.tokens_per_j if energy is not None else None,

@@ -86,14 +86,25 @@ class Stragglers:
     flagged: tuple[int, ...]
     median_step_ns: int | None
     threshold_ns: int | None  # the gain (or root delay) a flagged rank exceeds
-    step_if_no_straggler_ns: int | None  # first-order estimate (metrics.md §6)
+    # the step with every flagged rank fixed, and its share back: the replay's what-if where
+    # the replay reproduces the run (recoverable_basis "replay"), else the first-order
+    # estimate (metrics.md §6)
+    step_if_no_straggler_ns: int | None
     recoverable_pct: float | None
     delay_by_step: dict[int, dict[int, int]]  # rank -> step -> delay caused (the heat map)
     by_group_type: tuple[GroupTypeDelay, ...] = ()
     instances: tuple[InstanceRecord, ...] = ()  # only when asked for (they grow with the run)
-    delay_by_host_step: dict[str, dict[int, int]] = field(default_factory=dict)  # max over ranks
+    # the heat map: per rank and step the delay it caused itself (root delay: its compute
+    # over its peers' or the other stages' that step, whichever is larger, plus the delay it
+    # alone caused less what it had inherited), and per host its worst rank's
+    root_delay_by_step: dict[int, dict[int, int]] = field(default_factory=dict)
+    delay_by_host_step: dict[str, dict[int, int]] = field(default_factory=dict)
     what_if: WhatIf | None = None  # the replay what-if, when it could run
     flag_basis: str = "root delay"  # "replay gain" when the replay decides
+    recoverable_basis: str = "first-order"  # or "replay"
+    # the fast estimate, whatever decides: larger excess or own delay of the flagged ranks
+    first_order_step_ns: int | None = None
+    first_order_recoverable_pct: float | None = None
 
 
 def stragglers(
@@ -107,6 +118,7 @@ def stragglers(
     p2p_waits: pl.DataFrame | None = None,
     pipelines: Mapping[int, tuple[int, ...]] | None = None,
     by_schedule: frozenset[str] = frozenset(),
+    compute_by_step: Mapping[int, Mapping[int, int]] | None = None,
 ) -> Stragglers:
     """The first-order figures. ``aligned``: matched instances on one clock (rank, pg, key,
     step, start_ns, end_ns; arrival_ns and synchronized when known); ``compute_per_step`` /
@@ -146,6 +158,7 @@ def stragglers(
     ]
     step_if = _first_order_step(rows, median_step, compute_per_step)
     by_rank = _delay_by_step(in_steps)
+    root = _root_by_step(lasts, compute_by_step or {}, peers or {}, pipelines or {}, included_steps)
     return Stragglers(
         ranks=tuple(rows),
         flagged=tuple(sorted(flagged)),
@@ -153,10 +166,13 @@ def stragglers(
         threshold_ns=threshold,
         step_if_no_straggler_ns=step_if,
         recoverable_pct=_recoverable(median_step, step_if),
+        first_order_step_ns=step_if,
+        first_order_recoverable_pct=_recoverable(median_step, step_if),
         delay_by_step=by_rank,
         by_group_type=_by_group_type(in_steps),
         instances=_instance_records(per_instance) if keep_instances else (),
-        delay_by_host_step=_by_host(by_rank, hosts or {}),
+        delay_by_host_step=_by_host(root, hosts or {}),
+        root_delay_by_step=root,
     )
 
 
@@ -413,6 +429,54 @@ def _delay_by_step(in_steps: pl.DataFrame) -> dict[int, dict[int, int]]:
     return out
 
 
+def _root_by_step(
+    lasts: pl.DataFrame,
+    compute: Mapping[int, Mapping[int, int]],
+    peers: Mapping[int, tuple[int, ...]],
+    pipelines: Mapping[int, tuple[int, ...]],
+    included: Mapping[int, frozenset[int]],
+) -> dict[int, dict[int, int]]:
+    """Per rank and included step: max(compute excess over its peers' median that step,
+    excess over the other stages of its pipeline) + max(0, delay caused − inherited), the
+    root delay of §6 step by step (zeros left out). A rank that is late only because it
+    waited for another carries none of it: the heat map shows causes, not victims."""
+    own: dict[tuple[int, int], int] = {}
+    for rank, step, delay, inherited in (
+        lasts.group_by("rank", "step")
+        .agg(pl.col("delay").sum(), pl.col("inherited_delay").sum())
+        .sort("rank", "step")
+        .iter_rows()
+    ):
+        if step is not None:
+            own[(rank, step)] = max(0, delay - inherited)
+    everyone = tuple(sorted(compute))
+    out: dict[int, dict[int, int]] = {}
+    for rank in sorted(included):
+        for step in sorted(included[rank]):
+            mine = compute.get(rank, {}).get(step)
+            excess = 0
+            if mine is not None:
+                group = peers.get(rank, everyone)
+                by_peers = _median(
+                    [v for p in group if (v := compute.get(p, {}).get(step)) is not None]
+                )
+                stages = [
+                    v
+                    for p in pipelines.get(rank, ())
+                    if p != rank and (v := compute.get(p, {}).get(step)) is not None
+                ]
+                by_stage = _median(stages)
+                excess = max(
+                    0,
+                    mine - by_peers if by_peers is not None else 0,
+                    mine - by_stage if by_stage is not None else 0,
+                )
+            value = excess + own.get((rank, step), 0)
+            if value > 0:
+                out.setdefault(rank, {})[step] = value
+    return out
+
+
 def _median(values: list[int]) -> int | None:
     return _halves_up(statistics.median(values)) if values else None
 
@@ -436,6 +500,14 @@ def rank_stragglers(
     peers = peer_groups(cr.groups, {r.rank: r.breakdown.work_signature for r in timed})
     chains = chain_of(cr.pipelines)
     compute = {r.rank: r.step_summary.median.compute_ns for r in timed if r.step_summary}
+    compute_by_step = {
+        r.rank: {
+            s.step: s.window.figures.compute_ns
+            for s in r.breakdown.included_steps
+            if s.window is not None
+        }
+        for r in timed
+    }
     found = stragglers(
         cr.aligned,
         compute_per_step=compute,
@@ -449,6 +521,7 @@ def rank_stragglers(
         p2p_waits=cr.p2p_waits,
         pipelines=chains,
         by_schedule=by_schedule_groups(cr.groups, stage_of(cr.pipelines)),
+        compute_by_step=compute_by_step,
     )
     if found.median_step_ns is None:
         return found
@@ -456,19 +529,22 @@ def rank_stragglers(
         measured_step_ns=found.median_step_ns,
         peers=peers,
         compute=compute,
-        compute_by_step={
-            r.rank: {
-                s.step: s.window.figures.compute_ns
-                for s in r.breakdown.included_steps
-                if s.window is not None
-            }
-            for r in timed
-        },
+        compute_by_step=compute_by_step,
         stages=stage_of(cr.pipelines),
         replicas=replicas(cr.groups, cr.pipelines, peers, sorted(compute)),
         first_order={r.rank: r.root_delay_ns for r in found.ranks},
+        hosts=_hosts_of(timed),
     )
     return _decided(found, _what_if(timed, cr, job), compute)
+
+
+def _hosts_of(timed: Sequence[RankReport]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Each named host's ranks, by host name (ranks without a host name are on none)."""
+    out: dict[str, list[int]] = {}
+    for r in sorted(timed, key=lambda r: r.rank):
+        if r.host:
+            out.setdefault(r.host, []).append(r.rank)
+    return tuple((h, tuple(ranks)) for h, ranks in sorted(out.items()))
 
 
 def _what_if(timed: Sequence[RankReport], cr: CrossRank, job: Job) -> WhatIf | None:
@@ -484,7 +560,17 @@ def _what_if(timed: Sequence[RankReport], cr: CrossRank, job: Job) -> WhatIf | N
         schema={"rank": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
         orient="row",
     ).with_columns(pl.col("start_ns", "end_ns") - pl.col("rank").replace_strict(offset, default=0))
-    columns = ["rank", "pg", "key", "coll_type", "arrival_ns", "end_ns", "work_since_ns"]
+    columns = [
+        "rank",
+        "pg",
+        "key",
+        "coll_type",
+        "arrival_ns",
+        "end_ns",
+        "work_since_ns",
+        "ready_ns",
+        "stream",
+    ]
     # what each wait is for its rank, the same on its peers: a collective's type and group
     # size; a send/recv's direction and how far its peer's rank number lies from its own
     collectives = _synchronized(cr.aligned).select(
@@ -542,10 +628,13 @@ def _decided(
         ranks=tuple(sorted(rows, key=order)),
         flagged=tuple(sorted(flagged)),
         threshold_ns=whatif.threshold_ns,
-        step_if_no_straggler_ns=step_if,
-        recoverable_pct=_recoverable(found.median_step_ns, step_if),
+        step_if_no_straggler_ns=whatif.step_if_fixed_ns,
+        recoverable_pct=whatif.recoverable_pct,
+        first_order_step_ns=step_if,
+        first_order_recoverable_pct=_recoverable(found.median_step_ns, step_if),
         what_if=whatif,
         flag_basis="replay gain",
+        recoverable_basis="replay",
     )
 
 

@@ -57,12 +57,13 @@ class Candidate:
     # collective type / "SendRecv" (transfer times); None when not decomposed
     by_op_type: dict[str, int] | None = None
     by_op_type_pct: dict[str, float] | None = None  # each as 100 · gain / measured step
-    # a stage or replica: the rank inside it whose own fix gives half its gain or more
+    # a stage, replica or host: the rank inside it whose own fix gives half its gain or more
     mostly_rank: int | None = None
+    host: str | None = None  # a host candidate's host name
 
     @property
     def label(self) -> str:
-        return f"{self.kind} {self.index}"
+        return f"host {self.host}" if self.host is not None else f"{self.kind} {self.index}"
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ class Job:
     stages: Mapping[int, int] = field(default_factory=dict)  # pipeline rank -> stage
     replicas: tuple[tuple[int, ...], ...] = ()
     first_order: Mapping[int, int] = field(default_factory=dict)  # rank -> root delay
+    # hosts holding two ranks or more, in name order (a slow node: one candidate each)
+    hosts: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,8 +127,10 @@ def what_if(chain: Chain, job: Job) -> WhatIf:
     donors = _donors(chain, job.peers)
     fixes = _candidate_fixes(chain, job, donors)
     gains = _gains(chain, measured, [fix for _, fix in fixes])
+    gains = _at_least_parts([key for key, _ in fixes], gains)
     candidates = [
-        _candidate(key, fix, measured, gain) for (key, fix), gain in zip(fixes, gains, strict=True)
+        _candidate(key, fix, measured, gain, job)
+        for (key, fix), gain in zip(fixes, gains, strict=True)
     ]
     decided = _decide(chain, check, candidates, {(k[0], k[1]): f for k, f in fixes})
     present = sorted(set(np.unique(chain.rank).tolist()))
@@ -258,7 +263,59 @@ def _candidate_fixes(
         fix = _merge([f for r in replica if (f := _rank_fix(chain, job, donors, r)) is not None])
         if fix is not None:
             out.append((("replica", index, replica), fix))
+    for index, (_, ranks) in _host_shortlist(job, present):
+        fix = _merge([f for r in ranks if (f := _rank_fix(chain, job, donors, r)) is not None])
+        if fix is not None:
+            out.append((("host", index, ranks), fix))
+    return _with_parts(out)
+
+
+def _at_least_parts(keys: Sequence[_Key], gains: Sequence[int]) -> list[int]:
+    """Each group's gain, at least its best part's. The replayed step is the median over
+    ranks of their step windows, and fixing more ranks moves their windows' starts too, so
+    the replay of a whole set can come out a hair under one member's (microseconds, where the
+    median rank changes); fixing the set includes fixing that member, so the set gets its
+    figure."""
+    out = list(gains)
+    for i, key in enumerate(keys):
+        inside = set(key[2])
+        parts = [g for k, g in zip(keys, gains, strict=True) if set(k[2]) < inside]
+        if key[0] != "rank" and parts:
+            out[i] = max(out[i], *parts)
     return out
+
+
+def _with_parts(fixes: list[tuple[_Key, _Fix]]) -> list[tuple[_Key, _Fix]]:
+    """Each group's fix merged with the fixes of the candidates inside it: fixing a set
+    fixes each member at least as its own candidate does, and the replay only shortens
+    with shorter work, so a set never gives back less than any of its members."""
+    out = []
+    for key, fix in fixes:
+        inside = set(key[2])
+        parts = [f for k, f in fixes if k[0] != key[0] or k[1] != key[1] if set(k[2]) < inside]
+        if key[0] != "rank" and parts:
+            merged = _merge([fix, *parts])
+            assert merged is not None
+            fix = _Fix(merged.gaps, merged.cuts, fix.method)
+        out.append((key, fix))
+    return out
+
+
+def _host_shortlist(job: Job, present: list[int]) -> list[tuple[int, tuple[str, tuple[int, ...]]]]:
+    """The hosts of two ranks or more among several hosts, as (index into job.hosts, host);
+    above MAX_REPLICA_CANDIDATES the ones holding the largest first-order root delays."""
+    here = set(present)
+    hosts = [
+        (i, (name, tuple(r for r in ranks if r in here)))
+        for i, (name, ranks) in enumerate(job.hosts)
+    ]
+    hosts = [(i, h) for i, h in hosts if len(h[1]) > 1]
+    if len(hosts) < 2:
+        return []
+    if len(hosts) <= MAX_REPLICA_CANDIDATES:
+        return hosts
+    worst = sorted(hosts, key=lambda x: (-max(job.first_order.get(r, 0) for r in x[1][1]), x[0]))
+    return sorted(worst[:RANK_SHORTLIST])
 
 
 def _rank_shortlist(present: list[int], job: Job) -> list[int]:
@@ -290,7 +347,9 @@ def _replica_shortlist(job: Job, present: list[int]) -> list[tuple[int, tuple[in
 def _rank_fix(chain: Chain, job: Job, donors: Mapping[int, _Donor], rank: int) -> _Fix | None:
     donor = donors.get(rank)
     if donor is not None:
-        return _Fix({rank: donor.gaps}, dict(donor.cuts), "peers")
+        # a fix never lengthens the rank's own work: where a peer's is longer, its own stays
+        own = chain.gap[chain.rows_of(rank)]
+        return _Fix({rank: np.minimum(own, donor.gaps)}, dict(donor.cuts), "peers")
     peers = [p for p in job.peers.get(rank, ()) if p != rank]
     scaled = _scaled(chain, job, rank, _targets(job, peers))
     return None if scaled is None else _Fix({rank: scaled}, {}, "scaled")
@@ -303,6 +362,7 @@ def _stage_fix(chain: Chain, job: Job, ranks: Sequence[int]) -> _Fix | None:
     stage = job.stages[ranks[0]]
     targets = _targets(job, [r for r, s in sorted(job.stages.items()) if s != stage])
     gaps: dict[int, np.ndarray] = {}
+    factors: dict[int, dict[int, float]] = {}
     for group in sorted({tuple(sorted(job.peers.get(r, (r,)))) for r in ranks}):
         members = [r for r in group if r in ranks]
         alike = _same_shape(members, chain)
@@ -311,11 +371,51 @@ def _stage_fix(chain: Chain, job: Job, ranks: Sequence[int]) -> _Fix | None:
         for r in members:
             if pattern is not None and r in alike:
                 scaled = _scaled_gaps(pattern[r], chain.step[chain.rows_of(r)], typical, targets)
+                factors[r] = _factors(typical, targets)
             else:
                 scaled = _scaled(chain, job, r, targets)
+                factors[r] = _factors(job.compute_by_step.get(r, {}), targets)
             if scaled is not None:
                 gaps[r] = scaled
-    return _Fix(gaps, {}, "scaled") if gaps else None
+    if not gaps:
+        return None
+    return _Fix(gaps, _internal_cuts(chain, ranks, factors), "scaled")
+
+
+def _factors(own: Mapping[int, int], targets: Mapping[int, int]) -> dict[int, float]:
+    """Per step above its target: target / own compute (what _scaled_gaps scales by)."""
+    return {s: targets[s] / own[s] for s in own if s in targets and own[s] > targets[s]}
+
+
+def _internal_cuts(
+    chain: Chain, ranks: Sequence[int], factors: Mapping[int, Mapping[int, float]]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The stage's own collectives (every member inside it: its tensor-parallel all-reduces)
+    shrink with its work: a stage that hands layers on hands their communication on too. Per
+    op type: (elements, cut ns), the cut being the transfer × (1 − the step's factor)."""
+    ordered = chain.by_inst
+    inside = np.isin(chain.rank[ordered], np.asarray(list(ranks)))
+    lo, hi = chain.inst_offsets[:-1], chain.inst_offsets[1:]
+    counts = hi - lo
+    present = counts > 0
+    count_in = np.zeros(len(counts), dtype=np.int64)
+    count_in[present] = np.add.reduceat(inside.astype(np.int64), lo[present])
+    first = ordered[np.minimum(lo, len(ordered) - 1)]
+    internal = present & (counts > 1) & (count_in == counts) & (chain.code[first] >= 2)
+    out: dict[str, list[tuple[int, int]]] = {}
+    for e in np.flatnonzero(internal).tolist():
+        row = int(first[e])
+        f = factors.get(int(chain.rank[row]), {}).get(int(chain.step[row]), 1.0)
+        cut = math.floor(chain.transfer[row] * (1.0 - f) + 0.5)
+        if cut > 0:
+            out.setdefault(chain.coll_types[chain.coll_code[row]], []).append((e, cut))
+    return {
+        t: (
+            np.array([e for e, _ in v], dtype=np.int64),
+            np.array([c for _, c in v], dtype=np.int64),
+        )
+        for t, v in sorted(out.items())
+    }
 
 
 def _group_median(chain: Chain, ranks: Sequence[int]) -> dict[int, np.ndarray]:
@@ -425,7 +525,7 @@ def _gains(
     return out
 
 
-def _candidate(key: _Key, fix: _Fix, measured: int, gain: int) -> Candidate:
+def _candidate(key: _Key, fix: _Fix, measured: int, gain: int, job: Job) -> Candidate:
     kind, index, ranks = key
     return Candidate(
         kind=kind,
@@ -435,6 +535,7 @@ def _candidate(key: _Key, fix: _Fix, measured: int, gain: int) -> Candidate:
         step_if_fixed_ns=measured - gain,
         gain_ns=gain,
         recoverable_pct=min(100.0, 100.0 * gain / measured) if measured else 0.0,
+        host=job.hosts[index][0] if kind == "host" else None,
     )
 
 
@@ -457,17 +558,18 @@ def _decide(
     threshold = math.floor(
         max(FLAG_SHARE_OF_STEP * measured, FLAG_TIMES_MEDIAN_RANK * median_rank) + 0.5
     )
-    by_rank = {c.index: c.gain_ns for c in candidates if c.kind == "rank"}
     flagged = []
     for c in candidates:
         if c.kind == "rank":
             flagged.append(c.gain_ns > threshold)
             continue
-        # the group, not one of its ranks, is the cause: fixing it adds more than the flag line
-        # over fixing its best rank, and that rank gives less than half of it
-        best = max((by_rank.get(r, 0) for r in c.ranks), default=0)
-        flagged.append(c.gain_ns - best > threshold and c.gain_ns > 2 * best)
-    candidates = [_flag(c, f) for c, f in zip(candidates, flagged, strict=True)]
+        # the group, not a part of it, is the cause: fixing it adds more than the flag line
+        # over fixing its best part (a rank, or a smaller group inside it)
+        best = _best_part(c, candidates)
+        flagged.append(c.gain_ns - best > threshold and c.gain_ns > threshold)
+    candidates = _subsumed(
+        [_flag(c, f) for c, f in zip(candidates, flagged, strict=True)], threshold
+    )
     ordered = sorted(candidates, key=lambda c: (-c.gain_ns, _KIND_ORDER[c.kind], c.index))
     decomposed = _decompose(chain, measured, ordered, fixes)
     chosen = [f for c in decomposed if c.flagged and (f := fixes.get((c.kind, c.index)))]
@@ -488,7 +590,43 @@ def _decide(
     )
 
 
-_KIND_ORDER = {"rank": 0, "stage": 1, "replica": 2}
+_KIND_ORDER = {"rank": 0, "stage": 1, "host": 2, "replica": 3}
+
+
+def _best_part(group: Candidate, candidates: Sequence[Candidate]) -> int:
+    """The largest gain among the candidates made of some of the group's ranks (not all)."""
+    inside = set(group.ranks)
+    return max(
+        (c.gain_ns for c in candidates if set(c.ranks) < inside and c is not group), default=0
+    )
+
+
+def _subsumed(candidates: list[Candidate], threshold: int) -> list[Candidate]:
+    """The fewest ranks that explain the gain. A flagged candidate inside a flagged group is
+    the group's part, not a cause of its own: the group (the slow node, the overloaded stage)
+    is what to fix and what it costs. A flagged group that overlaps a smaller flagged one and
+    gives no more than the flag line beyond it is that one seen wider (the stages a slow node
+    straddles): the smaller one stays."""
+    from dataclasses import replace
+
+    groups = [set(c.ranks) for c in candidates if c.flagged]
+    out = []
+    for c in candidates:
+        mine = set(c.ranks)
+        if c.flagged and any(mine < g for g in groups):
+            c = replace(c, flagged=False)
+        out.append(c)
+    kept: list[Candidate] = []
+    for c in sorted(out, key=lambda c: (len(c.ranks), -c.gain_ns, _KIND_ORDER[c.kind], c.index)):
+        if not c.flagged:
+            continue
+        mine = set(c.ranks)
+        wider = [k for k in kept if mine & set(k.ranks) and c.gain_ns <= k.gain_ns + threshold]
+        if wider:
+            out = [replace(x, flagged=False) if x is c else x for x in out]
+        else:
+            kept.append(c)
+    return out
 
 
 def _flag(c: Candidate, flagged: bool) -> Candidate:
@@ -525,8 +663,8 @@ def _decompose(
 
 
 def _with_mostly(candidates: list[Candidate]) -> tuple[Candidate, ...]:
-    """Each stage or replica with the rank inside it that gives most of its gain, if one
-    gives half of it or more (the "most of it is rank N's" the views print)."""
+    """Each stage, replica or host with the rank inside it that gives most of its gain, if
+    one gives half of it or more (the "most of it is rank N's" the views print)."""
     from dataclasses import replace
 
     by_rank = {c.index: c for c in candidates if c.kind == "rank"}

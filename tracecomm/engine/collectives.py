@@ -30,6 +30,12 @@ INSTANCE_SCHEMA: dict[str, pl.DataType] = {
     # start of the run of back-to-back compute kernels that leads into the kernel (its own
     # start when none does): the work that had to finish before it, for the replay (§6)
     "work_since_ns": pl.Int64(),
+    # when the compute it was launched after had ended: ProcessGroupNCCL makes its stream wait
+    # for the work already queued on the calling stream, so a kernel launched after a compute
+    # kernel cannot start before that kernel ends (null without launch times); for the replay,
+    # what an early kernel's start hides when it queues behind another kernel (§6)
+    "ready_ns": pl.Int64(),
+    "stream": pl.Int64(),
 }
 
 # compute kernels this close count as one run (launch gaps); a longer gap is a wait
@@ -63,6 +69,7 @@ def collective_instances(linked: pl.DataFrame, work: pl.DataFrame | None = None)
     comm = comm.with_columns(
         pl.Series("idle_before_ns", idle_before(comm, work)),
         pl.Series("work_since_ns", work_since(comm, work)),
+        pl.Series("ready_ns", ready_after_launch(comm, work), dtype=pl.Int64),
     )
     launch_order = pl.coalesce("launch_ns", "start_ns")
     name = pl.col("collective_name").str.to_lowercase()
@@ -199,6 +206,30 @@ def work_since(kernels: pl.DataFrame, work: pl.DataFrame | None) -> np.ndarray:
     safe = np.maximum(run, 0)
     leads = (run >= 0) & (run_ends[safe] >= starts)
     return np.where(leads, np.minimum(run_starts[safe], starts), starts)
+
+
+def ready_after_launch(kernels: pl.DataFrame, work: pl.DataFrame | None) -> np.ndarray:
+    """Per kernel: the latest end among the compute kernels launched before it (by launch
+    time, on any stream), never after its own start; its start when nothing is known (no
+    launch time on it or on the compute)."""
+    starts = kernels["start_ns"].to_numpy().astype(np.int64)
+    if work is None or "launch_ns" not in work.columns or "launch_ns" not in kernels.columns:
+        return starts
+    compute = (
+        work.filter((pl.col("cls") == "compute") & pl.col("launch_ns").is_not_null())
+        .select("launch_ns", "end_ns")
+        .sort("launch_ns", "end_ns")
+    )
+    if compute.height == 0:
+        return starts
+    known = kernels["launch_ns"].is_not_null().to_numpy()
+    launched = kernels["launch_ns"].fill_null(0).to_numpy().astype(np.int64)
+    reach = np.maximum.accumulate(compute["end_ns"].to_numpy().astype(np.int64))
+    order = compute["launch_ns"].to_numpy().astype(np.int64)
+    before = np.searchsorted(order, launched, side="left") - 1
+    known &= before >= 0
+    ready = np.where(known, reach[np.maximum(before, 0)], starts)
+    return np.minimum(ready, starts)
 
 
 def _busy_runs(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

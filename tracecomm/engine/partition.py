@@ -107,7 +107,7 @@ def breakdown(
                 on="_row",
                 how="left",
             ),
-            work.select("start_ns", "end_ns", "step", "cls", "stream"),
+            work.select("start_ns", "end_ns", "step", "cls", "stream", "launch_ns"),
         ),
         work_signature=_work_signature(linked, result),
         devices=devices,

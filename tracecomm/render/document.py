@@ -122,6 +122,9 @@ def _stragglers(st: Stragglers | None, top: int | None) -> dict[str, Any] | None
         "threshold_ns": st.threshold_ns,
         "step_if_no_straggler_ns": st.step_if_no_straggler_ns,
         "recoverable_pct": st.recoverable_pct,
+        "recoverable_basis": st.recoverable_basis,
+        "first_order_step_ns": st.first_order_step_ns,
+        "first_order_recoverable_pct": st.first_order_recoverable_pct,
         "step_if_no_straggler_replay_ns": w.step_if_fixed_ns if decided and w else None,
         "recoverable_pct_replay": w.recoverable_pct if decided and w else None,
         "replay": _replay(st),
@@ -129,9 +132,16 @@ def _stragglers(st: Stragglers | None, top: int | None) -> dict[str, Any] | None
         "by_group_type": [asdict(g) for g in st.by_group_type],
         "instances": [asdict(i) for i in st.instances],
         "delay_by_step": [
-            {"rank": rank, "step": step, "delay_caused_ns": delay}
-            for rank, steps in sorted(st.delay_by_step.items())
-            for step, delay in sorted(steps.items())
+            {
+                "rank": rank,
+                "step": step,
+                "delay_caused_ns": st.delay_by_step.get(rank, {}).get(step, 0),
+                "root_delay_ns": st.root_delay_by_step.get(rank, {}).get(step, 0),
+            }
+            for rank in sorted({*st.delay_by_step, *st.root_delay_by_step})
+            for step in sorted(
+                {*st.delay_by_step.get(rank, {}), *st.root_delay_by_step.get(rank, {})}
+            )
         ],
     }
 

@@ -258,10 +258,18 @@ def _pipelines(views: Sequence[PipelineView]) -> list[Text]:
                 f"{len(rest)} more pipelines of {rest[0].stages} stages "
                 f"({', '.join(v.group for v in rest[:3])}{', …' if len(rest) > 3 else ''}): "
                 f"{'balanced, ' if all(v not in named for v in rest) else ''}"
-                f"bubble up to {worst:.1f} % (all in the JSON)"
+                f"{_waiting(rest)}bubble up to {worst:.1f} % (all in the JSON)"
             )
         )
     return out
+
+
+def _waiting(views: Sequence[PipelineView]) -> str:
+    """ "waiting for rank 0, " when every one of them waits for the same slow ranks."""
+    waits = {v.waits_for for v in views}
+    if len(waits) != 1 or not (slow := next(iter(waits))):
+        return ""
+    return f"waiting for {rank_list(slow)} at the data-parallel collectives, "
 
 
 def _pipeline(view: PipelineView) -> Text:
@@ -302,7 +310,8 @@ def _straggler_table(report: Report, rows: int) -> Table:
         caption += (
             f" · without them the ranks' median step would take ≈ "
             f"{ms(st.step_if_no_straggler_ns)} ms instead of {ms(st.median_step_ns)} ms "
-            f"({st.recoverable_pct:.1f}% back; first-order estimate)"
+            f"({st.recoverable_pct:.1f}% back; "
+            f"{'by replay' if st.recoverable_basis == 'replay' else 'first-order estimate'})"
         )
     table = Table(
         title="Stragglers, ms per step (gain = the step shortened by fixing the rank alone, "
@@ -367,28 +376,33 @@ MAX_HEAT_STEPS = 40
 
 
 def _heat_map(report: Report) -> Text:
-    """Ranks × steps, shaded by the delay each rank alone caused: a bad rank shows as a row,
-    a bad host as a stripe. Large runs show hosts (their worst rank) instead of ranks."""
+    """Ranks × steps, shaded by the root delay of each rank in each step (what it caused
+    itself, metrics.md §6): a bad rank shows as a row, a bad host as a stripe, and the ranks
+    that only waited for it stay pale. Large runs show hosts (their worst rank)."""
     st = report.stragglers
     assert st is not None
-    steps = sorted({s for row in st.delay_by_step.values() for s in row})[:MAX_HEAT_STEPS]
-    peak = max((d for row in st.delay_by_step.values() for d in row.values()), default=0)
+    heat = st.root_delay_by_step
+    steps = sorted({s for row in heat.values() for s in row})[:MAX_HEAT_STEPS]
+    peak = max((d for row in heat.values() for d in row.values()), default=0)
     if not steps or peak == 0:
-        return Text("delay caused per step: none\n")
+        return Text("root delay per step: none\n")
     if len(report.rank_reports) <= MAX_HEAT_ROWS:
-        text = Text("delay caused per step (darker = more), ranks grouped by host:\n")
+        text = Text(
+            "root delay per step (what the rank caused itself; darker = more), ranks grouped "
+            "by host:\n"
+        )
         text.append(f"  step {' '.join(str(s)[-3:].rjust(3) for s in steps)}\n")
         host: str | None = None
         for r in sorted(report.rank_reports, key=lambda r: (r.host or "", r.rank)):
             if r.host and r.host != host:
                 host = r.host
                 text.append(f"  {host}\n", style="dim")
-            cells = _cells(st.delay_by_step.get(r.rank, {}), steps, peak)
+            cells = _cells(heat.get(r.rank, {}), steps, peak)
             text.append(f"  {str(r.rank).rjust(4)} {cells}\n")
     else:
         rows = sorted(st.delay_by_host_step.items(), key=lambda kv: -sum(kv[1].values()))
         text = Text(
-            f"delay caused per step by host (its worst rank; {min(len(rows), MAX_HEAT_ROWS)} of "
+            f"root delay per step by host (its worst rank; {min(len(rows), MAX_HEAT_ROWS)} of "
             f"the {len(rows)} hosts that caused any, most delay first):\n"
         )
         width = max(len(h) for h, _ in rows[:MAX_HEAT_ROWS])

@@ -329,8 +329,10 @@
   // ---- 3. straggler heat map -----------------------------------------------------------
   function heatmap() {
     var s = section("stragglers", "Who made the others wait",
-      "Delay each rank caused per step (metrics.md §6): how long the other ranks waited for " +
-      "it at the collectives it reached last.");
+      "Root delay of each rank per step (metrics.md §6): what it caused itself — its compute " +
+      "over its peers' (or the other stages') plus the delay it alone caused at the " +
+      "collectives it reached last, less what it had inherited waiting for others. Ranks " +
+      "that were late only because they waited stay pale.");
     var st = doc.stragglers;
     if (!st) {
       empty(s, "No straggler figures: they need two or more ranks with matched collectives.");
@@ -346,9 +348,12 @@
     steps.sort(function (a, b) { return a - b; });
     if (!steps.length) { empty(s, "No step has matched collectives."); return; }
     var value = {}, max = 0;
+    var caused = {};
     cells.forEach(function (c) {
-      value[c.rank + ":" + c.step] = c.delay_caused_ns;
-      if (c.delay_caused_ns > max) max = c.delay_caused_ns;
+      var root = c.root_delay_ns == null ? c.delay_caused_ns : c.root_delay_ns;
+      value[c.rank + ":" + c.step] = root;
+      caused[c.rank + ":" + c.step] = c.delay_caused_ns;
+      if (root > max) max = root;
     });
     var flagged = st.flagged || [];
     var cellW = Math.max(14, Math.min(60, Math.floor(880 / steps.length)));
@@ -371,7 +376,8 @@
         var t = max > 0 ? v / max : 0;
         var rect = sv("rect", { x: left + j * cellW, y: y, width: cellW - 1, height: cellH - 1,
           fill: heat(t), class: "cell", "data-rank": rank, "data-step": step });
-        hover(rect, "rank " + rank + ", step " + step + "\ndelay caused: " + ms(v));
+        hover(rect, "rank " + rank + ", step " + step + "\nroot delay: " + ms(v) +
+          "\ndelay caused (inherited included): " + ms(caused[rank + ":" + step] || 0));
         svg.appendChild(rect);
       });
     });
