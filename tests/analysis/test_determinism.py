@@ -71,3 +71,14 @@ def test_the_dask_executor_gives_the_same_bytes(pipeline_job: Path) -> None:
     pytest.importorskip("distributed")
     local = document(pipeline_job, SEEDS[0])
     assert document(pipeline_job, SEEDS[1], "--executor", "dask", "--jobs", "2") == local
+
+
+def test_a_straggler_family_job_with_host_candidates(tmp_path: Path) -> None:
+    """A slow node (tracecomm.synth.family): host candidates, queued collectives and the
+    merged fixes of groups give the same document whatever the hashing and the processes."""
+    from tracecomm.synth.family import member
+
+    write_run(member("slow-node", 8).job, tmp_path)
+    first = document(tmp_path, SEEDS[0])
+    assert document(tmp_path, SEEDS[1], "--jobs", "1") == first
+    assert document(tmp_path, SEEDS[2], "--jobs", "3") == first

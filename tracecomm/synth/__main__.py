@@ -5,6 +5,9 @@ stage, host-bound launches, data-loader stalls, clock offsets).
     python -m tracecomm.synth base/ --healthy
     python -m tracecomm.synth slow/ --healthy --slower-collective AllGather=8
     tracecomm check slow/ --baseline base/          # exit 1: exposed AllGather regressed
+
+    # a straggler with its truth: the same job without the slow GPU beside it
+    python -m tracecomm.synth job/ --family slow-worker --ranks 64 --counterfactual fixed/
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tracecomm.synth.dptp import dp_tp_run
+from tracecomm.synth.family import DEFAULT_SLOWDOWN, member, names
 from tracecomm.synth.fsdp import fsdp_run, fsdp_run_of_size
 from tracecomm.synth.pp import dp_pp_run
 from tracecomm.synth.schedule import COLL_TYPES, RunSpec
@@ -100,6 +104,26 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         metavar="US",
         help="the data loader takes US µs at each step start, the GPU waiting for it (fsdp)",
+    )
+    family = p.add_argument_group(
+        "the straggler family (tracecomm.synth.family): one known cause, and the job without it"
+    )
+    family.add_argument(
+        "--family",
+        choices=names(),
+        help="write that member at --ranks ranks (8, 64, 512; the layout is the member's)",
+    )
+    family.add_argument(
+        "--slowdown",
+        type=float,
+        default=DEFAULT_SLOWDOWN,
+        help=f"how much slower the cause computes (default {DEFAULT_SLOWDOWN}: 2.2×)",
+    )
+    family.add_argument(
+        "--counterfactual",
+        type=Path,
+        metavar="DIR",
+        help="also write the same job without the cause into DIR: the what-if's truth",
     )
     problems.add_argument(
         "--clock-offsets",
@@ -215,12 +239,29 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists() and any(out.iterdir()) and not args.force:
         print(f"error: {out} is not empty (use --force to write into it anyway)", file=sys.stderr)
         return 2
+    twin_dir: Path | None = args.counterfactual
+    if twin_dir is not None and args.family is None:
+        print("error: --counterfactual needs --family", file=sys.stderr)
+        return 2
+    if twin_dir is not None and twin_dir.exists() and any(twin_dir.iterdir()) and not args.force:
+        print(
+            f"error: {twin_dir} is not empty (use --force to write into it anyway)", file=sys.stderr
+        )
+        return 2
     try:
-        spec = _spec(args)
+        if args.family is not None:
+            m = member(args.family, args.ranks, args.seed, args.slowdown)
+            spec, twin = m.job, m.counterfactual
+            print(f"{m.name}: {m.note}; the cause: ranks {list(m.cause)}", file=sys.stderr)
+        else:
+            spec, twin = _spec(args), None
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for path in write_run(spec, out):
+    written = write_run(spec, out)
+    if twin is not None and twin_dir is not None:
+        written += write_run(twin, twin_dir)
+    for path in written:
         print(f"{path}  {path.stat().st_size} bytes", file=sys.stderr)
     return 0
 

@@ -14,7 +14,7 @@ the DP collectives.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tracecomm.synth import names as kn
@@ -36,6 +36,8 @@ from tracecomm.synth.fsdp import (
     _StepMark,
     _Sync,
     _Topology,
+    slow_factors,
+    slow_in,
 )
 from tracecomm.synth.schedule import CollType, Naming, ProcessGroup, RankSpec, RunSpec
 
@@ -186,12 +188,16 @@ def dp_tp_run(
     gzip: bool = True,
     host_offsets_ns: Sequence[int] | None = None,
     jitter: float = JITTER,
+    slow_ranks: Mapping[int, float] | None = None,
+    slow_steps: Collection[int] | None = None,
 ) -> RunSpec:
     """A DP x TP run of `steps` complete steps; groups are in ``RunSpec.groups``.
 
     ``slow_rank`` (default ``(seed + 3) % world``) runs its compute ``slowdown`` slower (0 =
     no straggler); ``host_offsets_ns`` and ``jitter`` as in ``fsdp_run``. A group with one
     rank runs no collectives (tp=1: no TP all-reduce; dp=1: no DP collectives).
+    ``slow_ranks`` (rank -> slowdown) replaces ``slow_rank`` and ``slowdown``; ``slow_steps``
+    limits the slowness to those steps (an intermittent straggler).
     """
     if dp < 1 or tp < 1 or steps < 1 or layers < 1:
         raise ValueError("dp, tp, steps and layers must all be >= 1")
@@ -209,10 +215,12 @@ def dp_tp_run(
     # Each group's counter is its own, so each named group starts from its kind's base.
     topo = _Topology(kinds, {name: bases[kind] for kind in bases for name, _ in kinds[kind]}, None)
     slow = (seed + 3) % world if slow_rank is None else slow_rank
+    factors = slow_factors(world, {slow: slowdown} if slow_ranks is None else slow_ranks)
     sims = [
-        _RankSim(r, seed, 1.0 + slowdown if r == slow else 1.0, False, off, jitter)
+        _RankSim(r, seed, factors[r], False, off, jitter)
         for r, off in enumerate(_offsets(world, host_offsets_ns))
     ]
+    slow_in(sims, slow_steps)
     _run_program(builder.program, sims, topo)
     ranks = tuple(
         RankSpec(sim.rank, tuple(sim.steps), _extras(sim), f"node{sim.rank // 8}", naming)

@@ -9,7 +9,7 @@ NCCL kernels as they do on real hardware.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tracecomm.synth import names as kn
@@ -280,6 +280,14 @@ class _RankSim:
         self.ops: list[Op] = []
         self.open: tuple[int, int] | None = None
         self.calls: list[CpuCall] | None = None  # a list: synchronize calls and annotations
+        self.slow_steps: frozenset[int] | None = None  # steps its factor holds in (None: all)
+
+    @property
+    def compute_factor(self) -> float:
+        """How much slower than scheduled its compute runs in the step now open."""
+        if self.slow_steps is None or (self.open is not None and self.open[0] in self.slow_steps):
+            return self.factor
+        return 1.0
 
     def floor(self, t: int) -> int:
         return t - t % 1000 if self.epoch_us else t
@@ -396,7 +404,7 @@ def _run_launch(launch: _Launch, sims: list[_RankSim], topo: _Topology) -> None:
         return
     timing = [sim.ready(launch) for sim in sims]
     for sim, (at, start) in zip(sims, timing, strict=True):
-        scale = sim.factor if launch.kind == "compute" else 1.0
+        scale = sim.compute_factor if launch.kind == "compute" else 1.0
         sim.finish(launch, at, start, start + sim.ns(launch.dur_us * scale))
 
 
@@ -511,6 +519,8 @@ def fsdp_run(
     dataloader_us: float = 183.4,
     step_end_sync: bool = True,
     optimizer_launch_us: float = 9.0,
+    slow_ranks: Mapping[int, float] | None = None,
+    slow_steps: Collection[int] | None = None,
 ) -> RunSpec:
     """An FSDP-style run: steps complete steps (plus one incomplete one) on every rank.
 
@@ -528,6 +538,9 @@ def fsdp_run(
 
     ``jitter``: the relative spread of compute and CPU durations (collectives get 1/15 of it);
     0 gives a jitter-free schedule, every duration exactly as scheduled on every rank.
+
+    ``slow_ranks`` (rank -> slowdown) replaces ``slow_rank`` and ``slowdown``; ``slow_steps``
+    limits the slowness to those steps (an intermittent straggler).
 
     ``comm_slowdown={"ReduceScatter": 0.1}``: that collective type's kernels run 10 % longer on
     every rank (a regression for the CI gate to catch).
@@ -556,13 +569,13 @@ def fsdp_run(
     builder.program.append(_StepMark(None))
     _check_skip(skip, world_size, builder.program)
     slow = (seed + 3) % world_size if slow_rank is None else slow_rank
+    factors = slow_factors(world_size, {slow: slowdown} if slow_ranks is None else slow_ranks)
     offsets = _offsets(world_size, host_offsets_ns)
     sims = [
-        _RankSim(
-            r, seed, 1.0 + slowdown if r == slow else 1.0, time_format == "epoch_us", off, jitter
-        )
+        _RankSim(r, seed, factors[r], time_format == "epoch_us", off, jitter)
         for r, off in enumerate(offsets)
     ]
+    slow_in(sims, slow_steps)
     for sim in sims:
         sim.calls = [] if idle_detail else None
     topo = _Topology({"": (("", tuple(range(world_size))),)}, _seq_base(builder.program), skip)
@@ -581,6 +594,20 @@ def fsdp_run(
     )
     skipped = tuple(s for sim in sims for s in sim.skipped)
     return RunSpec(world_size, ranks, gzip, host_offsets_ns=_host_truth(sims), skipped=skipped)
+
+
+def slow_factors(world: int, slow_ranks: Mapping[int, float]) -> list[float]:
+    """Each rank's compute factor: 1 + its slowdown (0.06 = 6 % slower)."""
+    for rank in slow_ranks:
+        if not 0 <= rank < world:
+            raise ValueError(f"slow rank {rank} is not in [0, {world})")
+    return [1.0 + slow_ranks.get(r, 0.0) for r in range(world)]
+
+
+def slow_in(sims: Sequence[_RankSim], steps: Collection[int] | None) -> None:
+    """Slow ranks slow only in these steps (an intermittent straggler); None: in all."""
+    for sim in sims:
+        sim.slow_steps = None if steps is None else frozenset(steps)
 
 
 def _check_skip(skip: tuple[int, int] | None, world_size: int, program: list[_Instr]) -> None:

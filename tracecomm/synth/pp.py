@@ -30,7 +30,7 @@ before the kernel instead of spinning inside it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from tracecomm.synth import names as kn
@@ -48,6 +48,8 @@ from tracecomm.synth.fsdp import (
     _RankSim,
     _StepMark,
     _Sync,
+    slow_factors,
+    slow_in,
 )
 from tracecomm.synth.pp_layout import DP_DESC, PP_DESC, P2pGroups, PipelineLayout
 from tracecomm.synth.schedule import (
@@ -441,7 +443,7 @@ class _PpSim:
         rec.nelems, rec.thread = launch.nelems, launch.thread
         rank.recs[launch.key] = rec
         if launch.kind != "comm":
-            scale = sim.factor if launch.kind == "compute" else 1.0
+            scale = sim.compute_factor if launch.kind == "compute" else 1.0
             rank.settle(launch.key, start + sim.ns(launch.dur_us * scale))
             return True
         # a collective of the rank's group of that kind (data parallel, tensor parallel,
@@ -512,6 +514,9 @@ def dp_pp_run(
     embedding_allreduce: bool = False,
     recv_waits_outside: bool = False,
     peer_ranks: bool = True,
+    slow_ranks: Mapping[int, float] | None = None,
+    slow_steps: Collection[int] | None = None,
+    hosts: Callable[[int], str] | None = None,
 ) -> RunSpec:
     """A DP x PP (x TP) 1F1B run of ``steps`` complete steps; groups are in ``RunSpec.groups``.
 
@@ -528,6 +533,10 @@ def dp_pp_run(
     ``recv_waits_outside`` (receive kernels start once their send has), and ``peer_ranks``
     False: no Src/Dst Rank on send/recv (NDTimeline-converted traces have none; the two-member
     groups say who the peer is).
+
+    ``slow_ranks`` (rank -> slowdown) replaces ``slow_rank`` and ``slowdown``; ``slow_steps``
+    limits the slowness to those steps; ``hosts`` names each rank's host (default ``node{r //
+    8}``; the clocks still skew per eight ranks, so give ``host_offsets_ns`` zeros with it).
     """
     layers = list(layers_per_stage) if layers_per_stage is not None else [2] * pp
     if dp < 1 or pp < 1 or tp < 1 or microbatches < 1 or steps < 1:
@@ -538,6 +547,8 @@ def dp_pp_run(
     world = layout.world
     if slow_rank is not None and not 0 <= slow_rank < world:
         raise ValueError(f"slow_rank {slow_rank} is not in [0, {world})")
+    slow = {} if slow_rank is None else {slow_rank: slowdown}
+    factors = slow_factors(world, slow if slow_ranks is None else slow_ranks)
     programs = []
     for s in range(pp):
         builder = _StageBuilder(
@@ -549,12 +560,13 @@ def dp_pp_run(
         programs.append(builder.program)
     ranks = [
         _PpRank(
-            _RankSim(r, seed, 1.0 + slowdown if r == slow_rank else 1.0, False, off, jitter),
+            _RankSim(r, seed, factors[r], False, off, jitter),
             layout,
             programs[layout.place(r)[0]],
         )
         for r, off in enumerate(_offsets(world, host_offsets_ns))
     ]
+    slow_in([r.sim for r in ranks], slow_steps)
     _PpSim(ranks, recv_waits_outside).run()
     sims = [r.sim for r in ranks]
     specs = tuple(
@@ -562,12 +574,13 @@ def dp_pp_run(
             sim.rank,
             _without_peers(sim.steps, peer_ranks),
             _extras(sim),
-            f"node{sim.rank // 8}",
+            hosts(sim.rank) if hosts is not None else f"node{sim.rank // 8}",
             naming,
         )
         for sim in sims
     )
-    return RunSpec(world, specs, gzip, groups=layout.groups(), host_offsets_ns=_host_truth(sims))
+    truth = _host_truth(sims) if hosts is None else {hosts(x.rank): x.offset for x in sims}
+    return RunSpec(world, specs, gzip, groups=layout.groups(), host_offsets_ns=truth)
 
 
 def _without_peers(steps: Sequence[Step], keep: bool) -> tuple[Step, ...]:
