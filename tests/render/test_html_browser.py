@@ -83,10 +83,10 @@ def test_sample_run_report_renders_every_section(browser: str, tmp_path: Path) -
         assert page.evaluate(
             "[...document.querySelectorAll('#ranks .host text')].map(e => e.textContent)"
         ) == ["node0"]
-        # 3. ranks x steps cells, the hottest one on the first-ranked rank
+        # 3. ranks x steps cells shaded by root delay, the hottest on the first-ranked rank
         steps = doc["summary"]["steps"]
         assert count(page, "#stragglers rect.cell") == len(doc["ranks"]) * len(steps)
-        worst = max(doc["stragglers"]["delay_by_step"], key=lambda c: c["delay_caused_ns"])
+        worst = max(doc["stragglers"]["delay_by_step"], key=lambda c: c["root_delay_ns"])
         assert worst["rank"] == doc["stragglers"]["ranks"][0]["rank"] == 3
         cell = f"#stragglers rect.cell[data-rank='{worst['rank']}'][data-step='{worst['step']}']"
         assert page.evaluate(

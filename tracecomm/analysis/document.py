@@ -563,8 +563,9 @@ class Candidate(_Doc, frozen=True):
         Literal["peers", "scaled", "mixed"],
         Meta(
             description=(
-                "peers: its work taken from its peers position by position; scaled: its"
-                " own work scaled down to the target compute"
+                "peers: its own work between waits at its peers' median, position by "
+                "position; scaled: its own work scaled down to the target compute; mixed: "
+                "both, by rank; the waits are always recomputed from the arrivals"
             )
         ),
     ]

@@ -270,6 +270,20 @@ def _candidate_fixes(
     return _with_parts(out)
 
 
+def _parts_of(ranks: Sequence[Sequence[int]]) -> list[list[int]]:
+    """For each candidate (its ranks), the candidates made of some of its ranks, not all."""
+    sets = [frozenset(r) for r in ranks]
+    by_size = sorted(range(len(sets)), key=lambda i: len(sets[i]))
+    out: list[list[int]] = [[] for _ in sets]
+    for i in range(len(sets)):
+        for j in by_size:
+            if len(sets[j]) >= len(sets[i]):
+                break
+            if sets[j] < sets[i]:
+                out[i].append(j)
+    return out
+
+
 def _at_least_parts(keys: Sequence[_Key], gains: Sequence[int]) -> list[int]:
     """Each group's gain, at least its best part's. The replayed step is the median over
     ranks of their step windows, and fixing more ranks moves their windows' starts too, so
@@ -277,11 +291,9 @@ def _at_least_parts(keys: Sequence[_Key], gains: Sequence[int]) -> list[int]:
     median rank changes); fixing the set includes fixing that member, so the set gets its
     figure."""
     out = list(gains)
-    for i, key in enumerate(keys):
-        inside = set(key[2])
-        parts = [g for k, g in zip(keys, gains, strict=True) if set(k[2]) < inside]
-        if key[0] != "rank" and parts:
-            out[i] = max(out[i], *parts)
+    for i, parts in enumerate(_parts_of([k[2] for k in keys])):
+        if keys[i][0] != "rank" and parts:
+            out[i] = max(out[i], *(gains[j] for j in parts))
     return out
 
 
@@ -290,11 +302,10 @@ def _with_parts(fixes: list[tuple[_Key, _Fix]]) -> list[tuple[_Key, _Fix]]:
     fixes each member at least as its own candidate does, and the replay only shortens
     with shorter work, so a set never gives back less than any of its members."""
     out = []
-    for key, fix in fixes:
-        inside = set(key[2])
-        parts = [f for k, f in fixes if k[0] != key[0] or k[1] != key[1] if set(k[2]) < inside]
+    inside = _parts_of([k[2] for k, _ in fixes])
+    for (key, fix), parts in zip(fixes, inside, strict=True):
         if key[0] != "rank" and parts:
-            merged = _merge([fix, *parts])
+            merged = _merge([fix, *(fixes[j][1] for j in parts)])
             assert merged is not None
             fix = _Fix(merged.gaps, merged.cuts, fix.method)
         out.append((key, fix))
@@ -559,13 +570,13 @@ def _decide(
         max(FLAG_SHARE_OF_STEP * measured, FLAG_TIMES_MEDIAN_RANK * median_rank) + 0.5
     )
     flagged = []
-    for c in candidates:
+    for c, parts in zip(candidates, _parts_of([c.ranks for c in candidates]), strict=True):
         if c.kind == "rank":
             flagged.append(c.gain_ns > threshold)
             continue
         # the group, not a part of it, is the cause: fixing it adds more than the flag line
         # over fixing its best part (a rank, or a smaller group inside it)
-        best = _best_part(c, candidates)
+        best = max((candidates[j].gain_ns for j in parts), default=0)
         flagged.append(c.gain_ns - best > threshold and c.gain_ns > threshold)
     candidates = _subsumed(
         [_flag(c, f) for c, f in zip(candidates, flagged, strict=True)], threshold
@@ -591,14 +602,6 @@ def _decide(
 
 
 _KIND_ORDER = {"rank": 0, "stage": 1, "host": 2, "replica": 3}
-
-
-def _best_part(group: Candidate, candidates: Sequence[Candidate]) -> int:
-    """The largest gain among the candidates made of some of the group's ranks (not all)."""
-    inside = set(group.ranks)
-    return max(
-        (c.gain_ns for c in candidates if set(c.ranks) < inside and c is not group), default=0
-    )
 
 
 def _subsumed(candidates: list[Candidate], threshold: int) -> list[Candidate]:

@@ -1,5 +1,5 @@
-"""The terminal's "what to fix" section (metrics.md §6, what-if by replay): which rank, stage
-or replica to fix, what the step would become, and the op-type split of each gain."""
+"""The terminal's "what to fix" section (metrics.md §6, what-if by replay): which rank, stage,
+replica or host to fix, what the step would become, and the op-type split of each gain."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from tracecomm.text import ms, pct, rank_list
 
 MAX_CANDIDATES = 5
 _OTHERS = {
-    "peers": "its work taken from its peers, position by position",
-    "scaled": "its own work scaled down to the target compute",
-    "mixed": "work from peers where they match, else scaled",
+    "peers": "its own work between waits at its peers' median, the waits recomputed",
+    "scaled": "its own work scaled down to the target compute, the waits recomputed",
+    "mixed": "own work at its peers' where they match, else scaled; the waits recomputed",
 }
 _STAGE = "every rank at the stage's median work, scaled to the other stages' median compute"
 
@@ -31,7 +31,7 @@ def whatif_section(st: Stragglers) -> Text | None:
     shown = [c for c in w.candidates if c.flagged or (c.gain_ns > 0 and c.gain_ns >= floor)]
     shown = shown[:MAX_CANDIDATES]
     if not shown:
-        return text.append("  no rank, stage or replica would shorten the step\n")
+        return text.append("  no rank, stage, replica or host would shorten the step\n")
     if w.flagged_ranks and w.step_if_fixed_ns is not None:
         text.append(
             f"  fixing the flagged ({_names(w)}): the ranks' median step ≈ "

@@ -31,7 +31,8 @@ from tracecomm.errors import TraceError
 from tracecomm.ingest.model import TraceMeta
 from tracecomm.run.discover import SUFFIX
 
-FORMAT = "3"  # 2: collectives carry idle_before_ns; 3: the kernel and launch view
+FORMAT = "4"  # 2: collectives carry idle_before_ns; 3: the kernel and launch view;
+# 4: collectives carry ready_ns and stream (the replay's queues, metrics.md §6)
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 _META_DECODER = msgspec.json.Decoder(TraceMeta)
 _OPTIONS_DECODER = msgspec.json.Decoder(BreakdownOptions)

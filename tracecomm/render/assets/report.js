@@ -282,13 +282,16 @@
     svg.appendChild(g);
   }
 
-  // the replay's candidates (metrics.md §6): which rank, stage or replica to fix
+  // the replay's candidates (metrics.md §6): which rank, stage, replica or host to fix
   function flaggedFixes(st) {
     return st && st.candidates ? st.candidates.filter(function (c) { return c.flagged; }) : [];
   }
   function topFix(st) { return flaggedFixes(st)[0] || null; }
+  function candidateName(c) {
+    return c.kind === "host" && c.host ? "host " + c.host : c.kind + " " + c.index;
+  }
   function fixName(c) {
-    return c.kind + " " + c.index + (c.kind === "rank" ? "" : " (" + rankList(c.ranks) + ")");
+    return candidateName(c) + (c.kind === "rank" ? "" : " (" + rankList(c.ranks) + ")");
   }
   function rankList(ranks) {
     return ranks.length <= 6 ? "ranks " + ranks.join(", ") :
@@ -305,7 +308,8 @@
         (rp.reproduces ? "." : ": " + rp.reason)));
     }
     if (!shown.length) {
-      s.appendChild(el("p", { class: "empty" }, "No rank, stage or replica would shorten the step."));
+      s.appendChild(el("p", { class: "empty" },
+        "No rank, stage, replica or host would shorten the step."));
       return;
     }
     var table = el("table", { class: "figures", id: "what-to-fix" },
@@ -318,7 +322,7 @@
       }).join(", ") : "–";
       table.appendChild(el("tr", { "data-kind": c.kind, "data-index": c.index,
         class: c.flagged ? "flagged" : "" },
-        el("td", null, (c.flagged ? "⚑ " : "") + c.kind + " " + c.index),
+        el("td", null, (c.flagged ? "⚑ " : "") + candidateName(c)),
         el("td", null, rankList(c.ranks)),
         el("td", null, ms(st.median_step_ns) + " → " + ms(c.step_if_fixed_ns)),
         el("td", null, pct(c.recoverable_pct)), el("td", null, parts)));
