@@ -50,6 +50,10 @@ def instance_tables(ranks: int, instances: int, seed: int = 0) -> dict[int, pl.D
                 "group_size": np.full(instances, ranks),
                 "idle_before_ns": np.zeros(instances, dtype=np.int64),
                 "work_since_ns": starts,
+                # launched after compute that ended 20 µs before the start, on one stream:
+                # the replay's queue constraints run on every instance
+                "ready_ns": starts - 20_000,
+                "stream": np.full(instances, 13),
             }
         ).cast(INSTANCE_SCHEMA)  # type: ignore[arg-type]
     return tables

@@ -45,7 +45,15 @@ def main() -> None:
     cr = cross_rank(tables, hosts)
     windows = windows_of(cr.aligned)
     waits = cr.aligned.select(
-        "rank", "pg", "key", "coll_type", "arrival_ns", "end_ns", "work_since_ns"
+        "rank",
+        "pg",
+        "key",
+        "coll_type",
+        "arrival_ns",
+        "end_ns",
+        "work_since_ns",
+        "ready_ns",
+        "stream",
     )
     steps = sorted(windows["step"].unique().to_list())
     compute = {r: 11_000_000 if r == SLOW else 10_000_000 for r in tables}
