@@ -544,6 +544,15 @@ class Replay(_Doc, frozen=True):
     reason: Annotated[
         str | None, Meta(description="why the replay does not decide, when it does not")
     ]
+    mean_step_ns: Annotated[
+        NonNegative | None,
+        Meta(
+            description=(
+                "the recorded work's mean step (median over ranks of each rank's mean over "
+                "its included steps): the base of the candidates' total_recoverable_pct"
+            ),
+        ),
+    ] = None
 
 
 class Candidate(_Doc, frozen=True):
@@ -596,6 +605,20 @@ class Candidate(_Doc, frozen=True):
         ),
     ]
     host: Annotated[str | None, Meta(description="a host candidate's host name")] = None
+    total_gain_ns: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description=(
+                "the gain over the mean step (the run's time over its included steps): a "
+                "rank slow in some steps only shows here, the median step hiding it; a "
+                "candidate is flagged when either gain passes the flag line"
+            ),
+        ),
+    ] = 0
+    total_recoverable_pct: Annotated[
+        Percent, Meta(description="100 · total_gain_ns / replay.mean_step_ns")
+    ] = 0.0
 
 
 class GroupTypeDelay(_Doc, frozen=True):
@@ -701,8 +724,15 @@ class Stragglers(_Doc, frozen=True, kw_only=True):
         Meta(description="100 · (median step − step_if_no_straggler_ns) / median step"),
     ]
     recoverable_basis: Annotated[
-        Literal["replay", "first-order"],
-        Meta(description="what step_if_no_straggler_ns and recoverable_pct come from"),
+        Literal["replay", "replay (mean step)", "first-order"],
+        Meta(
+            description=(
+                "what step_if_no_straggler_ns and recoverable_pct come from: the replay of "
+                "the ranks' median step; the replay of their mean step (replay."
+                "mean_step_ns), when a flagged candidate is slow in some steps only and the "
+                "median step hides it; or the first-order estimate"
+            )
+        ),
     ] = "first-order"
     first_order_step_ns: Annotated[
         int | None,

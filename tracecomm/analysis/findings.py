@@ -334,8 +334,19 @@ def _stragglers(report: Report, basis: StepBasis) -> list[Finding]:
     if not shown:
         best = next((c for c in w.candidates if c.kind == "rank" and c.gain_ns > 0), None)
         shown = [best] if best is not None and best.recoverable_pct >= MIN_COST_PCT else []
+    on_mean = w.step_basis == "mean"  # the what-if is the mean step's (metrics.md §6)
     return [
-        _straggler(report, basis, c.ranks, c.label, c.recoverable_pct, c.flagged, w) for c in shown
+        _straggler(
+            report,
+            basis,
+            c.ranks,
+            c.label,
+            c.total_recoverable_pct if on_mean else c.recoverable_pct,
+            c.flagged,
+            w,
+            c,
+        )
+        for c in shown
     ]
 
 
@@ -354,6 +365,7 @@ def _straggler(
     recoverable_pct: float,
     is_flagged: bool,
     w: WhatIf | None,
+    candidate: Candidate | None = None,
 ) -> Finding:
     st = report.stragglers
     assert st is not None
@@ -373,13 +385,22 @@ def _straggler(
             f"arrived last at {r.times_last} collectives (metrics.md §6)"
         )
     if w is not None:
+        which = "the mean step over its steps" if w.step_basis == "mean" else "the step"
         line = (
             f"the dependency replay with {'it' if len(flagged) == 1 else 'them'} on par gives "
-            f"back {recoverable:.1f} % of the step (metrics.md §6)"
+            f"back {recoverable:.1f} % of {which} (metrics.md §6)"
         )
         if not is_flagged:
             line += ": under the flag line (5 % of the step), so not flagged"
         evidence.append(line)
+        median = candidate.recoverable_pct if candidate is not None else recoverable
+        total = candidate.total_recoverable_pct if candidate is not None else 0.0
+        if total > median + 1:  # slow in some steps: the median step hides it
+            evidence.append(
+                f"slow in some steps only: fixing {'it' if len(flagged) == 1 else 'them'} "
+                f"gives back {total:.1f} % of the run's time over its steps (the mean step), "
+                f"{median:.1f} % of the median step, the step time (metrics.md §6)"
+            )
     where_hosts = tuple(sorted({h for rank in flagged if (h := hosts.get(rank)) is not None}))
     on = f" on {', '.join(where_hosts[:3])}" if where_hosts else ""
     first = flagged[0]

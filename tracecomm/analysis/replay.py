@@ -151,6 +151,23 @@ def replay_steps(
 ) -> list[int | None]:
     """The median step (median over ranks of each rank's median step, halves up) for each
     column of ``gaps`` (elements × what-ifs); ``transfers`` likewise, default as recorded."""
+    return replay_both(chain, gaps, transfers)[0]
+
+
+def replay_both(
+    chain: Chain, gaps: np.ndarray, transfers: np.ndarray | None = None
+) -> tuple[list[int | None], list[int | None]]:
+    """Per column: the median step (replay_steps) and the mean step (median over ranks of each
+    rank's mean over its included steps): a rank slow in a third of the steps leaves the
+    median step where it was and shows in the mean."""
+    durations = _durations(chain, gaps, transfers)
+    return (
+        _median_steps(durations, chain.mark_rank),
+        _mean_steps(durations, chain.mark_rank),
+    )
+
+
+def _durations(chain: Chain, gaps: np.ndarray, transfers: np.ndarray | None) -> np.ndarray:
     width = gaps.shape[1]
     moved = chain.transfer[:, None] if transfers is None else transfers
     end = np.full((chain.size + 1, width), _FAR_PAST, dtype=np.int64)  # row -1: nothing
@@ -160,7 +177,7 @@ def replay_steps(
         )
         last = np.maximum.reduceat(arrived, bounds, axis=0)
         end[rows] = np.repeat(last, counts, axis=0) + moved[rows]
-    return _median_steps(end[chain.ends] - end[chain.starts], chain.mark_rank)
+    return end[chain.ends] - end[chain.starts]
 
 
 def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
@@ -421,6 +438,17 @@ def _median_steps(durations: np.ndarray, ranks: np.ndarray) -> list[int | None]:
     bounds = np.flatnonzero(np.r_[True, ranks[1:] != ranks[:-1], True])
     per_rank = np.stack(
         [_halves_up(np.median(durations[a:b], axis=0)) for a, b in pairwise(bounds.tolist())]
+    )
+    return [math.floor(v + 0.5) for v in np.median(per_rank, axis=0).tolist()]
+
+
+def _mean_steps(durations: np.ndarray, ranks: np.ndarray) -> list[int | None]:
+    """Median over ranks of each rank's mean step, per column, halves rounded up."""
+    if durations.shape[0] == 0:
+        return [None] * durations.shape[1]
+    bounds = np.flatnonzero(np.r_[True, ranks[1:] != ranks[:-1], True])
+    per_rank = np.stack(
+        [_halves_up(durations[a:b].mean(axis=0)) for a, b in pairwise(bounds.tolist())]
     )
     return [math.floor(v + 0.5) for v in np.median(per_rank, axis=0).tolist()]
 

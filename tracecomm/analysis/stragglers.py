@@ -101,7 +101,9 @@ class Stragglers:
     delay_by_host_step: dict[str, dict[int, int]] = field(default_factory=dict)
     what_if: WhatIf | None = None  # the replay what-if, when it could run
     flag_basis: str = "root delay"  # "replay gain" when the replay decides
-    recoverable_basis: str = "first-order"  # or "replay"
+    # "replay" (of the median step), "replay (mean step)" (a flagged rank slow in some steps
+    # only) or "first-order"
+    recoverable_basis: str = "first-order"
     # the fast estimate, whatever decides: larger excess or own delay of the flagged ranks
     first_order_step_ns: int | None = None
     first_order_recoverable_pct: float | None = None
@@ -532,10 +534,22 @@ def rank_stragglers(
         compute_by_step=compute_by_step,
         stages=stage_of(cr.pipelines),
         replicas=replicas(cr.groups, cr.pipelines, peers, sorted(compute)),
-        first_order={r.rank: r.root_delay_ns for r in found.ranks},
+        first_order=_shortlist_delay(found),
         hosts=_hosts_of(timed),
     )
     return _decided(found, _what_if(timed, cr, job), compute)
+
+
+def _shortlist_delay(found: Stragglers) -> dict[int, int]:
+    """What ranks the candidates of a large run (whatif.MAX_RANK_CANDIDATES): each rank's
+    root delay per step, or its mean over the steps of the heat map where that is larger — a
+    rank slow in a third of the steps has a median of nothing and still costs the run."""
+    out = {}
+    for r in found.ranks:
+        steps = found.root_delay_by_step.get(r.rank, {})
+        mean = sum(steps.values()) // max(1, len(steps)) if steps else 0
+        out[r.rank] = max(r.root_delay_ns, mean)
+    return out
 
 
 def _hosts_of(timed: Sequence[RankReport]) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -634,7 +648,7 @@ def _decided(
         first_order_recoverable_pct=_recoverable(found.median_step_ns, step_if),
         what_if=whatif,
         flag_basis="replay gain",
-        recoverable_basis="replay",
+        recoverable_basis="replay" if whatif.step_basis == "median" else "replay (mean step)",
     )
 
 

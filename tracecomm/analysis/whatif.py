@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracecomm.analysis.replay import Chain, replay_steps
+from tracecomm.analysis.replay import Chain, replay_both
 
 FLAG_SHARE_OF_STEP = 0.05  # a flagged candidate gains more than this share of the step …
 FLAG_TIMES_MEDIAN_RANK = 3.0  # … and more than this many times the median rank's gain
@@ -60,6 +60,10 @@ class Candidate:
     # a stage, replica or host: the rank inside it whose own fix gives half its gain or more
     mostly_rank: int | None = None
     host: str | None = None  # a host candidate's host name
+    # over the mean step (all included steps' time): a rank slow in some steps only shows
+    # here, the median step hiding it
+    total_gain_ns: int = 0
+    total_recoverable_pct: float = 0.0
 
     @property
     def label(self) -> str:
@@ -82,6 +86,10 @@ class WhatIf:
     by_peers: tuple[int, ...] = ()  # flagged ranks whose work came from their peers
     by_scaling: tuple[int, ...] = ()  # flagged ranks whose own work was scaled
     reason: str | None = None  # why the replay does not decide, when it does not
+    mean_step_ns: int | None = None  # the recorded work's mean step (replayed)
+    # what step_if_fixed_ns and recoverable_pct are of: the ranks' median step, or — when a
+    # flagged candidate is slow in some steps only — their mean step (mean_step_ns)
+    step_basis: str = "median"
     considered: tuple[int, ...] = ()  # ranks weighed as candidates (gain 0 unless listed)
 
 
@@ -112,11 +120,18 @@ class _Fix:
 def what_if(chain: Chain, job: Job) -> WhatIf:
     """Replay the recorded work (the check), then every candidate; flag and decompose."""
     base = np.repeat(chain.gap[:, None], 1, axis=1)
-    replayed = replay_steps(chain, base)[0] or 0
+    medians, means = replay_both(chain, base)
+    replayed, mean = medians[0] or 0, means[0] or 0
     measured = job.measured_step_ns
     error = 100.0 * abs(replayed - measured) / measured if measured else 100.0
     check = WhatIf(
-        measured, replayed, error, TOLERANCE_PCT, error <= TOLERANCE_PCT, chain.shared_waits
+        measured,
+        replayed,
+        error,
+        TOLERANCE_PCT,
+        error <= TOLERANCE_PCT,
+        chain.shared_waits,
+        mean_step_ns=mean,
     )
     if not check.reproduces:
         reason = (
@@ -126,11 +141,12 @@ def what_if(chain: Chain, job: Job) -> WhatIf:
         return _replace(check, reason=reason)
     donors = _donors(chain, job.peers)
     fixes = _candidate_fixes(chain, job, donors)
-    gains = _gains(chain, measured, [fix for _, fix in fixes])
+    gains, totals = _gains_both(chain, measured, mean, [fix for _, fix in fixes])
     gains = _at_least_parts([key for key, _ in fixes], gains)
+    totals = _at_least_parts([key for key, _ in fixes], totals)
     candidates = [
-        _candidate(key, fix, measured, gain, job)
-        for (key, fix), gain in zip(fixes, gains, strict=True)
+        _candidate(key, fix, measured, gain, job, total, mean)
+        for (key, fix), gain, total in zip(fixes, gains, totals, strict=True)
     ]
     decided = _decide(chain, check, candidates, {(k[0], k[1]): f for k, f in fixes})
     present = sorted(set(np.unique(chain.rank).tolist()))
@@ -512,9 +528,21 @@ def _gains(
 ) -> list[int]:
     """Per fix (with only the named part fixed: "compute", an op type, or None for all), the
     gain over the measured step, clipped at 0; replayed in batches that fit in memory."""
+    return _gains_both(chain, measured, 0, fixes, parts)[0]
+
+
+def _gains_both(
+    chain: Chain,
+    measured: int,
+    mean: int,
+    fixes: Sequence[_Fix],
+    parts: Sequence[str | None] | None = None,
+) -> tuple[list[int], list[int]]:
+    """_gains, and the gains over the mean step (``mean``: the recorded work's)."""
     chosen = list(parts) if parts is not None else [None] * len(fixes)
     width = max(1, min(64, _CELLS // max(chain.size, 1)))
     out: list[int] = []
+    totals: list[int] = []
     for lo in range(0, len(fixes), width):
         batch = list(zip(fixes[lo : lo + width], chosen[lo : lo + width], strict=True))
         gaps = np.repeat(chain.gap[:, None], len(batch), axis=1)
@@ -531,14 +559,19 @@ def _gains(
                 rows = chain.rows_of_elements(elements)
                 lengths = chain.inst_offsets[elements + 1] - chain.inst_offsets[elements]
                 transfers[rows, k] = np.maximum(0, transfers[rows, k] - np.repeat(cut, lengths))
-        steps = replay_steps(chain, gaps, transfers)
+        steps, means = replay_both(chain, gaps, transfers)
         out += [max(0, measured - s) if s is not None else 0 for s in steps]
-    return out
+        totals += [max(0, mean - s) if s is not None else 0 for s in means]
+    return out, totals
 
 
-def _candidate(key: _Key, fix: _Fix, measured: int, gain: int, job: Job) -> Candidate:
+def _candidate(
+    key: _Key, fix: _Fix, measured: int, gain: int, job: Job, total: int = 0, mean: int = 0
+) -> Candidate:
     kind, index, ranks = key
     return Candidate(
+        total_gain_ns=total,
+        total_recoverable_pct=min(100.0, 100.0 * total / mean) if mean else 0.0,
         kind=kind,
         index=index,
         ranks=ranks,
@@ -569,15 +602,29 @@ def _decide(
     threshold = math.floor(
         max(FLAG_SHARE_OF_STEP * measured, FLAG_TIMES_MEDIAN_RANK * median_rank) + 0.5
     )
+    # the same line over the mean step: an intermittent straggler is flagged on its total
+    totals = [c.total_gain_ns for c in candidates if c.kind == "rank"]
+    mean = check.mean_step_ns or measured
+    total_line = math.floor(
+        max(
+            FLAG_SHARE_OF_STEP * mean,
+            FLAG_TIMES_MEDIAN_RANK * (statistics.median(totals) if totals else 0),
+        )
+        + 0.5
+    )
     flagged = []
     for c, parts in zip(candidates, _parts_of([c.ranks for c in candidates]), strict=True):
         if c.kind == "rank":
-            flagged.append(c.gain_ns > threshold)
+            flagged.append(c.gain_ns > threshold or c.total_gain_ns > total_line)
             continue
         # the group, not a part of it, is the cause: fixing it adds more than the flag line
         # over fixing its best part (a rank, or a smaller group inside it)
         best = max((candidates[j].gain_ns for j in parts), default=0)
-        flagged.append(c.gain_ns - best > threshold and c.gain_ns > threshold)
+        best_total = max((candidates[j].total_gain_ns for j in parts), default=0)
+        flagged.append(
+            (c.gain_ns - best > threshold and c.gain_ns > threshold)
+            or (c.total_gain_ns - best_total > total_line and c.total_gain_ns > total_line)
+        )
     candidates = _subsumed(
         [_flag(c, f) for c, f in zip(candidates, flagged, strict=True)], threshold
     )
@@ -585,15 +632,22 @@ def _decide(
     decomposed = _decompose(chain, measured, ordered, fixes)
     chosen = [f for c in decomposed if c.flagged and (f := fixes.get((c.kind, c.index)))]
     merged = _merge(chosen)
-    gain = _gains(chain, measured, [merged])[0] if merged is not None else 0
+    gains, totals = (
+        _gains_both(chain, measured, mean, [merged]) if merged is not None else ([0], [0])
+    )
+    # a flagged candidate that only the mean step shows (slow in some steps): the what-if is
+    # the mean step's, as the median step would say fixing it gives nothing
+    on_mean = any(c.flagged and c.gain_ns <= threshold for c in decomposed)
+    base, gain = (mean, totals[0]) if on_mean else (measured, gains[0])
     ranks = sorted({r for c in decomposed if c.flagged for r in c.ranks})
     return _replace(
         check,
         candidates=_with_mostly(decomposed),
         threshold_ns=threshold,
         flagged_ranks=tuple(ranks),
-        step_if_fixed_ns=measured - gain,
-        recoverable_pct=min(100.0, 100.0 * gain / measured) if measured else 0.0,
+        step_basis="mean" if on_mean else "median",
+        step_if_fixed_ns=base - gain,
+        recoverable_pct=min(100.0, 100.0 * gain / base) if base else 0.0,
         by_peers=tuple(r for c in decomposed if c.flagged and c.method == "peers" for r in c.ranks),
         by_scaling=tuple(
             r for c in decomposed if c.flagged and c.method != "peers" for r in c.ranks

@@ -163,6 +163,7 @@ def _replay(st: Stragglers) -> dict[str, Any] | None:
         "by_peers": list(w.by_peers),
         "by_scaling": list(w.by_scaling),
         "reason": w.reason,
+        "mean_step_ns": w.mean_step_ns,
     }
 
 

@@ -307,11 +307,14 @@ def _straggler_table(report: Report, rows: int) -> Table:
     flagged = rank_list(st.flagged) or "none"
     caption = f"flagged (by {st.flag_basis}): {flagged}"
     if st.flagged and st.recoverable_pct is not None:
+        w = st.what_if
+        on_mean = st.recoverable_basis == "replay (mean step)" and w is not None
+        base = w.mean_step_ns if on_mean and w is not None else st.median_step_ns
         caption += (
-            f" · without them the ranks' median step would take ≈ "
-            f"{ms(st.step_if_no_straggler_ns)} ms instead of {ms(st.median_step_ns)} ms "
+            f" · without them the ranks' {'mean' if on_mean else 'median'} step would take ≈ "
+            f"{ms(st.step_if_no_straggler_ns)} ms instead of {ms(base)} ms "
             f"({st.recoverable_pct:.1f}% back; "
-            f"{'by replay' if st.recoverable_basis == 'replay' else 'first-order estimate'})"
+            f"{'first-order estimate' if st.recoverable_basis == 'first-order' else 'by replay'})"
         )
     table = Table(
         title="Stragglers, ms per step (gain = the step shortened by fixing the rank alone, "

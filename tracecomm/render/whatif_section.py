@@ -33,12 +33,19 @@ def whatif_section(st: Stragglers) -> Text | None:
     if not shown:
         return text.append("  no rank, stage, replica or host would shorten the step\n")
     if w.flagged_ranks and w.step_if_fixed_ns is not None:
+        on_mean = w.step_basis == "mean"
+        base = w.mean_step_ns if on_mean and w.mean_step_ns else w.measured_step_ns
         text.append(
-            f"  fixing the flagged ({_names(w)}): the ranks' median step ≈ "
-            f"{ms(w.step_if_fixed_ns)} ms instead of "
-            f"{ms(w.measured_step_ns)} ms ({pct(w.recoverable_pct)} % back)\n",
+            f"  fixing the flagged ({_names(w)}): the ranks' {'mean' if on_mean else 'median'} "
+            f"step ≈ {ms(w.step_if_fixed_ns)} ms instead of "
+            f"{ms(base)} ms ({pct(w.recoverable_pct)} % back)\n",
             style="bold",
         )
+        if on_mean:
+            text.append(
+                "  (slow in some steps only: the median step, the step time, hides it; the "
+                "mean over the steps shows it)\n"
+            )
     else:
         text.append(
             "  nothing gains more than the flag line "

@@ -209,8 +209,11 @@ def judge(m: Member, job: dict[str, Any], twin: dict[str, Any]) -> dict[str, Any
     a set less than a member, and paints a cause darkest on the root-delay heat map. Each
     check in CHECKS is a bool in the result, beside the figures it rests on."""
     s = job["stragglers"]
-    step = s["median_step_ns"]
-    truth = 100.0 * (step - twin["stragglers"]["median_step_ns"]) / step
+    if s.get("recoverable_basis") == "replay (mean step)":  # like with like: the mean step
+        step, fixed = s["replay"]["mean_step_ns"], twin["stragglers"]["replay"]["mean_step_ns"]
+    else:
+        step, fixed = s["median_step_ns"], twin["stragglers"]["median_step_ns"]
+    truth = 100.0 * (step - fixed) / step
     named = [f for f in job["findings"] if f["kind"] in ("straggler", "stage_imbalance")]
     want = "stage_imbalance" if m.kind == "stage" else "straggler"
     cands = s.get("candidates") or []
