@@ -49,8 +49,11 @@ _FAR_PAST = np.iinfo(np.int64).min // 4  # "no constraint" without overflowing a
 RELEASE_SLACK_NS = 20_000
 
 # one level of the replay: (rows grouped by element, their work predecessors (-1: none), head
-# constraint, queue predecessors (-1: none), queue holds, element bounds, rows per element)
-_Level = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+# constraint, the positions among them with a queue predecessor, those predecessors, their
+# holds, element bounds, rows per element)
+_Level = tuple[
+    np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
+]
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,8 @@ def build_chain(waits: pl.DataFrame, windows: pl.DataFrame) -> Chain | None:
     inst = frame["inst"].to_numpy().astype(np.int64)
     queue, hold, ready = _queues(frame, inst)
     pred = _predecessors(frame, ready)
+    # a stream predecessor that is the work predecessor adds nothing unless it held the start
+    queue = np.where((queue == pred) & (hold == 0), -1, queue)
     ended = frame["end_ns"].to_numpy()[np.maximum(pred, 0)]
     gap = np.where(pred >= 0, np.maximum(0, ready - ended), 0)
     head = np.where(pred < 0, ready, _FAR_PAST)
@@ -171,10 +176,11 @@ def _durations(chain: Chain, gaps: np.ndarray, transfers: np.ndarray | None) -> 
     width = gaps.shape[1]
     moved = chain.transfer[:, None] if transfers is None else transfers
     end = np.full((chain.size + 1, width), _FAR_PAST, dtype=np.int64)  # row -1: nothing
-    for rows, pred, head, queue, hold, bounds, counts in chain.levels:
-        arrived = np.maximum(
-            np.maximum(end[pred], head[:, None]) + gaps[rows], end[queue] + hold[:, None]
-        )
+    for rows, pred, head, queued, queue, hold, bounds, counts in chain.levels:
+        arrived = np.maximum(end[pred], head[:, None])
+        arrived += gaps[rows]
+        if queued.size:  # the rows whose stream can hold them beyond their own work
+            arrived[queued] = np.maximum(arrived[queued], end[queue] + hold[:, None])
         last = np.maximum.reduceat(arrived, bounds, axis=0)
         end[rows] = np.repeat(last, counts, axis=0) + moved[rows]
     return end[chain.ends] - end[chain.starts]
@@ -280,7 +286,8 @@ def _queues(frame: pl.DataFrame, inst: np.ndarray) -> tuple[np.ndarray, np.ndarr
     keeps both: an element starts once its own work is done and its stream is free, so a
     wait recorded behind a kernel that waited for a late peer is not replayed as work."""
     rows = (
-        frame.with_row_index("_row")
+        frame.select("rank", "stream", "arrival_ns", "code")
+        .with_row_index("_row")
         .filter(pl.col("stream").is_not_null() & (pl.col("code") >= 2))
         .sort("rank", "stream", "arrival_ns", "_row")
         .with_columns(pl.col("_row").shift(1).over("rank", "stream").alias("_prev"))
@@ -346,20 +353,21 @@ def _levels(
     (see _Level)."""
     by_inst = np.argsort(inst, kind="stable")
     count = int(inst.max()) + 1 if inst.size else 0
-    offsets = np.searchsorted(inst[by_inst], np.arange(count + 1))
-    pred_inst = np.where(pred >= 0, inst[np.maximum(pred, 0)], -1)[by_inst].tolist()
-    queue_inst = np.where(queue >= 0, inst[np.maximum(queue, 0)], -1)[by_inst].tolist()
+    element = inst[by_inst]
+    # each (element, element it depends on) once: the members of a collective mostly share
+    # their predecessor, so the Python pass below runs over far fewer pairs than rows
+    pairs = [
+        _distinct_pairs(element, np.where(dep >= 0, inst[np.maximum(dep, 0)], -1)[by_inst])
+        for dep in (pred, queue)
+    ]
+    on = np.concatenate([p[0] for p in pairs])
+    of = np.concatenate([p[1] for p in pairs])
+    order = np.argsort(on, kind="stable")
     level = [0] * count
-    bounds = offsets.tolist()
-    for i in range(count):  # one pass over the elements, in an order that respects chains
-        best = -1
-        for p in pred_inst[bounds[i] : bounds[i + 1]]:
-            if p >= 0 and level[p] > best:
-                best = level[p]
-        for p in queue_inst[bounds[i] : bounds[i + 1]]:
-            if p >= 0 and level[p] > best:
-                best = level[p]
-        level[i] = best + 1
+    for e, d in zip(on[order].tolist(), of[order].tolist(), strict=True):
+        # elements come in an order that respects chains: d < e is final already
+        if level[d] + 1 > level[e]:
+            level[e] = level[d] + 1
     row_level = np.asarray(level, dtype=np.int64)[inst]
     order = np.lexsort((inst, row_level))
     cuts = np.flatnonzero(np.diff(row_level[order])) + 1
@@ -368,8 +376,18 @@ def _levels(
         element = inst[rows]
         starts = np.flatnonzero(np.r_[True, element[1:] != element[:-1]])
         counts = np.diff(np.r_[starts, len(rows)])
-        out.append((rows, pred[rows], head[rows], queue[rows], hold[rows], starts, counts))
+        queued = np.flatnonzero(queue[rows] >= 0)
+        waits_on, holds = queue[rows][queued], hold[rows][queued]
+        out.append((rows, pred[rows], head[rows], queued, waits_on, holds, starts, counts))
     return tuple(out)
+
+
+def _distinct_pairs(element: np.ndarray, dep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (element, dependency) pairs with a dependency, repeats in a row dropped (rows come
+    grouped by element)."""
+    keep = dep >= 0
+    keep[1:] &= (element[1:] != element[:-1]) | (dep[1:] != dep[:-1])
+    return element[keep], dep[keep]
 
 
 def _step_marks(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
