@@ -19,7 +19,7 @@ import polars as pl
 from crossrank_scale import instance_tables  # run as a script: bench/ is on the path
 
 from tracecomm.analysis.crossrank import cross_rank
-from tracecomm.analysis.replay import build_chain
+from tracecomm.analysis.replay import WAIT_COLUMNS, build_chain
 from tracecomm.analysis.whatif import Job, what_if
 
 SLOW = 7  # the late rank of instance_tables
@@ -44,17 +44,7 @@ def main() -> None:
     hosts = {r: f"node{r // (args.ranks // 2)}" for r in tables}
     cr = cross_rank(tables, hosts)
     windows = windows_of(cr.aligned)
-    waits = cr.aligned.select(
-        "rank",
-        "pg",
-        "key",
-        "coll_type",
-        "arrival_ns",
-        "end_ns",
-        "work_since_ns",
-        "ready_ns",
-        "stream",
-    )
+    waits = cr.aligned.select(WAIT_COLUMNS)
     steps = sorted(windows["step"].unique().to_list())
     compute = {r: 11_000_000 if r == SLOW else 10_000_000 for r in tables}
     everyone = tuple(sorted(tables))

@@ -47,6 +47,19 @@ import polars as pl
 
 _FAR_PAST = np.iinfo(np.int64).min // 4  # "no constraint" without overflowing an addition
 RELEASE_SLACK_NS = 20_000
+# the columns of a shared wait build_chain reads (besides ``kind``; ready_ns, stream and
+# work_since_ns default to the arrival and no stream when absent)
+WAIT_COLUMNS = (
+    "rank",
+    "pg",
+    "key",
+    "coll_type",
+    "arrival_ns",
+    "end_ns",
+    "work_since_ns",
+    "ready_ns",
+    "stream",
+)
 
 # one level of the replay: (rows grouped by element, their work predecessors (-1: none), head
 # constraint, the positions among them with a queue predecessor, those predecessors, their

@@ -15,7 +15,7 @@ import polars as pl
 from tracecomm.analysis.chains import chain_of, stage_of
 from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.rank import RankReport
-from tracecomm.analysis.replay import build_chain
+from tracecomm.analysis.replay import WAIT_COLUMNS, build_chain
 from tracecomm.analysis.whatif import (
     FLAG_SHARE_OF_STEP,
     FLAG_TIMES_MEDIAN_RANK,
@@ -574,17 +574,7 @@ def _what_if(timed: Sequence[RankReport], cr: CrossRank, job: Job) -> WhatIf | N
         schema={"rank": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
         orient="row",
     ).with_columns(pl.col("start_ns", "end_ns") - pl.col("rank").replace_strict(offset, default=0))
-    columns = [
-        "rank",
-        "pg",
-        "key",
-        "coll_type",
-        "arrival_ns",
-        "end_ns",
-        "work_since_ns",
-        "ready_ns",
-        "stream",
-    ]
+    columns = WAIT_COLUMNS
     # what each wait is for its rank, the same on its peers: a collective's type and group
     # size; a send/recv's direction and how far its peer's rank number lies from its own
     collectives = _synchronized(cr.aligned).select(
