@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from tests.analysis.possible import impossible
 from tests.conftest import analyze_json
+from tracecomm.cli.app import app
 from tracecomm.synth import write_run
 from tracecomm.synth.family import CHECKS, judge, member, names
 
@@ -61,6 +63,8 @@ def test_the_held_out_shape_at_64_ranks(tmp_path: Path) -> None:
     healthy = [v for g, v in views.items() if not g.startswith("0→")]
     assert healthy and all(v["waits_for"] == [0] for v in healthy)
     assert all("waits for rank 0" in v["verdict"] for v in healthy)
+    out = CliRunner().invoke(app, ["analyze", str(tmp_path / "job")], env={"COLUMNS": "200"})
+    assert "balanced, waiting for rank 0 at the data-parallel collectives" in out.stdout
 
 
 def test_a_slow_node_is_one_finding_for_its_ranks(tmp_path: Path) -> None:

@@ -269,7 +269,8 @@ def _waiting(views: Sequence[PipelineView]) -> str:
     waits = {v.waits_for for v in views}
     if len(waits) != 1 or not (slow := next(iter(waits))):
         return ""
-    return f"waiting for {rank_list(slow)} at the data-parallel collectives, "
+    ranks = f"rank{'s' * (len(slow) > 1)} {rank_list(slow)}"
+    return f"waiting for {ranks} at the data-parallel collectives, "
 
 
 def _pipeline(view: PipelineView) -> Text:
