@@ -477,10 +477,10 @@ def _mean_steps(durations: np.ndarray, ranks: np.ndarray) -> list[int | None]:
     """Median over ranks of each rank's mean step, per column, halves rounded up."""
     if durations.shape[0] == 0:
         return [None] * durations.shape[1]
-    bounds = np.flatnonzero(np.r_[True, ranks[1:] != ranks[:-1], True])
-    per_rank = np.stack(
-        [_halves_up(durations[a:b].mean(axis=0)) for a, b in pairwise(bounds.tolist())]
-    )
+    starts = np.flatnonzero(np.r_[True, ranks[1:] != ranks[:-1]])
+    counts = np.diff(np.r_[starts, len(ranks)])
+    sums = np.add.reduceat(durations.astype(np.float64), starts, axis=0)
+    per_rank = _halves_up(sums / counts[:, None])
     return [math.floor(v + 0.5) for v in np.median(per_rank, axis=0).tolist()]
 
 
