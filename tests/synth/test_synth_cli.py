@@ -104,3 +104,31 @@ def test_scenario_flags_refuse_what_cannot_be_made(
 ) -> None:
     assert main([str(tmp_path / "out"), *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_family_writes_the_job_and_its_counterfactual(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job, fixed = tmp_path / "job", tmp_path / "fixed"
+    args = [str(job), "--family", "slow-node", "--counterfactual", str(fixed)]
+    assert main(args) == 0
+    assert "the cause: ranks [0, 2]" in capsys.readouterr().err
+    names = sorted(p.name for p in job.iterdir())
+    assert len(names) == 8 and names == sorted(p.name for p in fixed.iterdir())
+    # the same ranks and files; the slow node's kernels (and everyone's waits) differ
+    assert (job / names[0]).read_bytes() != (fixed / names[0]).read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--counterfactual", "x"], "--counterfactual needs --family"),
+        (["--family", "slow-tp-peer", "--ranks", "3"], "no DP × TP layout"),
+        (["--family", "fsdp", "--slowdown", "0"], "slowdown 0.0 is not in (0, 10]"),
+    ],
+)
+def test_family_refuses_what_cannot_be_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], says: str
+) -> None:
+    assert main([str(tmp_path / "out"), *args]) == 2
+    assert says in capsys.readouterr().err

@@ -147,6 +147,8 @@ def _slow_node(ranks: int, seed: int, slowdown: float) -> Member:
 
 def _slow_tp_peer(ranks: int, seed: int, slowdown: float) -> Member:
     dp, tp = _DP_TP.get(ranks, (ranks // 8, 8) if ranks % 8 == 0 else (ranks // 2, 2))
+    if dp * tp != ranks or dp < 2:
+        raise ValueError(f"{ranks} ranks: no DP × TP layout with dp >= 2")
     slow = 1
     job = dp_tp_run(dp, tp, steps=STEPS, seed=seed, slow_ranks={slow: slowdown})
     twin = dp_tp_run(dp, tp, steps=STEPS, seed=seed, slow_ranks={})
