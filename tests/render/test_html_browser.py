@@ -273,3 +273,33 @@ def test_what_to_fix_in_the_report_of_an_overloaded_stage(browser: str, tmp_path
             "[...document.querySelectorAll('#headline li.finding')].map(e => e.textContent)"
         )[0]
         assert "ranks 6, 7" in top and "stage 3" in top and "dependency replay" in top
+
+
+def test_a_slow_node_report_names_the_host_and_paints_its_ranks(
+    browser: str, tmp_path: Path
+) -> None:
+    """The straggler family's slow node (ranks 0 and 2 on node0): the what-to-fix table names
+    the host candidate, and the root-delay heat map's hottest cell is one of its ranks."""
+    from tracecomm.synth import write_run
+    from tracecomm.synth.family import member
+
+    run = tmp_path / "run"
+    write_run(member("slow-node", 8).job, run)
+    html = report_of(run, tmp_path / "node.html")
+    doc = json.loads(runner.invoke(app, ["analyze", str(run), "-f", "json"]).stdout)
+    with chromium_page() as page:
+        assert open_report(page, html) == []
+        fixes = page.evaluate(
+            "[...document.querySelectorAll('#what-to-fix tr.flagged td:first-child')]"
+            ".map(e => e.textContent)"
+        )
+        assert fixes == ["⚑ host node0"]
+        hottest = max(doc["stragglers"]["delay_by_step"], key=lambda c: c["root_delay_ns"])
+        assert hottest["rank"] in (0, 2)
+        cell = (
+            f"#stragglers rect.cell[data-rank='{hottest['rank']}'][data-step='{hottest['step']}']"
+        )
+        assert (
+            page.evaluate(f"document.querySelector({json.dumps(cell)}).getAttribute('fill')")
+            == "rgb(214,39,40)"
+        )  # the top of the scale
