@@ -16,6 +16,8 @@ from tracecomm.analysis.model import Report
 from tracecomm.analysis.pipeline_view import StageBubble, overloaded
 from tracecomm.engine.model import Figures
 from tracecomm.synth.__main__ import _parser, _spec
+from tracecomm.synth.family import member
+from tracecomm.synth.family import names as family_names
 from tracecomm.synth.writer import write_run
 
 SHARED_TRACES = REPO.parent / "shared" / "data" / "traces"
@@ -56,6 +58,19 @@ def test_every_generated_shape_agrees_with_itself(
     report = tracecomm.analyze(out)
     assert violations(report) == []
     assert report.step_parts is not None  # the invariants had something to check
+
+
+@pytest.mark.parametrize("name", family_names())
+def test_every_straggler_family_member_agrees_with_itself(
+    name: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The straggler family (tracecomm.synth.family) at 8 ranks: host candidates, the mean
+    step's what-if and the root-delay heat map beside every other section."""
+    out = tmp_path_factory.mktemp(name) / "run"
+    write_run(member(name, 8).job, out)
+    report = tracecomm.analyze(out)
+    assert violations(report) == []
+    assert report.stragglers is not None and report.stragglers.flagged  # a cause was found
 
 
 @pytest.mark.parametrize("run", _shared_runs(), ids=lambda p: p.name)
