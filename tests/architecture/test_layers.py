@@ -1,9 +1,10 @@
 """The import rule (docs/architecture.md): data flows one way, so imports do too.
 
-ingest ← engine ← analysis ← render / check ← run ← cli, with ``errors`` and ``text`` below
-everything; ``nccl`` reads logs (ingest's floor), ``mfu`` and ``compat`` sit beside the engine;
-``synth`` (the generator) stands alone so that its expected figures cannot come from the code
-they check. Every import counts: module level, inside functions, and under TYPE_CHECKING.
+ingest ← engine ← analysis ← render / check ← run ← cli, with ``errors``, ``text`` and
+``colltypes`` below everything; ``nccl`` reads logs (ingest's floor), ``mfu`` and ``compat``
+sit beside the engine; ``synth`` (the generator) stands alone so that its expected figures
+cannot come from the code they check. Every import counts: module level, inside functions, and
+under TYPE_CHECKING.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ LAYERS = {
     "tracecomm._version": 0,
     "tracecomm.errors": 0,
     "tracecomm.text": 0,
+    "tracecomm.colltypes": 0,
     "tracecomm.ingest": 1,
     "tracecomm.nccl": 1,
     "tracecomm.engine": 2,

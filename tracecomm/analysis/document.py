@@ -15,22 +15,14 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct
 
+from tracecomm.colltypes import CollType
+
 SCHEMA_VERSION = 2  # render.document.SCHEMA_VERSION: the analyze document's version
 NCCL_SCHEMA_VERSION = 2  # ``tracecomm nccl --format json``
 
 NonNegative = Annotated[int, Meta(ge=0)]
 Positive = Annotated[int, Meta(ge=1)]
 Percent = Annotated[float, Meta(ge=0, le=100)]
-CollType = Literal[
-    "AllGather",
-    "ReduceScatter",
-    "AllReduce",
-    "Broadcast",
-    "Reduce",
-    "AllToAll",
-    "SendRecv",
-    "Other",
-]
 
 
 class _Doc(Struct, forbid_unknown_fields=True, frozen=True):

@@ -10,19 +10,9 @@ from collections.abc import Callable, Sequence
 
 import polars as pl
 
+from tracecomm.colltypes import COLL_TYPES
 from tracecomm.ingest.events import META_SCHEMA
 from tracecomm.ingest.model import RankEvents
-
-COLL_TYPES = (
-    "AllGather",
-    "ReduceScatter",
-    "AllReduce",
-    "Broadcast",
-    "Reduce",
-    "AllToAll",
-    "SendRecv",
-    "Other",
-)
 
 # NCCL / RCCL / HCCL / oneCCL name families, plus the custom all-reduce kernels of inference
 # engines (vLLM, SGLang, TensorRT-LLM) that do the same job outside NCCL.
