@@ -140,15 +140,17 @@ def what_if(chain: Chain, job: Job) -> WhatIf:
         )
         return _replace(check, reason=reason)
     donors = _donors(chain, job.peers)
-    fixes = _candidate_fixes(chain, job, donors)
+    raw = _candidate_fixes(chain, job, donors)
+    parts = _parts_of([key[2] for key, _ in raw])  # which candidates lie inside which
+    fixes = _with_parts(raw, parts)
     gains, totals = _gains_both(chain, measured, mean, [fix for _, fix in fixes])
-    gains = _at_least_parts([key for key, _ in fixes], gains)
-    totals = _at_least_parts([key for key, _ in fixes], totals)
+    keys = [key for key, _ in fixes]
+    gains, totals = _at_least_parts(keys, gains, parts), _at_least_parts(keys, totals, parts)
     candidates = [
         _candidate(key, fix, measured, gain, job, total, mean)
         for (key, fix), gain, total in zip(fixes, gains, totals, strict=True)
     ]
-    decided = _decide(chain, check, candidates, {(k[0], k[1]): f for k, f in fixes})
+    decided = _decide(chain, check, candidates, {(k[0], k[1]): f for k, f in fixes}, parts)
     present = sorted(set(np.unique(chain.rank).tolist()))
     return _replace(decided, considered=tuple(_rank_shortlist(present, job)))
 
@@ -267,8 +269,15 @@ def _candidate_fixes(
     """Every candidate with something to fix (its work above its peers' or the target)."""
     present = sorted(set(np.unique(chain.rank).tolist()))
     out: list[tuple[_Key, _Fix]] = []
+    by_rank: dict[int, _Fix | None] = {}  # each rank's fix once, for itself and its groups
+
+    def rank_fix(rank: int) -> _Fix | None:
+        if rank not in by_rank:
+            by_rank[rank] = _rank_fix(chain, job, donors, rank)
+        return by_rank[rank]
+
     for rank in _rank_shortlist(present, job):
-        fix = _rank_fix(chain, job, donors, rank)
+        fix = rank_fix(rank)
         if fix is not None:
             out.append((("rank", rank, (rank,)), fix))
     for stage, members in sorted(_stage_members(job, present).items()):
@@ -276,14 +285,14 @@ def _candidate_fixes(
         if fix is not None:
             out.append((("stage", stage, tuple(members)), fix))
     for index, replica in _replica_shortlist(job, present):
-        fix = _merge([f for r in replica if (f := _rank_fix(chain, job, donors, r)) is not None])
+        fix = _merge([f for r in replica if (f := rank_fix(r)) is not None])
         if fix is not None:
             out.append((("replica", index, replica), fix))
     for index, (_, ranks) in _host_shortlist(job, present):
-        fix = _merge([f for r in ranks if (f := _rank_fix(chain, job, donors, r)) is not None])
+        fix = _merge([f for r in ranks if (f := rank_fix(r)) is not None])
         if fix is not None:
             out.append((("host", index, ranks), fix))
-    return _with_parts(out)
+    return out
 
 
 def _parts_of(ranks: Sequence[Sequence[int]]) -> list[list[int]]:
@@ -300,28 +309,31 @@ def _parts_of(ranks: Sequence[Sequence[int]]) -> list[list[int]]:
     return out
 
 
-def _at_least_parts(keys: Sequence[_Key], gains: Sequence[int]) -> list[int]:
+def _at_least_parts(
+    keys: Sequence[_Key], gains: Sequence[int], parts: Sequence[Sequence[int]]
+) -> list[int]:
     """Each group's gain, at least its best part's. The replayed step is the median over
     ranks of their step windows, and fixing more ranks moves their windows' starts too, so
     the replay of a whole set can come out a hair under one member's (microseconds, where the
     median rank changes); fixing the set includes fixing that member, so the set gets its
     figure."""
     out = list(gains)
-    for i, parts in enumerate(_parts_of([k[2] for k in keys])):
-        if keys[i][0] != "rank" and parts:
-            out[i] = max(out[i], *(gains[j] for j in parts))
+    for i, inside in enumerate(parts):
+        if keys[i][0] != "rank" and inside:
+            out[i] = max(out[i], *(gains[j] for j in inside))
     return out
 
 
-def _with_parts(fixes: list[tuple[_Key, _Fix]]) -> list[tuple[_Key, _Fix]]:
+def _with_parts(
+    fixes: list[tuple[_Key, _Fix]], parts: Sequence[Sequence[int]]
+) -> list[tuple[_Key, _Fix]]:
     """Each group's fix merged with the fixes of the candidates inside it: fixing a set
     fixes each member at least as its own candidate does, and the replay only shortens
     with shorter work, so a set never gives back less than any of its members."""
     out = []
-    inside = _parts_of([k[2] for k, _ in fixes])
-    for (key, fix), parts in zip(fixes, inside, strict=True):
-        if key[0] != "rank" and parts:
-            merged = _merge([fix, *(fixes[j][1] for j in parts)])
+    for (key, fix), inside in zip(fixes, parts, strict=True):
+        if key[0] != "rank" and inside:
+            merged = _merge([fix, *(fixes[j][1] for j in inside)])
             assert merged is not None
             fix = _Fix(merged.gaps, merged.cuts, fix.method)
         out.append((key, fix))
@@ -591,10 +603,12 @@ def _decide(
     check: WhatIf,
     candidates: list[Candidate],
     fixes: Mapping[tuple[str, int], _Fix],
+    parts: Sequence[Sequence[int]] | None = None,
 ) -> WhatIf:
-    """Flag: a rank whose gain exceeds the threshold; a stage or replica whose gain exceeds its
-    best rank's by more than the threshold and by more than twice (what fixing it adds over
-    fixing that one rank must itself be worth flagging, and most of it). Then decompose, and
+    """Flag: a rank whose gain (over the median step, or over the mean step) exceeds the flag
+    line; a stage, replica or host whose gain exceeds it and exceeds by more than it the best
+    candidate inside it (``parts``: the candidates inside each, in the same order, found here
+    when not given); then the fewest ranks that explain it (_subsumed). Then decompose, and
     replay all flagged at once."""
     measured = check.measured_step_ns
     rank_gains = [c.gain_ns for c in candidates if c.kind == "rank"]
@@ -613,14 +627,16 @@ def _decide(
         + 0.5
     )
     flagged = []
-    for c, parts in zip(candidates, _parts_of([c.ranks for c in candidates]), strict=True):
+    if parts is None:
+        parts = _parts_of([c.ranks for c in candidates])
+    for c, inside in zip(candidates, parts, strict=True):
         if c.kind == "rank":
             flagged.append(c.gain_ns > threshold or c.total_gain_ns > total_line)
             continue
         # the group, not a part of it, is the cause: fixing it adds more than the flag line
         # over fixing its best part (a rank, or a smaller group inside it)
-        best = max((candidates[j].gain_ns for j in parts), default=0)
-        best_total = max((candidates[j].total_gain_ns for j in parts), default=0)
+        best = max((candidates[j].gain_ns for j in inside), default=0)
+        best_total = max((candidates[j].total_gain_ns for j in inside), default=0)
         flagged.append(
             (c.gain_ns - best > threshold and c.gain_ns > threshold)
             or (c.total_gain_ns - best_total > total_line and c.total_gain_ns > total_line)
