@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import kernel, trace_doc, write_trace
+from tests.conftest import kernel, launch, trace_doc, write_trace
 from tracecomm.engine.classify import classify, classify_with_comm, coll_type_of
 from tracecomm.errors import TraceError
 from tracecomm.ingest import load_rank
@@ -55,6 +55,22 @@ KERNELS = [
     ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "Other"),
     ("ncclSymkDevKernel_AllReduce_LDMC_sum_bf16(ncclSymkDevWorkArgs)", "AllReduce"),
     ("cross_device_reduce_1stage<half, 8>", "AllReduce"),
+    # metrics.md §1a: libraries beyond NCCL's collectives
+    ("void deep_ep::internode::dispatch<false, 8, true, 8>(int4*, float*)", "AllToAll"),
+    ("void dpsk::ep::internode::cached_notify<false>(int, int, int)", "AllToAll"),
+    ("void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*)", "AllToAll"),
+    ("void deep_ep::internode_ll::combine<false, 8>(void*)", "AllToAll"),
+    ("void deep_ep::intranode::barrier<8>(int**, int)", "Other"),
+    ("nvshmemi_barrier_all_on_stream_kernel", "Other"),
+    ("void nvshmemx_alltoallmem_on_stream_kernel(int)", "AllToAll"),
+    ("void c10d::symmetric_memory::one_shot_all_reduce_kernel<float, 8>(float**)", "AllReduce"),
+    ("void c10d::symmetric_memory::multimem_all_gather_kernel<16>(char*)", "AllGather"),
+    ("void c10d::symmetric_memory::put_signal_kernel(unsigned long*)", "SendRecv"),
+    (
+        "void tensorrt_llm::kernels::ar_fusion::allreduce_fusion_kernel_oneshot_lamport<bf16>()",
+        "AllReduce",
+    ),
+    ("void vllm::cross_device_reduce_2stage<__nv_bfloat16, 8>(vllm::RankData*)", "AllReduce"),
 ]
 
 
@@ -143,6 +159,9 @@ TWIN_NAMES = [
     "rcclKernel_alltoall",
     "NCCLKERNEL_SENDRECV",
     "ONESHOTALLREDUCE",
+    "DEEP_EP::BARRIER",
+    "nvshmem_fcollect",
+    "c10d::symmetric_memory::two_shot_all_reduce_",
     "",
 ]
 
@@ -191,3 +210,85 @@ def test_every_shared_trace_name_is_typed_as_the_expression_types_it(
 @settings(max_examples=200, derandomize=True, deadline=None)
 def test_any_names_are_typed_as_the_expressions_type_them(names: list[str]) -> None:
     _assert_twins_agree(names)
+
+
+def _user_annotation(name: str, ts: float, dur: float, tid: int = 100) -> dict:
+    return {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": name,
+        "pid": 100,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {},
+    }
+
+
+SENDRECV = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def test_generic_kernels_take_the_collective_their_launch_sat_in(tmp_path: Path) -> None:
+    """metrics.md §1: as the HTA traces record a DLRM's all-to-all: no collective args, the
+    kernel linked to no CPU op, only the nccl:* CPU annotation around the launch says it."""
+    cases = [
+        ("nccl:all_to_all", SENDRECV, "AllToAll"),
+        ("nccl:all_reduce", "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "AllReduce"),
+        ("nccl:send 0->1", SENDRECV, "SendRecv"),  # p2p stays p2p
+        ("nccl:coalesced", SENDRECV, "SendRecv"),  # batch_isend_irecv: no named collective
+        ("nccl:all_to_all", "ncclKernel_AllReduce_RING_LL_Sum_float(x)", "AllReduce"),  # named
+    ]
+    events = []
+    for i, (annotation, name, _) in enumerate(cases):
+        t = 100 * i
+        events += [_user_annotation(annotation, t, 20), launch(t + 5, 10 + i)]
+        events.append(kernel(name, t + 50, 10, 10 + i, stream=20))
+    # the annotation closed before the launch: it says nothing about it
+    events += [_user_annotation("nccl:all_to_all", 600, 3), launch(605, 30)]
+    events.append(kernel(SENDRECV, 650, 10, 30, stream=20))
+    # on another thread: not the launch's own collective
+    events += [_user_annotation("nccl:all_to_all", 700, 20, tid=7), launch(705, 31)]
+    events.append(kernel(SENDRECV, 750, 10, 31, stream=20))
+    rank = load_rank(write_trace(tmp_path / "t.json", trace_doc(events)))
+    out = classify(rank).sort("start_ns")
+    assert out["coll_type"].to_list() == [c for *_, c in cases] + ["SendRecv", "SendRecv"]
+
+
+def test_the_shared_hta_traces_type_each_sendrecv_kernel_by_its_launch(
+    shared_traces: Path,
+) -> None:
+    """The issue's counts: each SendRecv kernel takes the op that launched it; the five of
+    negative_queue whose launch precedes the trace keep their name's type."""
+    expected = {
+        "hta-trace_diff_control/control.json.gz": {"AllToAll": 42, "AllReduce": 18},
+        "hta-negative_queue_length_values_check/rank0.json.gz": {
+            "AllToAll": 45,
+            "ReduceScatter": 10,
+            "AllGather": 10,
+            "AllReduce": 10,
+            "SendRecv": 5,
+        },
+        "hta-trace_filter/sampled_rank-0.json.gz": {"AllToAll": 4, "AllReduce": 4, "AllGather": 2},
+        "hta-trace_filter/sampled_rank-1.json.gz": {"AllToAll": 4, "AllReduce": 4, "AllGather": 2},
+    }
+    for path, counts in expected.items():
+        out = classify(load_rank(shared_traces / path)).filter(pl.col("cls") == "comm")
+        assert dict(out.group_by("coll_type").len().iter_rows()) == counts, path
+
+
+def test_deepep_kernels_are_all_to_all_and_a_comm_stream_note_names_the_rest(
+    shared_traces: Path,
+) -> None:
+    from tracecomm.engine.classify import comm_libraries, comm_stream_note
+
+    rank = load_rank(shared_traces / "deepseek-train-ep64" / "train.json")
+    out = classify(rank)
+    comm = out.filter(pl.col("cls") == "comm")
+    assert comm.height == 36 and set(comm["coll_type"]) == {"AllToAll"}
+    assert comm.select((pl.col("end_ns") - pl.col("start_ns")).sum()).item() == 113_440_000
+    assert set(comm["stream"]) == {27}
+    assert comm_libraries(out) == ("DeepEP",)
+    note = comm_stream_note(out)
+    assert note is not None
+    assert note.startswith("4 kernels (1.081 ms) on stream 27, which carries communication")
+    assert "per_token_cast_to_fp8_with_channels ×4" in note

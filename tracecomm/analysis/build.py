@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from tracecomm.analysis.alltoall import all_to_all_view
 from tracecomm.analysis.bandwidth import bandwidth
 from tracecomm.analysis.crossrank import ranks_cross_rank
 from tracecomm.analysis.kernels import kernel_view
@@ -68,6 +69,14 @@ def link_bandwidth(report: Report, ctx: Context) -> Report:
     cr = report.cross_rank
     found = bandwidth(cr.aligned, ctx.options.link_gbps) if cr is not None else None
     return replace(report, bandwidth=found)
+
+
+def all_to_all(report: Report, ctx: Context) -> Report:
+    """metrics.md §7a: after the stragglers, whose what-if prices the token imbalance."""
+    found = all_to_all_view(
+        report.rank_reports, report.cross_rank, report.stragglers, report.summary.world_size
+    )
+    return replace(report, all_to_all=found)
 
 
 def pipelines(report: Report, ctx: Context) -> Report:
@@ -129,6 +138,7 @@ PROCESSORS: tuple[Processor, ...] = (
     step_rate,
     kernels,
     link_bandwidth,
+    all_to_all,
     pipelines,
     hta_compat,
     nccl,

@@ -14,7 +14,7 @@ import polars as pl
 from tracecomm.analysis.arrivals import FLOOR_NS, look_through, with_arrivals
 from tracecomm.analysis.chains import pipeline_chains
 from tracecomm.analysis.rank import RankReport
-from tracecomm.engine.collectives import INSTANCE_SCHEMA
+from tracecomm.engine.collectives import INSTANCE_SCHEMA, WORLD
 
 _RANK_LIST = re.compile(r"^\[\s*\d+(?:\s*,\s*\d+)*\s*\]$")
 
@@ -512,3 +512,16 @@ def ranks_cross_rank(ranks: Sequence[RankReport], align_clocks: bool) -> CrossRa
     # metrics.md §5: ranks that share a host share one clock (host_name, else the file name)
     hosts = {r.rank: r.host or Path(r.path).name for r in gpu}
     return cross_rank(collectives, hosts, align_clocks)
+
+
+def whole_group(world_size: int | None) -> pl.Expr:
+    """Per row of matched instances (``aligned``): whether every member of the instance's
+    group left a trace (``Group size`` when recorded, the world for the default group). With a
+    member missing, the last arrival and the earliest end may be a rank without a trace."""
+    present = pl.len().over("pg", "key")
+    expected = pl.coalesce(
+        pl.col("group_size").max().over("pg", "key"),
+        pl.when(pl.col("pg") == WORLD).then(pl.lit(world_size, dtype=pl.Int64)),
+        present,
+    )
+    return present >= expected

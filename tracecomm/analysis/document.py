@@ -1409,6 +1409,77 @@ class Finding(_Doc, frozen=True):
 # The whole document.
 
 
+# All-to-all and expert parallelism (metrics.md §7a).
+
+
+class AllToAllRank(_Doc, frozen=True):
+    rank: int
+    kernels: NonNegative
+    comm_ns: Annotated[int, Meta(ge=0, description="|U(AllToAll kernels)| in the window (§3)")]
+    exposed_ns: Annotated[int, Meta(ge=0, description="of it, with no compute kernel beside it")]
+    hidden_pct: Annotated[
+        Percent | None, Meta(description="100 · (comm − exposed) / comm: hidden behind compute")
+    ]
+    matched_ns: Annotated[
+        int | None,
+        Meta(description="kernel time of its instances matched across ranks (§4); null: none"),
+    ]
+    wait_ns: Annotated[
+        int | None, Meta(description="of that, waiting for the group's last member (§6)")
+    ]
+    transfer_ns: Annotated[
+        int | None, Meta(description="and moving data: last arrival → the earliest end (§6)")
+    ]
+    received: Annotated[
+        int | None,
+        Meta(description="tokens (or elements, see imbalance.unit) received over them"),
+    ]
+
+
+class TokenImbalance(_Doc, frozen=True):
+    unit: Literal["tokens", "elements"]
+    instances: NonNegative
+    busiest_rank: int
+    busiest_received: NonNegative
+    median_received: Annotated[float, Meta(ge=0)]
+    ratio: Annotated[float, Meta(ge=1, description="busiest / median received")]
+    imbalanced: Annotated[bool, Meta(description="ratio at or above 1.05")]
+    gain_ns: Annotated[
+        int | None,
+        Meta(
+            description=(
+                "what balancing gives back per step: the straggler replay's gain for the "
+                "busiest rank on par with its peers (§6); null with gain_reason"
+            )
+        ),
+    ]
+    gain_pct: Percent | None
+    gain_reason: str | None
+
+
+class AllToAll(_Doc, frozen=True):
+    use: Annotated[
+        Literal["expert", "embedding"] | None,
+        Meta(
+            description=(
+                "what the all-to-all is for, from the trace's names: MoE token dispatch / "
+                "combine, or a DLRM embedding exchange; null when the names do not say"
+            )
+        ),
+    ]
+    libraries: list[str]
+    kernels: NonNegative
+    comm_ns: NonNegative
+    exposed_ns: NonNegative
+    hidden_pct: Percent | None
+    wait_ns: int | None
+    transfer_ns: int | None
+    wait_reason: str | None
+    ranks: list[AllToAllRank]
+    imbalance: TokenImbalance | None
+    imbalance_reason: str | None
+
+
 class ReportDocument(_Doc, frozen=True):
     """Output of `tracecomm analyze --format json`. Times are integer nanoseconds."""
 
@@ -1545,3 +1616,12 @@ class ReportDocument(_Doc, frozen=True):
     partial: Annotated[
         bool, Meta(description="some rank's file was unusable or only partly readable")
     ]
+    all_to_all: Annotated[
+        AllToAll | None,
+        Meta(
+            description=(
+                "all-to-all and expert parallelism (metrics.md §7a): hidden share, wait vs "
+                "transfer per rank, token imbalance; null when no rank ran an all-to-all"
+            )
+        ),
+    ] = None

@@ -15,6 +15,10 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import polars as pl
+
+from tracecomm.analysis.alltoall import TokenImbalance
+from tracecomm.analysis.crossrank import whole_group
 from tracecomm.analysis.finding import Finding, StepParts
 from tracecomm.analysis.model import Report
 from tracecomm.analysis.pipeline_view import heaviest_stage
@@ -224,14 +228,31 @@ _COMM_ADVICE = {
         "find_unused_parameters=True)",
     ),
     "AllToAll": (
-        "MoE: overlap the token dispatch / combine with expert or shared-expert compute; keep "
-        "expert parallelism inside a node; lower the capacity factor",
+        "MoE: overlap one micro-batch's token dispatch / combine with another's compute "
+        "(DualPipe-style, or Megatron's --overlap-moe-expert-parallel-comm), or with the "
+        "shared experts; keep expert parallelism inside a node (NVLink) where it fits",
+        "DLRM: an embedding sharding plan that keeps more tables data- or row-parallel "
+        "(torchrec's planner) moves fewer rows through the all-to-all; pipeline the next "
+        "batch's input distribution (TrainPipelineSparseDist)",
     ),
     "SendRecv": (
         "pipeline: more micro-batches per step, or an interleaved schedule (virtual stages), so "
         "each transfer hides behind another micro-batch's compute; balance the stages",
     ),
 }
+# the AllToAll advice that fits what the trace says the all-to-all is for (metrics.md §7a)
+_ALL_TO_ALL_ADVICE = {
+    "expert": (
+        _COMM_ADVICE["AllToAll"][0],
+        "for decode (small batches), DeepEP's low-latency kernels; fewer bytes per token "
+        "(FP8 dispatch)",
+    ),
+    "embedding": (_COMM_ADVICE["AllToAll"][1],),
+}
+_P2P_ADVICE = (
+    "point-to-point transfers outside a pipeline: find what issues them (tracecomm export "
+    "shows them on the timeline) and overlap them with compute",
+)
 _OTHER_COMM_ADVICE = (
     "find what issues it (tracecomm export shows it on the timeline; NCCL_DEBUG=INFO "
     "NCCL_DEBUG_SUBSYS=COLL logs every call)",
@@ -251,7 +272,9 @@ def _exposed_comm(report: Report, basis: StepBasis, parts: StepParts) -> list[Fi
             "compute kernel running beside it (exposed, metrics.md §3)"
         ]
         evidence += _bandwidth_evidence(report, coll)
-        advice = list(_COMM_ADVICE.get(coll, _OTHER_COMM_ADVICE))
+        if coll == "AllToAll":
+            evidence += _all_to_all_evidence(report)
+        advice = list(_advice_for(report, coll))
         if socket:
             advice.insert(0, "NCCL runs inter-node traffic over TCP sockets: fix that first")
         out.append(
@@ -272,6 +295,38 @@ def _exposed_comm(report: Report, basis: StepBasis, parts: StepParts) -> list[Fi
                 section="metrics.md §3",
             )
         )
+    return out
+
+
+def _advice_for(report: Report, coll: str) -> tuple[str, ...]:
+    view = report.all_to_all
+    if coll == "AllToAll" and view is not None and view.use is not None:
+        return _ALL_TO_ALL_ADVICE[view.use]
+    if coll == "SendRecv" and not report.pipelines:
+        return _P2P_ADVICE
+    return _COMM_ADVICE.get(coll, _OTHER_COMM_ADVICE)
+
+
+def _all_to_all_evidence(report: Report) -> list[str]:
+    """How much of the all-to-all hides, and how much of it is waiting (metrics.md §7a)."""
+    view = report.all_to_all
+    if view is None:
+        return []
+    out = []
+    if view.hidden_pct is not None:
+        by = f" ({', '.join(view.libraries)} kernels)" if view.libraries else ""
+        out.append(
+            f"{view.hidden_pct:.1f} % of the all-to-all time{by} hides behind compute "
+            "(sum over ranks, metrics.md §7a)"
+        )
+    if view.wait_ns is not None and view.transfer_ns is not None:
+        total = view.wait_ns + view.transfer_ns
+        if total > 0:
+            out.append(
+                f"of the matched all-to-alls' kernel time, {100 * view.wait_ns / total:.0f} % "
+                "is waiting for the group's last member and "
+                f"{100 * view.transfer_ns / total:.0f} % transfer (metrics.md §6)"
+            )
     return out
 
 
@@ -404,13 +459,36 @@ def _straggler(
     where_hosts = tuple(sorted({h for rank in flagged if (h := hosts.get(rank)) is not None}))
     on = f" on {', '.join(where_hosts[:3])}" if where_hosts else ""
     first = flagged[0]
+    evidence += _untraced_members(report)
+    imbalance = _token_imbalance(report, flagged)
+    if imbalance is not None:
+        evidence.append(
+            f"rank {imbalance.busiest_rank} receives {imbalance.ratio:.2f}× the median rank's "
+            f"{imbalance.unit} at the all-to-alls ({imbalance.instances} matched instances, "
+            "metrics.md §7a): more tokens, more expert work, the others wait for it"
+        )
     what = label if label is not None and not label.startswith("rank") else _where(flagged, report)
     if label is not None and label.startswith("host "):  # a slow node: its ranks, not "on"
         what, on = f"{label} ({_where(flagged, report)})", ""
+    device_advice = (
+        f"look at rank {first}'s GPU{on}: nvidia-smi -q -d CLOCK,PERFORMANCE,TEMPERATURE "
+        "(clocks throttled for power or heat?), ECC errors, the PCIe / NVLink link width",
+        f"compare rank {first}'s kernels with a peer's step by step (tracecomm report "
+        f"--timeline-ranks {first},<peer>); different kernels mean different work "
+        "(data skew, an uneven shard), the same kernels slower mean the device",
+        "move the rank to another node for a run: a slowness that stays with the node is "
+        "the hardware",
+    )
+    advice: tuple[str, ...] = device_advice
+    title = f"straggler: {what}{on}"
+    if imbalance is not None:
+        advice = (_IMBALANCE_ADVICE[report.all_to_all.use if report.all_to_all else None],)
+        advice += device_advice[1:2]
+        title += f" (token imbalance: {imbalance.ratio:.2f}× the median)"
     return Finding(
         kind="straggler",
         severity="cost",
-        title=f"straggler: {what}{on}",
+        title=title,
         cost_ns=cost,
         cost_pct=_share(cost, basis),
         recoverable_pct=recoverable,
@@ -420,17 +498,53 @@ def _straggler(
         group=None,
         hosts=where_hosts,
         evidence=tuple(evidence),
-        advice=(
-            f"look at rank {first}'s GPU{on}: nvidia-smi -q -d CLOCK,PERFORMANCE,TEMPERATURE "
-            "(clocks throttled for power or heat?), ECC errors, the PCIe / NVLink link width",
-            f"compare rank {first}'s kernels with a peer's step by step (tracecomm report "
-            f"--timeline-ranks {first},<peer>); different kernels mean different work "
-            "(data skew, an uneven shard), the same kernels slower mean the device",
-            "move the rank to another node for a run: a slowness that stays with the node is "
-            "the hardware",
-        ),
+        advice=advice,
         section="metrics.md §6",
     )
+
+
+_IMBALANCE_ADVICE = {
+    "expert": (
+        "balance the experts' load: a stronger load-balancing (auxiliary) loss or an "
+        "auxiliary-loss-free bias on the router, a capacity factor that drops or reroutes "
+        "the overflow, or expert placement that spreads the popular experts (EPLB)"
+    ),
+    "embedding": (
+        "balance the embedding shards: a sharding plan that splits the hot tables "
+        "(row- or column-wise) so each rank serves a like share of the lookups"
+    ),
+    None: (
+        "balance what each rank receives at the all-to-all: for MoE the router's load "
+        "balancing (auxiliary loss, capacity factor), for embeddings the sharding plan"
+    ),
+}
+
+
+def _untraced_members(report: Report) -> list[str]:
+    """A caveat when the matched instances' groups have members without a trace: the rank the
+    others waited for may be one of those (crossrank.whole_group)."""
+    cr = report.cross_rank
+    if cr is None or cr.aligned.is_empty():
+        return []
+    per = cr.aligned.select(
+        "pg", "key", whole_group(report.summary.world_size).alias("whole")
+    ).unique(["pg", "key"])
+    partial = per.filter(~pl.col("whole")).height
+    if partial == 0:
+        return []
+    return [
+        f"{partial} of {per.height} matched instances belong to groups with members that left "
+        "no trace: the rank the others waited for may be one of those (metrics.md §4)"
+    ]
+
+
+def _token_imbalance(report: Report, flagged: Sequence[int]) -> TokenImbalance | None:
+    """The all-to-all's token imbalance when its busiest rank is the straggler found."""
+    view = report.all_to_all
+    imbalance = view.imbalance if view is not None else None
+    if imbalance is None or not imbalance.imbalanced or imbalance.busiest_rank not in flagged:
+        return None
+    return imbalance
 
 
 def _stage_imbalance(report: Report, basis: StepBasis) -> list[Finding]:

@@ -24,6 +24,7 @@ from tracecomm.analysis.rank import (
 if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, and must stay lean
     import polars as pl
 
+    from tracecomm.analysis.alltoall import AllToAllView
     from tracecomm.analysis.bandwidth import Bandwidth
     from tracecomm.analysis.crossrank import CrossRank
     from tracecomm.analysis.export_model import TraceExport
@@ -112,6 +113,7 @@ class Report:
     findings: tuple[Finding, ...] = ()  # and what costs the most, costliest first
     kernels: KernelView | None = None  # §15–§16: top kernels, launches, graphs, roofline
     export: TraceExport | None = None  # §17: the chosen ranks' and steps' events (export)
+    all_to_all: AllToAllView | None = None  # §7a: all-to-all / expert parallelism
 
     @property
     def partial(self) -> bool:

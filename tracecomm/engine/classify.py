@@ -14,12 +14,38 @@ from tracecomm.colltypes import COLL_TYPES
 from tracecomm.ingest.events import META_SCHEMA
 from tracecomm.ingest.model import RankEvents
 
-# NCCL / RCCL / HCCL / oneCCL name families, plus the custom all-reduce kernels of inference
-# engines (vLLM, SGLang, TensorRT-LLM) that do the same job outside NCCL.
-COMM_NAME_PATTERN = (
-    r"(?i:nccl|rccl|hccl|oneccl|cross_device_reduce|oneShotAllReduce|twoShotAllReduce)"
+# Communication libraries by kernel name (metrics.md §1a), each with how its kernels are typed:
+# (library, name regex, (token regex, type) tried in order, the type when no token matches).
+# NCCL's family (RCCL, HCCL, oneCCL) is typed by its kernel-name stem instead (_KERNEL_TOKEN).
+# Each regex reads the same in Python's ``re`` and polars' Rust regex (no look-around).
+_TOKENS_BY_OP = (
+    (r"(?i)all_?to_?all|dispatch|combine", "AllToAll"),
+    (r"(?i)reduce_?scatter", "ReduceScatter"),
+    (r"(?i)all_?gather|fcollect", "AllGather"),
+    (r"(?i)all_?reduce|cross_device_reduce|reduce", "AllReduce"),
+    (r"(?i)broadcast", "Broadcast"),
+    (r"(?i)barrier|quiet|fence|sync", "Other"),
+    (r"(?i)put|get|signal|send|recv", "SendRecv"),
 )
-_CUSTOM_ALLREDUCE = r"(?i)cross_device_reduce|oneShotAllReduce|twoShotAllReduce"
+COMM_LIBRARIES: tuple[tuple[str, str, tuple[tuple[str, str], ...], str], ...] = (
+    # DeepEP (and DeepSeek's internal spelling): dispatch / combine, their notify and layout
+    # kernels, normal and low-latency; all of them are the expert-parallel all-to-all's work
+    ("DeepEP", r"deep_ep::|dpsk::ep::", ((r"(?i)barrier", "Other"),), "AllToAll"),
+    ("NVSHMEM", r"(?i)\bnvshmem", _TOKENS_BY_OP, "Other"),
+    ("PyTorch symmetric memory", r"c10d::symmetric_memory::", _TOKENS_BY_OP, "Other"),
+    # custom all-reduce kernels of inference engines (vLLM, SGLang, TensorRT-LLM, MSCCL++)
+    (
+        "custom all-reduce",
+        r"(?i)cross_device_reduce|one_?shot_?all_?reduce|two_?shot_?all_?reduce"
+        r"|allreduce_fusion_kernel|quickreduce::|mscclpp|customAllReduce|lamportAllReduce",
+        _TOKENS_BY_OP,
+        "AllReduce",
+    ),
+)
+_NCCL_FAMILY = r"(?i:nccl|rccl|hccl|oneccl)"
+COMM_NAME_PATTERN = "|".join(
+    f"(?:{p})" for p in (_NCCL_FAMILY, *(lib[1] for lib in COMM_LIBRARIES))
+)
 _KERNEL_COLL_TOKEN = r"(?i)(?:nccl|rccl)[A-Za-z]*?Kernel_([A-Za-z]+)"
 
 # Prefixes of a normalized collective name (lower case, no '_', no 'nccl:'/'gloo:') in the
@@ -65,7 +91,10 @@ def coll_type_of(name: pl.Expr) -> pl.Expr:
 _NAMESPACE = re.compile(_NAMESPACE_PATTERN)
 _ASCII_SPACE = " \t\n\x0b\x0c\r"  # what Rust's trim() strips from an ASCII string
 _KERNEL_TOKEN = re.compile(_KERNEL_COLL_TOKEN)
-_CUSTOM = re.compile(_CUSTOM_ALLREDUCE)
+_LIBRARIES = tuple(
+    (re.compile(p), tuple((re.compile(t), c) for t, c in tokens), default)
+    for _, p, tokens, default in COMM_LIBRARIES
+)
 
 
 def coll_types(names: pl.Series) -> pl.Series:
@@ -99,9 +128,15 @@ def _coll_type_py(name: str) -> str:
     return next((coll for prefix, coll in _TYPE_BY_PREFIX if norm.startswith(prefix)), "Other")
 
 
+def library_of(name: str) -> str | None:
+    """The communication library (beyond NCCL's family) a kernel name belongs to, if any."""
+    return next((lib[0] for lib in COMM_LIBRARIES if re.search(lib[1], name)), None)
+
+
 def _kernel_type_py(name: str) -> str | None:
-    if _CUSTOM.search(name):
-        return "AllReduce"
+    for pattern, tokens, default in _LIBRARIES:
+        if pattern.search(name):
+            return next((c for t, c in tokens if t.search(name)), default)
     token = _KERNEL_TOKEN.search(name)
     if token is None:
         return None
@@ -111,15 +146,17 @@ def _kernel_type_py(name: str) -> str | None:
 
 def _kernel_type(name: pl.Expr) -> pl.Expr:
     kernel_stem = name.str.extract(_KERNEL_COLL_TOKEN)
-    return (
-        pl.when(name.str.contains(_CUSTOM_ALLREDUCE))
-        .then(pl.lit("AllReduce"))
-        .otherwise(
-            pl.when(kernel_stem.str.to_lowercase() == "generic")
-            .then(pl.lit("Other"))
-            .otherwise(coll_type_of(kernel_stem))
-        )
+    typed: pl.Expr = (
+        pl.when(kernel_stem.str.to_lowercase() == "generic")
+        .then(pl.lit("Other"))
+        .otherwise(coll_type_of(kernel_stem))
     )
+    for _, pattern, tokens, default in reversed(COMM_LIBRARIES):
+        by_token: pl.Expr = pl.lit(default)
+        for token, coll in reversed(tokens):
+            by_token = pl.when(name.str.contains(token)).then(pl.lit(coll)).otherwise(by_token)
+        typed = pl.when(name.str.contains(pattern)).then(by_token).otherwise(typed)
+    return typed
 
 
 def check_pattern(pattern: str) -> str | None:
@@ -197,10 +234,11 @@ def classify_with_comm(
     comm = _with_metadata(device.filter(is_comm), rank.device_meta)
     comm = _fill_metadata_from_cpu_op(comm, rank.comm_ops)
     comm = _annotation_type(comm, rank.comm_annotations)
+    comm = _launch_context_type(comm, rank)
     comm = comm.with_columns(
         pl.coalesce(_user_type(comm_patterns), _coll_type(comm)).alias("coll_type"),
         pl.coalesce("collective_name", "cpu_collective_name").alias("collective_name"),
-    ).drop("annotation_type", "cpu_collective_name")
+    ).drop("annotation_type", "cpu_collective_name", "launch_type")
     # the type as one new column beside the device frame's own (a join of the whole frame
     # would copy every column of every kernel: hundreds of MB in a 2 GB trace)
     coll_type = device.select("_row").join(
@@ -254,13 +292,100 @@ def _user_type(comm_rules: Sequence[str]) -> pl.Expr:
 
 def _coll_type(comm: pl.DataFrame) -> pl.Expr:
     """kineto-traces.md §11: the kernel's own metadata, the enclosing nccl:* GPU annotation,
-    the linked CPU op, and only then the kernel name (a hint: NCCL runs grouped work anywhere)."""
+    the linked CPU op, and only then the kernel name (a hint: NCCL runs grouped work anywhere).
+
+    A generic kernel (one whose name says SendRecv or no type: NCCL runs an all-to-all as
+    grouped sends and receives) takes the collective its launch sat in, when that is one of
+    the named collectives (metrics.md §1a); p2p launches say SendRecv and stay so."""
+    by_name = pl.lit(kernel_types(comm["name"]))
+    generic = by_name.is_null() | by_name.is_in(list(_GENERIC_TYPES))
     return pl.coalesce(
         pl.lit(coll_types(comm["collective_name"])),
         pl.col("annotation_type"),
         pl.lit(coll_types(comm["cpu_collective_name"])),
-        pl.lit(kernel_types(comm["name"])),
+        pl.when(generic).then(pl.col("launch_type")),
+        by_name,
         pl.lit("Other"),
+    )
+
+
+# Kernel-name types that say nothing about the collective a launch belongs to.
+_GENERIC_TYPES = ("SendRecv", "Other")
+# What a launch context may lend a generic kernel: a named collective, never SendRecv / Other.
+_CONTEXT_TYPES = ("AllGather", "ReduceScatter", "AllReduce", "Broadcast", "Reduce", "AllToAll")
+_CONTEXT_NAME = r"^(?:nccl:|gloo:|c10d::)"
+
+
+def _launch_context_type(comm: pl.DataFrame, rank: RankEvents) -> pl.DataFrame:
+    """``launch_type``: the named collective whose CPU call launched the kernel.
+
+    Older Kineto links a collective's kernel to no CPU op (its External id is its own
+    correlation id) and writes no collective args; the ``nccl:<op>`` annotation ProcessGroupNCCL
+    opens around the launch still says what it was. The launch is found by correlation; the
+    innermost collective annotation open on its thread at that time names the op, else the op
+    the launch itself names (``c10d::alltoall_base_``)."""
+    launches = rank.launches
+    if comm.height == 0 or launches.height == 0 or "correlation" not in comm.columns:
+        return comm.with_columns(pl.lit(None, dtype=pl.String).alias("launch_type"))
+    launch = (
+        launches.filter(pl.col("correlation").is_in(comm["correlation"].drop_nulls().implode()))
+        .unique("correlation", keep="first")
+        .select(
+            "correlation",
+            pl.col("tid").alias("_l_tid"),
+            pl.col("start_ns").alias("_l_at"),
+            pl.col("op").alias("_l_op") if "op" in launches.columns else pl.lit(None, pl.String),
+        )
+    )
+    keyed = comm.with_row_index("_ctx_row").join(
+        launch, on="correlation", how="left", maintain_order="left"
+    )
+    context = _enclosing_collective(keyed, rank.cpu)
+    op_type = pl.when(pl.col("_l_op").str.contains(_CONTEXT_NAME)).then(
+        pl.lit(coll_types(keyed["_l_op"]))
+    )
+    lent = pl.coalesce(pl.lit(context), op_type)
+    return keyed.with_columns(
+        pl.when(lent.is_in(list(_CONTEXT_TYPES))).then(lent).alias("launch_type")
+    ).drop("_ctx_row", "_l_tid", "_l_at", "_l_op")
+
+
+def _enclosing_collective(keyed: pl.DataFrame, cpu: pl.DataFrame) -> pl.Series:
+    """Per row of ``keyed`` (launch thread ``_l_tid``, time ``_l_at``): the type of the latest
+    ``nccl:*`` / ``gloo:*`` annotation on that thread that opened before the launch and is
+    still open at it (null where none is)."""
+    none = pl.Series("ctx", [None] * keyed.height, dtype=pl.String)
+    if cpu.height == 0 or "kind" not in cpu.columns:
+        return none
+    ann = cpu.filter(
+        (pl.col("kind") == "annotation") & pl.col("name").str.contains(r"^(?:nccl|gloo):")
+    )
+    if ann.height == 0:
+        return none
+    right = ann.select(
+        pl.col("tid").alias("_l_tid"),
+        pl.col("start_ns").alias("_a_start"),
+        pl.col("end_ns").alias("_a_end"),
+        pl.lit(coll_types(ann["name"])).alias("_a_type"),
+    ).sort("_a_start")
+    left = keyed.select("_ctx_row", "_l_tid", "_l_at")
+    found = (
+        left.filter(pl.col("_l_at").is_not_null() & pl.col("_l_tid").is_not_null())
+        .sort("_l_at")
+        .join_asof(
+            right,
+            left_on="_l_at",
+            right_on="_a_start",
+            by="_l_tid",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .select("_ctx_row", pl.when(pl.col("_a_end") >= pl.col("_l_at")).then("_a_type"))
+    )
+    return (
+        left.join(found, on="_ctx_row", how="left", maintain_order="left")
+        .get_column("_a_type")
+        .alias("ctx")
     )
 
 
@@ -314,3 +439,80 @@ def _annotation_type(device: pl.DataFrame, annotations: pl.DataFrame) -> pl.Data
         .sort("_ann_row")
         .drop("_ann_row")
     )
+
+
+def comm_stream_note(device: pl.DataFrame) -> str | None:
+    """Kernels counted as compute on a stream that mostly carries communication: a library
+    tracecomm does not know may run its collectives under other names (metrics.md §1a).
+
+    Said, not guessed: a --comm-pattern rule makes them communication."""
+    kernels = device.filter(pl.col("kind") == "kernel", pl.col("stream").is_not_null())
+    if kernels.height == 0 or "cls" not in kernels.columns:
+        return None
+    per_stream = kernels.group_by("device", "stream").agg(
+        (pl.col("cls") == "comm").sum().alias("comm"), pl.len().alias("all")
+    )
+    comm_streams = per_stream.filter(pl.col("comm") * 2 >= pl.col("all"), pl.col("comm") > 0)
+    others = kernels.filter(pl.col("cls") == "compute").join(
+        comm_streams.select("device", "stream"), on=["device", "stream"]
+    )
+    if others.height == 0:
+        return None
+    by_name = (
+        others.group_by("name")
+        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"), pl.len().alias("n"))
+        .sort("ns", "name", descending=[True, False])
+    )
+    streams = sorted(others["stream"].unique().to_list())
+    total_ms = float(by_name["ns"].sum()) / 1e6
+    top = ", ".join(f"{_short(n)} ×{k}" for n, k in by_name.select("name", "n").head(3).rows())
+    return (
+        f"{others.height} kernels ({total_ms:,.3f} ms) on stream{'s' * (len(streams) > 1)} "
+        f"{', '.join(map(str, streams))}, which carr{'y' if len(streams) > 1 else 'ies'} "
+        f"communication, are counted as compute: {top}; if one is a collective of a library "
+        "tracecomm does not know, --comm-pattern 'REGEX=TYPE' makes it communication"
+    )
+
+
+def _short(name: str) -> str:
+    """A kernel name without its template and argument lists, for a note."""
+    stem = re.sub(r"^void ", "", name).split("<", 1)[0].split("(", 1)[0]
+    return stem[:80]
+
+
+def comm_libraries(device: pl.DataFrame) -> tuple[str, ...]:
+    """The communication libraries whose kernels the rank ran: "NCCL" for NCCL's family,
+    then the others by name (metrics.md §1a)."""
+    names = device.filter(pl.col("cls") == "comm")["name"].drop_nulls().unique().to_list()
+    found = {library_of(n) or ("NCCL" if re.search(_NCCL_FAMILY, n) else "other") for n in names}
+    return tuple(sorted(found, key=lambda lib: (lib != "NCCL", lib)))
+
+
+# What a run's all-to-all is for (metrics.md §7a), from names the trace carries: kernels of an
+# expert-parallel library or MoE kernels; torchrec's / FBGEMM's embedding ops and annotations.
+_EXPERT_NAMES = (
+    r"(?i)deep_ep::|dpsk::ep::|\bmoe|moe_|expert|grouped_gemm|token_dispatch|permute_tokens"
+)
+_EMBEDDING_NAMES = (
+    r"(?i)alltoall_(?:fwd|bwd)|all2all_|embedding_bag|split_embedding|fbgemm|torchrec|kjt"
+)
+
+
+def all_to_all_use(device: pl.DataFrame, cpu: pl.DataFrame) -> str | None:
+    """ "expert" (MoE token dispatch / combine) or "embedding" (DLRM-style embedding exchange)
+    when the rank runs all-to-alls and its kernel or annotation names say which; else None."""
+    if "coll_type" not in device.columns or not (device["coll_type"] == "AllToAll").any():
+        return None
+    names = pl.concat(
+        [
+            device["name"].drop_nulls().unique(),
+            cpu.filter(pl.col("kind") == "annotation")["name"].drop_nulls().unique()
+            if cpu.height and "kind" in cpu.columns
+            else pl.Series("name", [], dtype=pl.String),
+        ]
+    ).unique()
+    expert = bool(names.str.contains(_EXPERT_NAMES).any())
+    embedding = bool(names.str.contains(_EMBEDDING_NAMES).any())
+    if expert == embedding:
+        return None  # neither, or both: the trace does not say
+    return "expert" if expert else "embedding"

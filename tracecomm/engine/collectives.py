@@ -36,6 +36,13 @@ INSTANCE_SCHEMA: dict[str, pl.DataType] = {
     # what an early kernel's start hides when it queues behind another kernel (§6)
     "ready_ns": pl.Int64(),
     "stream": pl.Int64(),
+    # all-to-all(v) volumes (metrics.md §7a): elements received (Out msg nelems), and rows
+    # (tokens) received from / sent to all members when the trace records split sizes
+    "recv_nelems": pl.Int64(),
+    "recv_rows": pl.Int64(),
+    "sent_rows": pl.Int64(),
+    # why the split sizes were left out (do not parse, do not add up); null when fine or absent
+    "split_problem": pl.String(),
 }
 
 # compute kernels this close count as one run (launch gaps); a longer gap is a wait
@@ -89,7 +96,9 @@ def collective_instances(linked: pl.DataFrame, work: pl.DataFrame | None = None)
             direction.alias("direction"),
             peer.alias("peer"),
             message_bytes().alias("bytes"),
+            pl.coalesce("out_msg_nelems", "out_msg_size").alias("recv_nelems"),
         )
+        .pipe(with_split_rows)
         .sort(launch_order, "start_ns")
         .with_columns(
             pl.int_range(pl.len()).over("pg", "coll_type").alias("ordinal"),
@@ -97,6 +106,103 @@ def collective_instances(linked: pl.DataFrame, work: pl.DataFrame | None = None)
         )
         .select(list(INSTANCE_SCHEMA))
         .cast(INSTANCE_SCHEMA)  # type: ignore[arg-type]
+    )
+
+
+_MAX_ROWS = 2**40  # rows per peer past any real exchange: a crafted number, not a split
+
+
+def with_split_rows(frame: pl.DataFrame) -> pl.DataFrame:
+    """``sent_rows`` / ``recv_rows`` (Σ In / Out split size) and ``split_problem``.
+
+    PyTorch writes the splits as text ("[3, 5, …]", "[]" when the split is even; long lists
+    abbreviated). They are used only when both parse, every entry is a whole number ≥ 0,
+    each list has one entry per group member, and the element counts divide into rows of
+    one width; otherwise they are left out with the reason (a note, never an error)."""
+    sent_text, recv_text = (
+        pl.col(c).str.strip_chars() for c in ("in_split_size", "out_split_size")
+    )
+    parsed = frame.with_columns(
+        _parsed_split(sent_text).alias("_sent"),
+        _parsed_split(recv_text).alias("_recv"),
+        pl.any_horizontal(
+            *(t.is_null() | t.is_in(["", "[]"]) for t in (sent_text, recv_text))
+        ).alias("_no_split"),
+    ).with_columns(
+        pl.col("_sent").list.sum().alias("_sent_sum"),
+        pl.col("_recv").list.sum().alias("_recv_sum"),
+    )
+    sent, recv = pl.col("_sent_sum"), pl.col("_recv_sum")
+    bad = pl.any_horizontal(
+        *(
+            pl.col(c)
+            .list.eval(pl.element().is_null() | ~pl.element().is_between(0, _MAX_ROWS))
+            .list.any()
+            for c in ("_sent", "_recv")
+        )
+    )
+    members = pl.col("group_size")
+    wrong_length = members.is_not_null() & pl.any_horizontal(
+        *(pl.col(c).list.len() != members for c in ("_sent", "_recv"))
+    )
+    in_n = pl.coalesce("in_msg_nelems", "in_msg_size")
+    out_n = pl.coalesce("out_msg_nelems", "out_msg_size")
+    # one row width w: in = sent·w and out = recv·w (both zero is a valid empty exchange)
+    width_in = pl.when(sent > 0).then(in_n // sent.clip(1))
+    width_out = pl.when(recv > 0).then(out_n // recv.clip(1))
+    uneven = (
+        in_n.is_not_null()
+        & out_n.is_not_null()
+        & (
+            ((sent > 0) & (in_n % sent.clip(1) != 0))
+            | ((recv > 0) & (out_n % recv.clip(1) != 0))
+            | ((sent == 0) & (in_n != 0))
+            | ((recv == 0) & (out_n != 0))
+            | (width_in.is_not_null() & width_out.is_not_null() & (width_in != width_out))
+        )
+    )
+    problem = (
+        pl.when(pl.col("_no_split"))
+        .then(pl.lit(None, pl.String))
+        .when(bad)
+        .then(pl.lit("split sizes that do not parse (abbreviated, or not whole numbers ≥ 0)"))
+        .when(wrong_length)
+        .then(pl.lit("split sizes with another number of entries than the group has members"))
+        .when(uneven)
+        .then(pl.lit("split sizes that do not add up to the message's element counts"))
+    )
+    ok = ~pl.col("_no_split") & problem.is_null()
+    return parsed.with_columns(
+        pl.when(ok).then(sent).alias("sent_rows"),
+        pl.when(ok).then(recv).alias("recv_rows"),
+        problem.alias("split_problem"),
+    ).drop("_sent", "_recv", "_no_split", "_sent_sum", "_recv_sum")
+
+
+def split_note(instances: pl.DataFrame) -> str | None:
+    """The all-to-alls whose split sizes were left out, and why (metrics.md §7a)."""
+    if instances.height == 0 or "split_problem" not in instances.columns:
+        return None
+    problems = instances.filter(pl.col("split_problem").is_not_null())
+    if problems.height == 0:
+        return None
+    counts = (
+        problems.group_by("split_problem")
+        .len()
+        .sort("len", "split_problem", descending=[True, False])
+    )
+    why = "; ".join(f"{n} with {p}" for p, n in counts.rows())
+    return (
+        f"{problems.height} collectives' split sizes were left out of the token counts ({why}); "
+        "their times count as usual"
+    )
+
+
+def _parsed_split(text: pl.Expr) -> pl.Expr:
+    """ "[3, 5, 0]" -> [3, 5, 0]; an entry that is not a whole number -> null."""
+    inner = text.str.strip_prefix("[").str.strip_suffix("]")
+    return inner.str.split(",").list.eval(
+        pl.element().str.strip_chars().cast(pl.Int64, strict=False)
     )
 
 

@@ -261,6 +261,8 @@ class RankBreakdown:
     devices: tuple[int, ...] = ()  # device ids the rank's kernels ran on, most used first
     observed: ObservedFlops | None = None  # with record_shapes traces
     kernels: KernelStats | None = None  # GPU timelines with an included step (§15)
+    comm_libraries: tuple[str, ...] = ()  # "NCCL", "DeepEP", … whose kernels ran (§1a)
+    all_to_all_use: str | None = None  # "expert" / "embedding": what its all-to-alls are for
 
     @property
     def included_steps(self) -> tuple[StepFigures, ...]:

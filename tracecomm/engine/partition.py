@@ -9,8 +9,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 import polars as pl
 
-from tracecomm.engine.classify import COLL_TYPES, classify_with_comm, coll_type_of
-from tracecomm.engine.collectives import collective_instances
+from tracecomm.engine.classify import (
+    COLL_TYPES,
+    all_to_all_use,
+    classify_with_comm,
+    coll_type_of,
+    comm_libraries,
+    comm_stream_note,
+)
+from tracecomm.engine.collectives import collective_instances, split_note
 from tracecomm.engine.energy import window_energy
 from tracecomm.engine.idle import HostActivity, cause_sums, compute_bounds, idle_gaps
 from tracecomm.engine.intervals import Coverage, IntArray, coverage, measure
@@ -92,6 +99,9 @@ def breakdown(
         detail,
     )
     notes = lost_activity_notes(rank, linked, in_capture, names)
+    on_comm_stream = comm_stream_note(device)
+    if on_comm_stream is not None:
+        notes += (on_comm_stream,)
     if in_capture.any():
         replayed = int(linked["graph_via"].is_not_null().sum())
         notes += (capture_note(rank, in_capture, replayed, names),)
@@ -99,16 +109,21 @@ def breakdown(
     result = replace(result, notes=notes + result.notes)
     included = {s.step for s in result.included_steps}
     counted = counted_ops(rank.shaped_ops, linked, included) if rank.shaped_ops.height else None
+    instances = collective_instances(
+        linked.filter(pl.col("cls") == "comm").join(
+            comm.drop(*(c for c in comm.columns if c in linked.columns and c != "_row")),
+            on="_row",
+            how="left",
+        ),
+        work.select("start_ns", "end_ns", "step", "cls", "stream", "launch_ns"),
+    )
+    splits = split_note(instances)
     return replace(
         result,
-        collectives=collective_instances(
-            linked.filter(pl.col("cls") == "comm").join(
-                comm.drop(*(c for c in comm.columns if c in linked.columns and c != "_row")),
-                on="_row",
-                how="left",
-            ),
-            work.select("start_ns", "end_ns", "step", "cls", "stream", "launch_ns"),
-        ),
+        notes=result.notes + ((splits,) if splits else ()),
+        collectives=instances,
+        comm_libraries=comm_libraries(device),
+        all_to_all_use=all_to_all_use(device, rank.cpu),
         work_signature=_work_signature(linked, result),
         devices=devices,
         observed=observed_flops(rank.shaped_ops, linked, included, counted),

@@ -69,6 +69,8 @@ class Args(msgspec.Struct, gc=False):
     seq: Any = msgspec.field(default=None, name="Seq")
     src_rank: Any = msgspec.field(default=None, name="Src Rank")
     dst_rank: Any = msgspec.field(default=None, name="Dst Rank")
+    in_split_size: Any = msgspec.field(default=None, name="In split size")
+    out_split_size: Any = msgspec.field(default=None, name="Out split size")
     input_dims: Any = msgspec.field(default=None, name="Input Dims")
     concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")
     input_types: Any = msgspec.field(default=None, name="Input type")
@@ -177,6 +179,8 @@ META_SCHEMA: dict[str, pl.DataType] = {
     "seq": pl.Int64(),
     "src_rank": pl.Int64(),
     "dst_rank": pl.Int64(),
+    "in_split_size": pl.String(),  # all_to_all(v): rows sent to each member, as "[a, b, …]"
+    "out_split_size": pl.String(),  # and received from each
 }
 
 

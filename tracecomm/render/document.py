@@ -71,6 +71,7 @@ def report_document(report: Report, top: int | None = None) -> dict[str, Any]:
         "step_parts": None if report.step_parts is None else plain(asdict(report.step_parts)),
         "findings": [plain(asdict(f)) for f in report.findings],
         "partial": report.partial,
+        "all_to_all": None if report.all_to_all is None else plain(asdict(report.all_to_all)),
     }
 
 

@@ -14,6 +14,7 @@ from tracecomm.analysis.model import RankReport, Report
 from tracecomm.analysis.pipeline_view import PipelineView
 from tracecomm.compat.crosscheck import Crosscheck
 from tracecomm.render import View
+from tracecomm.render.alltoall_section import all_to_all_section
 from tracecomm.render.bottom_line import bottom_line, findings_section
 from tracecomm.render.kernel_section import kernel_section
 from tracecomm.render.mfu_panel import mfu_panel
@@ -86,6 +87,9 @@ def _report(
     if report.type_summaries:
         console.print()
         console.print(_type_table(report))
+    if report.all_to_all is not None:
+        console.print()
+        console.print(all_to_all_section(report.all_to_all))
     idle = _idle_causes(report)
     if idle is not None:
         console.print()

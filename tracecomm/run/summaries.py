@@ -31,8 +31,9 @@ from tracecomm.errors import TraceError
 from tracecomm.ingest.model import TraceMeta
 from tracecomm.run.discover import SUFFIX
 
-FORMAT = "4"  # 2: collectives carry idle_before_ns; 3: the kernel and launch view;
-# 4: collectives carry ready_ns and stream (the replay's queues, metrics.md §6)
+FORMAT = "5"  # 2: collectives carry idle_before_ns; 3: the kernel and launch view;
+# 4: collectives carry ready_ns and stream (the replay's queues, metrics.md §6);
+# 5: all-to-all volumes on the collectives, the rank's comm libraries (metrics.md §7a)
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 _META_DECODER = msgspec.json.Decoder(TraceMeta)
 _OPTIONS_DECODER = msgspec.json.Decoder(BreakdownOptions)
