@@ -22,8 +22,15 @@ from __future__ import annotations
 from typing import Literal
 
 from tracecomm.synth import names as kn
-from tracecomm.synth.a2a import A2A_COST_US, A2aProgram, Direction, routing, run_spec, simulate
-from tracecomm.synth.a2a import transfer_factor as _factor
+from tracecomm.synth.a2a import (
+    A2A_COST_US,
+    A2aProgram,
+    Direction,
+    routing,
+    run_spec,
+    simulate,
+    transfer_factor,
+)
 from tracecomm.synth.fsdp import (
     COMPUTE_STREAM,
     FIRST_STEP,
@@ -84,7 +91,7 @@ class _MoeProgram(A2aProgram):
     ) -> None:
         super().__init__(rows, metadata)
         self.comm, self.micro, self.share = comm, micro, share
-        self.a2a_us = (_A2A_LATENCY_US + _A2A_US * share) * _factor(rows)
+        self.a2a_us = (_A2A_LATENCY_US + _A2A_US * share) * transfer_factor(rows)
 
     def all_to_all(self, direction: Direction, thread: str, deps: tuple[int, ...]) -> int:
         """One dispatch or combine; the key the compute after it must wait for."""
