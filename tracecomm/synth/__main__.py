@@ -8,6 +8,9 @@ stage, host-bound launches, data-loader stalls, clock offsets).
 
     # a straggler with its truth: the same job without the slow GPU beside it
     python -m tracecomm.synth job/ --family slow-worker --ranks 64 --counterfactual fixed/
+
+    # expert parallelism: DeepEP all-to-alls hidden DualPipe-style, one rank getting 3x tokens
+    python -m tracecomm.synth moe/ --layout moe --ep-comm deepep --overlap --imbalance 3
 """
 
 from __future__ import annotations
@@ -17,15 +20,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tracecomm.synth.dlrm import dlrm_run
 from tracecomm.synth.dptp import dp_tp_run
 from tracecomm.synth.family import DEFAULT_SLOWDOWN, member, names
 from tracecomm.synth.fsdp import fsdp_run, fsdp_run_of_size
+from tracecomm.synth.moe import moe_run
 from tracecomm.synth.pp import dp_pp_run
-from tracecomm.synth.schedule import COLL_TYPES, RunSpec
+from tracecomm.synth.schedule import COLL_TYPES, Naming, RunSpec
 from tracecomm.synth.writer import write_run
 
 HEALTHY_NETWORK = 0.2  # collectives 5x faster: each hides behind the layer computing beside it
 _FSDP_ONLY = ("slower_network", "slower_collective", "host_bound", "loader_stall")
+_A2A_LAYOUTS = ("moe", "dlrm")
+_A2A_ONLY = ("overlap", "ep_comm", "imbalance", "metadata")  # moe, dlrm (overlap, ep_comm: moe)
+_DEFAULT_LAYERS = 6
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,19 +46,26 @@ def _parser() -> argparse.ArgumentParser:
     layout = p.add_argument_group("layout")
     layout.add_argument(
         "--layout",
-        choices=("fsdp", "dp-tp", "dp-pp"),
+        choices=("fsdp", "dp-tp", "dp-pp", "moe", "dlrm"),
         default="fsdp",
-        help="FSDP (default), data x tensor parallel, or data x pipeline parallel (1F1B)",
+        help="FSDP (default), data x tensor parallel, data x pipeline parallel (1F1B), "
+        "mixture of experts with expert parallelism, or DLRM (embedding all-to-alls + DDP)",
     )
-    layout.add_argument("--ranks", type=int, default=8, help="world size for fsdp (default 8)")
+    layout.add_argument(
+        "--ranks", type=int, default=8, help="world size for fsdp, moe and dlrm (default 8)"
+    )
     layout.add_argument("--dp", type=int, default=2, help="data-parallel size (dp-tp, dp-pp)")
     layout.add_argument("--tp", type=int, default=4, help="tensor-parallel size (dp-tp)")
     layout.add_argument("--pp", type=int, default=4, help="pipeline stages (dp-pp)")
     layout.add_argument("--microbatches", type=int, default=8, help="per step (dp-pp)")
     p.add_argument("--steps", type=int, default=4, help="complete steps (default 4)")
-    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--layers", type=int, help=f"default {_DEFAULT_LAYERS} (moe: 4; not for dlrm)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--naming", choices=("dev", "legacy"), default="dev")
+    p.add_argument(
+        "--naming",
+        choices=("dev", "legacy"),
+        help="NCCL kernel names: dev (default) or legacy (default for moe and dlrm)",
+    )
     p.add_argument("--time-format", choices=("relative", "epoch_us"), default="relative")
     p.add_argument("--no-gzip", action="store_true")
     p.add_argument(
@@ -67,6 +82,31 @@ def _parser() -> argparse.ArgumentParser:
         "default (rank (seed + 3) %% world, 6 %% for fsdp)",
     )
     problems.add_argument("--no-straggler", action="store_true", help="every rank on par")
+    a2a = p.add_argument_group("all-to-all layouts (moe, dlrm)")
+    a2a.add_argument(
+        "--overlap",
+        action="store_true",
+        help="moe: two micro-batches interleaved, each one's all-to-alls beside the other's "
+        "compute (DualPipe-style)",
+    )
+    a2a.add_argument(
+        "--ep-comm",
+        choices=("nccl", "deepep"),
+        help="moe: NCCL all-to-alls (default) or DeepEP dispatch/combine kernels",
+    )
+    a2a.add_argument(
+        "--imbalance",
+        type=float,
+        metavar="X",
+        help="one rank (seed + 1) %% ranks gets X times the tokens (moe) or embedding work "
+        "(dlrm) of the others (default 1)",
+    )
+    a2a.add_argument(
+        "--metadata",
+        action="store_true",
+        help="NCCL all-to-alls carry collective metadata and split sizes (default: annotated "
+        "without them, as older Kineto wrote them)",
+    )
     problems.add_argument(
         "--healthy",
         action="store_true",
@@ -168,20 +208,62 @@ def _offsets(args: argparse.Namespace) -> list[int] | None:
     return [round(float(ms) * 1e6) for ms in args.clock_offsets.split(",") if ms.strip()]
 
 
+def _used(args: argparse.Namespace, options: tuple[str, ...]) -> list[str]:
+    """The options among these that the command line set (None, False, []: not set)."""
+    return [f"--{n.replace('_', '-')}" for n in options if _is_set(getattr(args, n))]
+
+
+def _is_set(value: object) -> bool:
+    # `is`: an explicit 0 (--imbalance 0) is set, though it equals False
+    return value is not None and value is not False and value != []
+
+
+def _a2a_spec(args: argparse.Namespace) -> RunSpec:
+    """moe or dlrm, after refusing what those layouts cannot make."""
+    refused = _used(args, ("straggler", "no_straggler", "healthy", "imbalanced_stage"))
+    refused += _used(args, ("size_mb", "clock_offsets"))
+    if args.time_format != "relative":
+        refused.append("--time-format epoch_us")
+    if args.layout == "dlrm":
+        refused += _used(args, ("layers", "overlap", "ep_comm"))
+    if refused:
+        raise ValueError(f"{', '.join(refused)}: not for the {args.layout} layout")
+    common: dict[str, Any] = {
+        "ranks": args.ranks,
+        "steps": args.steps,
+        "seed": args.seed,
+        "metadata": args.metadata,
+        "imbalance": 1.0 if args.imbalance is None else args.imbalance,
+        "naming": args.naming or "legacy",
+        "gzip": not args.no_gzip,
+    }
+    if args.layout == "dlrm":
+        return dlrm_run(**common)
+    layers = 4 if args.layers is None else args.layers
+    return moe_run(layers=layers, overlap=args.overlap, comm=args.ep_comm or "nccl", **common)
+
+
 def _spec(args: argparse.Namespace) -> RunSpec:
     gzip = not args.no_gzip
     if args.layout != "fsdp":
-        used = [f"--{n.replace('_', '-')}" for n in _FSDP_ONLY if getattr(args, n)]
+        used = _used(args, _FSDP_ONLY)
         if used:
             raise ValueError(f"{', '.join(used)}: fsdp layout only")
+    if args.layout in _A2A_LAYOUTS:
+        return _a2a_spec(args)
+    used = _used(args, _A2A_ONLY)
+    if used:
+        raise ValueError(f"{', '.join(used)}: moe and dlrm layouts only")
+    naming: Naming = args.naming or "dev"
+    layers = _DEFAULT_LAYERS if args.layers is None else args.layers
     if args.layout == "dp-tp":
         return dp_tp_run(
             dp=args.dp,
             tp=args.tp,
             steps=args.steps,
-            layers=args.layers,
+            layers=layers,
             seed=args.seed,
-            naming=args.naming,
+            naming=naming,
             gzip=gzip,
             host_offsets_ns=_offsets(args),
             **_straggler(args),
@@ -199,7 +281,7 @@ def _spec(args: argparse.Namespace) -> RunSpec:
             steps=args.steps,
             layers_per_stage=layers,
             seed=args.seed,
-            naming=args.naming,
+            naming=naming,
             gzip=gzip,
             host_offsets_ns=_offsets(args),
             **kwargs,
@@ -218,9 +300,9 @@ def _spec(args: argparse.Namespace) -> RunSpec:
     return fsdp_run(
         world_size=args.ranks,
         steps=args.steps,
-        layers=args.layers,
+        layers=layers,
         seed=args.seed,
-        naming=args.naming,
+        naming=naming,
         time_format=args.time_format,
         gzip=gzip,
         comm_slowdown=_comm_slowdown(args),

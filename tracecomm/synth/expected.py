@@ -6,6 +6,7 @@ must not share code with the engine it is the reference for.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 from tracecomm.synth.names import comm_type
@@ -240,3 +241,58 @@ def expected_instances(spec: RunSpec) -> list[ExpectedInstance]:
     return sorted(
         out, key=lambda i: (min(starts[(i.group, i.seq)][r][0] for r in i.arrivals), i.group, i.seq)
     )
+
+
+@dataclass(frozen=True)
+class ExpectedTokens:
+    """One all-to-all instance whose ops carry split sizes: the rows each member moved."""
+
+    group: str  # process group name as the report shows it ("0" for the default group)
+    seq: int
+    step: int  # the lowest step number that launched it on a member
+    received: dict[int, int]  # rank -> rows received (sum of its out_splits)
+    sent: dict[int, int]  # rank -> rows sent (sum of its in_splits)
+    ratio: float  # max received / median received over the members (statistics.median)
+    max_rank: int  # the member that received most (the lowest such rank on a tie)
+
+
+def expected_tokens(spec: RunSpec) -> list[ExpectedTokens]:
+    """Per all-to-all instance (group, Seq) with split sizes, in (group, Seq) order: the
+    rows each rank received and sent, and how unevenly the members received them."""
+    found: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
+    for rank in spec.ranks:
+        for step in rank.steps:
+            for op in step.ops:
+                if op.kind == "comm" and op.recorded and op.in_splits:
+                    row = (sum(op.out_splits), sum(op.in_splits), step.number)
+                    found.setdefault((op.pg or "0", op.seq), {})[rank.rank] = row
+    out = []
+    for (group, seq), by_rank in sorted(found.items()):
+        received = {r: v[0] for r, v in sorted(by_rank.items())}
+        middle = statistics.median(received.values())
+        top = max(received.values())
+        out.append(
+            ExpectedTokens(
+                group=group,
+                seq=seq,
+                step=min(v[2] for v in by_rank.values()),
+                received=received,
+                sent={r: v[1] for r, v in sorted(by_rank.items())},
+                ratio=top / middle if middle else float("inf"),
+                max_rank=min(r for r, v in received.items() if v == top),
+            )
+        )
+    return out
+
+
+def expected_alltoall_ns(spec: RunSpec) -> dict[int, int]:
+    """Per rank: the summed duration of its recorded kernels the engine must type AllToAll
+    (NCCL all-to-alls, annotated or with metadata, and DeepEP kernels), every op of the file."""
+    return {
+        rank.rank: sum(
+            op.dur_ns
+            for op in rank.all_ops()
+            if op.kind == "comm" and op.recorded and comm_type(op, rank.naming) == "AllToAll"
+        )
+        for rank in spec.ranks
+    }

@@ -11,7 +11,14 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tracecomm.synth.names import COLLECTIVES, has_metadata, kernel_name, profile_for
+from tracecomm.synth.names import (
+    COLLECTIVES,
+    deepep_cpu_op,
+    has_metadata,
+    is_deepep,
+    kernel_name,
+    profile_for,
+)
 from tracecomm.synth.schedule import Op, RankSpec
 from tracecomm.synth.timefmt import Clock
 
@@ -46,6 +53,9 @@ class Launch:
     rt_dur: int = 0
     spans: list[CpuSpan] = field(default_factory=list)
     device_corr: int = 0  # the correlation its device event carries, when not ``corr``
+    # the External id its device event carries, when not ``ext``: older Kineto gave the kernels
+    # of annotated collectives their own correlation id, which names no CPU op
+    device_ext: int = 0
 
 
 @dataclass(slots=True)
@@ -92,6 +102,9 @@ def plan_rank(
         # A correlation id that no runtime call carries: the kernel came from an untraced thread.
         launch.corr = next_corr
         next_corr += _CORRELATION_STRIDE
+    for launch in launches:
+        if launch.op.annotated:
+            launch.device_ext = launch.corr
     step_ext = _assign_external_ids(spec, launches, groups or {})
     _assign_seq(spec, launches)
     _place(spec, launches, clock)
@@ -130,6 +143,15 @@ def _levels(
     launch: Launch, rank: int, groups: Mapping[str, tuple[int, ...]]
 ) -> list[tuple[str, str, bool]]:
     """(name, cat, carries collective args) of the CPU ops around a launch, outermost first."""
+    inner = _inner_levels(launch, rank, groups)
+    if launch.op.outer:
+        return [(launch.op.outer, "user_annotation", False), *inner]
+    return inner
+
+
+def _inner_levels(
+    launch: Launch, rank: int, groups: Mapping[str, tuple[int, ...]]
+) -> list[tuple[str, str, bool]]:
     op = launch.op
     if op.graph:
         return [(GRAPH_REPLAY_OP, "cpu_op", False)]
@@ -153,11 +175,15 @@ def _levels(
         return [("aten::zero_", "cpu_op", False)]
     if op.kind == "compute":
         return [(profile_for(launch.name).cpu_op, "cpu_op", False)]
+    if is_deepep(launch.name):
+        # DeepEP launches from its own C++ op: no c10d op, record_param_comms nor annotation.
+        return [(deepep_cpu_op(launch.name), "cpu_op", False)]
     info = COLLECTIVES[op.coll or "Other"]
-    if has_metadata(op):
+    if has_metadata(op) or op.annotated:
+        # annotated: as older Kineto wrote it, the same spans, no collective args
         return [
             (info.c10d_op, "cpu_op", False),
-            ("record_param_comms", "cpu_op", True),
+            ("record_param_comms", "cpu_op", has_metadata(op)),
             (info.annotation, "user_annotation", False),
         ]
     # Coalesced paths launch from an op that carries no collective args (pytorch #131462).
@@ -173,15 +199,19 @@ def _assign_external_ids(
     items.extend((x.op.launch_ns, 1, i, x) for i, x in enumerate(launches))
     items.sort(key=lambda item: item[:3])
     step_ext: dict[int, int] = {}
+    # ids that name a kernel already (an annotated collective's correlation): no CPU op takes one
+    taken = {x.device_ext for x in launches if x.device_ext}
     ext = 1
     for _, _, number, launch in items:
+        levels = [] if launch is None else _levels(launch, spec.rank, groups)
+        while taken and any(ext + j in taken for j in range(max(1, len(levels)))):
+            ext += 1
         if launch is None:
             step_ext[number] = ext
             ext += 1
             continue
         launch.spans = [
-            CpuSpan(name, cat, ext + j, meta)
-            for j, (name, cat, meta) in enumerate(_levels(launch, spec.rank, groups))
+            CpuSpan(name, cat, ext + j, meta) for j, (name, cat, meta) in enumerate(levels)
         ]
         # The kernel links to the innermost cpu_op: record_param_comms for collectives.
         launch.ext = next(s.ext for s in reversed(launch.spans) if s.cat == "cpu_op")

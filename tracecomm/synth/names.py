@@ -71,6 +71,26 @@ NORM = (
     "float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::NormTwoOps<float, float, "
     "float>, unsigned int, float, 4>)"
 )
+# A compute kernel that DeepEP's users run on its comm stream just before each dispatch.
+FP8_CAST = (
+    "void cuda::per_token_cast_to_fp8_with_channels<__nv_bfloat16, 128, false>"
+    "(__nv_bfloat16 const*, __nv_fp8_e4m3*, float*, int, int)"
+)
+_MOE_GATE_FN = (
+    "at::native::(anonymous namespace)::sbtopk::gatherTopK<c10::BFloat16, unsigned int, 2, false>"
+)
+MOE_TOPK = f"void {_MOE_GATE_FN}(at::cuda::detail::TensorInfo<c10::BFloat16 const, unsigned int>, unsigned int)"
+# DLRM: FBGEMM's table-batched embedding kernels.
+EMB_FWD = (
+    "void fbgemm_gpu::split_embedding_codegen_forward_unweighted_kernel<float, float, float, "
+    "long, 32ul>(at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, long>, "
+    "int, long, int, float*)"
+)
+EMB_BWD = (
+    "void fbgemm_gpu::split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_"
+    "warp_per_row_1<float, float, float, long, 32ul>(at::GenericPackedTensorAccessor<float, "
+    "2ul, at::RestrictPtrTraits, long>, int, long, float*)"
+)
 
 PROFILES: dict[str, KernelProfile] = {
     GEMM_CUTLASS: KernelProfile("aten::mm", 110, 36864, (64, 16, 1), (128, 1, 1)),
@@ -89,6 +109,18 @@ PROFILES: dict[str, KernelProfile] = {
     ),
     ADAM: KernelProfile("aten::_fused_adamw_", 64, 0, (320, 1, 1), (512, 1, 1)),
     NORM: KernelProfile("aten::linalg_vector_norm", 32, 16, (1, 1, 1), (512, 1, 1)),
+    FP8_CAST: KernelProfile("per_token_cast_to_fp8", 40, 1024, (4096, 1, 1), (128, 1, 1)),
+    MOE_TOPK: KernelProfile("aten::topk", 38, 2048, (512, 1, 1), (256, 1, 1)),
+    EMB_FWD: KernelProfile(
+        "fbgemm::split_embedding_codegen_lookup_rowwise_adagrad_function",
+        56,
+        0,
+        (2048, 1, 1),
+        (32, 8, 1),
+    ),
+    EMB_BWD: KernelProfile(
+        "CppNode<SplitLookupFunction_rowwise_adagrad_Op>", 64, 16384, (1024, 1, 1), (32, 8, 1)
+    ),
 }
 DEFAULT_COMPUTE: tuple[str, ...] = (GEMM_CUTLASS, GEMM_SM90, ADD, FLASH_FWD)
 _FALLBACK_PROFILE = KernelProfile("aten::linear", 32, 0, (256, 1, 1), (256, 1, 1))
@@ -121,6 +153,60 @@ LEGACY_COMM: dict[str, str] = {
     "AllToAll": _LEGACY_SENDRECV,
     "Other": _LEGACY_SENDRECV,
 }
+
+# DeepEP (and DeepSeek's internal dpsk::ep): expert-parallel all-to-all kernels, launched from
+# the library's own C++ ops with no collective metadata. (kernel, the cpu_op that launches it)
+_DEEPEP_TAIL = "(int4*, float*, long*, float*, int4 const*, float const*, int, int, int, int)"
+DEEPEP_LAYOUT = (
+    "void deep_ep::layout::get_dispatch_layout<256, 32, 8>"
+    "(long const*, int*, int*, int*, bool*, int, int, int, int)"
+)
+DEEPEP_NOTIFY = (
+    "void deep_ep::internode::notify_dispatch<false, 8>"
+    "(int const*, int*, int, int const*, int*, int, int, int, int, int, bool const*, int*)"
+)
+DEEPEP_CACHED_NOTIFY = (
+    "void deep_ep::internode::cached_notify<8>(int, int, int, int, int, int*, int, int*, bool)"
+)
+DEEPEP_DISPATCH = f"void deep_ep::internode::dispatch<false, 8, true, 8>{_DEEPEP_TAIL}"
+DEEPEP_COMBINE = f"void deep_ep::internode::combine<__nv_bfloat16, 8, 4>{_DEEPEP_TAIL}"
+DEEPEP_LL_DISPATCH = f"void deep_ep::internode_ll::dispatch<false, 3, 7168>{_DEEPEP_TAIL}"
+DEEPEP_LL_COMBINE = f"void deep_ep::internode_ll::combine<false, 3, 7168>{_DEEPEP_TAIL}"
+DPSK_DISPATCH = f"void dpsk::ep::internode::dispatch<false, 8, true, 8>{_DEEPEP_TAIL}"
+DEEPEP_CPU_OPS: dict[str, str] = {
+    DEEPEP_LAYOUT: "deep_ep::Buffer::get_dispatch_layout",
+    DEEPEP_NOTIFY: "deep_ep::Buffer::internode_dispatch",
+    DEEPEP_CACHED_NOTIFY: "deep_ep::Buffer::internode_dispatch",
+    DEEPEP_DISPATCH: "deep_ep::Buffer::internode_dispatch",
+    DEEPEP_COMBINE: "deep_ep::Buffer::internode_combine",
+    DEEPEP_LL_DISPATCH: "deep_ep::Buffer::low_latency_dispatch",
+    DEEPEP_LL_COMBINE: "deep_ep::Buffer::low_latency_combine",
+    DPSK_DISPATCH: "dpsk::ep::Buffer::internode_dispatch",
+}
+# The generator's own short list of expert-parallel libraries (no engine import).
+_EP_LIBRARIES = ("deep_ep::", "dpsk::ep::")
+
+
+def is_deepep(name: str) -> bool:
+    """Whether the kernel belongs to DeepEP (or dpsk::ep): all-to-all communication."""
+    return any(lib in name for lib in _EP_LIBRARIES)
+
+
+def is_comm_name(name: str) -> bool:
+    """Whether the name is one of a communication library's kernels (NCCL, RCCL, DeepEP)."""
+    lower = name.lower()
+    return "nccl" in lower or "rccl" in lower or is_deepep(name)
+
+
+def deepep_cpu_op(name: str) -> str:
+    """The cpu_op that launches a DeepEP kernel: the Buffer method of its kind."""
+    known = DEEPEP_CPU_OPS.get(name)
+    if known is not None:
+        return known
+    kind = "combine" if "combine" in name else "dispatch"
+    prefix = "dpsk::ep" if "dpsk::ep::" in name else "deep_ep"
+    mode = "low_latency" if "internode_ll::" in name else "internode"
+    return f"{prefix}::Buffer::{mode}_{kind}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +267,8 @@ def kernel_name(op: Op, naming: str, ordinal: int = 0) -> str:
 
 def type_from_name(name: str) -> CollType | None:
     """Collective type a kernel name states, None when it states none (Generic, unknown)."""
+    if is_deepep(name):
+        return "AllToAll"
     lower = name.lower()
     if "generic" in lower:
         return None
@@ -195,9 +283,19 @@ def has_metadata(op: Op) -> bool:
     return op.metadata and op.launched
 
 
+def names_collective(op: Op) -> bool:
+    """Whether the launch context names the collective: collective metadata, or an annotated
+    launch (its c10d op and ``nccl:<coll>`` annotation)."""
+    return has_metadata(op) or (op.annotated and op.launched)
+
+
 def comm_type(op: Op, naming: str) -> CollType:
-    """The collective type the engine must assign to a comm op."""
-    if has_metadata(op) and op.coll is not None:
+    """The collective type the engine must assign to a comm op.
+
+    A launch context that names the collective wins over the kernel name (legacy SendRecv and
+    Generic kernels run all-to-alls and more); otherwise the name decides.
+    """
+    if names_collective(op) and op.coll is not None:
         return op.coll
     return type_from_name(kernel_name(op, naming)) or "Other"
 

@@ -27,6 +27,8 @@ NAMINGS: frozenset[str] = frozenset(get_args(Naming))
 TIME_FORMATS: frozenset[str] = frozenset(get_args(TimeFormat))
 LAUNCH_THREADS: frozenset[str] = frozenset(get_args(LaunchThread))
 GRAPH_LINKS = frozenset({"correlation", "node"})
+# Elements per row (token) of an all-to-all's split sizes: the hidden size of the rows it moves.
+ROW_ELEMS = 7_168
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,17 @@ class Op:
     graph: int = 0
     node: int = 0
     captured: bool = False
+    # A collective without collective metadata that older Kineto still wrapped in its c10d op,
+    # a record_param_comms without collective args and the ``nccl:<coll>`` annotation (only with
+    # metadata=False; the launch context then names the collective, so the kernel takes op.coll).
+    annotated: bool = False
+    # all_to_all(v): rows sent to (in) / received from (out) each member of the group, in group
+    # order; written as "In split size" / "Out split size" (needs metadata; nelems must then be
+    # sum(in_splits) * ROW_ELEMS).
+    in_splits: tuple[int, ...] = ()
+    out_splits: tuple[int, ...] = ()
+    # A user_annotation enclosing the launch's CPU ops (torchrec's "## alltoall_fwd_single ##").
+    outer: str = ""
 
     def __post_init__(self) -> None:
         # Runs once per op of 100 MB benchmark specs: test first, format a message only on error.
@@ -107,4 +120,21 @@ def _op_problem(op: Op) -> str:
         )
     if op.captured and (op.recorded or not op.launched):
         return "a captured launch runs nothing: launched, never recorded"
+    return _comm_extras_problem(op)
+
+
+def _comm_extras_problem(op: Op) -> str:
+    """What is wrong with the annotation and split-size fields of an op, or ""."""
+    if op.annotated and (op.kind != "comm" or op.metadata or op.p2p or op.graph):
+        return "annotated is for a comm op without metadata, not point-to-point nor replayed"
+    if op.outer and not op.launched:
+        return "an outer annotation encloses a launch: the op must be launched"
+    if not (op.in_splits or op.out_splits):
+        return ""
+    if op.kind != "comm" or not op.metadata or op.p2p or op.graph:
+        return "split sizes belong to a comm op with metadata (not point-to-point, not replayed)"
+    if len(op.in_splits) != len(op.out_splits) or min(op.in_splits + op.out_splits) < 0:
+        return "in_splits and out_splits need one size >= 0 per group member"
+    if op.nelems != sum(op.in_splits) * ROW_ELEMS:
+        return f"nelems must be sum(in_splits) * {ROW_ELEMS} = {sum(op.in_splits) * ROW_ELEMS}"
     return ""

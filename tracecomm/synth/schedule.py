@@ -10,7 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from tracecomm.synth.names import has_metadata, kernel_name, type_from_name
+from tracecomm.synth.names import (
+    has_metadata,
+    is_comm_name,
+    is_deepep,
+    kernel_name,
+    names_collective,
+    type_from_name,
+)
 from tracecomm.synth.ops import (
     COLL_TYPES,
     GRAPH_LINKS,
@@ -177,6 +184,7 @@ def _check_groups(spec: RunSpec) -> None:
             f"group {g.name}: ranks {list(g.ranks)} not all in [0, {spec.world_size})",
         )
     members = {g.name: set(g.ranks) for g in spec.groups}
+    _check_splits(spec)
     for rank in spec.ranks:
         for name in {op.pg for op in rank.all_ops() if op.pg}:
             _check(
@@ -184,6 +192,18 @@ def _check_groups(spec: RunSpec) -> None:
                 f"rank {rank.rank}: collective in group {name!r}, which is unknown or "
                 "does not contain the rank",
             )
+
+
+def _check_splits(spec: RunSpec) -> None:
+    sizes = {g.name: len(g.ranks) for g in spec.groups}
+    for rank in spec.ranks:
+        for op in rank.all_ops():
+            if op.in_splits:
+                n = sizes.get(op.pg, spec.world_size) if op.pg else spec.world_size
+                _check(
+                    len(op.in_splits) == n,
+                    f"rank {rank.rank}: {len(op.in_splits)} split sizes for a group of {n}",
+                )
 
 
 def _check(ok: bool, message: str) -> None:
@@ -243,24 +263,33 @@ def _check_whole_us(spec: RankSpec) -> None:
 def _check_comm_names(spec: RankSpec) -> None:
     # The engine classifies by kernel name, so a spec whose names would be classified otherwise
     # than its kinds say would make the expected figures unreachable.
-    # Many ops share a name: check each (kind, name) once.
-    seen: set[tuple[str, str]] = set()
+    # Many ops share a name: check each (kind, name, type, context) once.
+    seen: set[tuple[str, str, str | None, bool, bool, bool]] = set()
     for op in spec.all_ops():
         name = kernel_name(op, spec.naming)
-        if op.kind != "comm":
-            if (op.kind, name) not in seen:
-                _check(not _is_nccl(name), f"{op.kind} op {name!r} looks like an NCCL kernel")
-                seen.add((op.kind, name))
+        key = (op.kind, name, op.coll, op.metadata, op.launched, op.annotated)
+        if key in seen:
             continue
-        _check(_is_nccl(name), f"comm kernel {name!r} has no nccl/rccl in its name")
-        implied = type_from_name(name)
+        seen.add(key)
+        if op.kind != "comm":
+            _check(not _is_nccl(name), f"{op.kind} op {name!r} looks like an NCCL kernel")
+            continue
+        _check(_is_nccl(name), f"comm kernel {name!r} has no nccl/rccl/DeepEP in its name")
         _check(
-            has_metadata(op) or implied is None or implied == op.coll,
+            not (is_deepep(name) and (op.metadata or op.annotated)),
+            f"DeepEP kernel {name!r} launches from its own op: metadata=False, annotated=False",
+        )
+        implied = type_from_name(name)
+        # An annotated launch names its collective, but only SendRecv and Generic kernels run
+        # other collectives than their name says.
+        named = has_metadata(op) or (names_collective(op) and implied in (None, "SendRecv"))
+        _check(
+            named or implied is None or implied == op.coll,
             f"comm op {name!r} without metadata: the name implies {implied}, coll says {op.coll}; "
             "set metadata=True or give a matching name",
         )
 
 
 def _is_nccl(name: str) -> bool:
-    lower = name.lower()
-    return "nccl" in lower or "rccl" in lower
+    """A communication library's kernel: NCCL, RCCL or DeepEP (the generator's short list)."""
+    return is_comm_name(name)

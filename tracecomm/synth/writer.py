@@ -26,6 +26,7 @@ from tracecomm.synth.names import (
     has_metadata,
     profile_for,
 )
+from tracecomm.synth.ops import ROW_ELEMS
 from tracecomm.synth.schedule import ProcessGroup, RankSpec, RunSpec, Step
 from tracecomm.synth.timefmt import Clock
 
@@ -39,6 +40,8 @@ _RUNTIME = {
     "memset": ("cudaMemsetAsync", 51),
 }
 _GRAPH_LAUNCH = ("cudaGraphLaunch", 311)
+# Older NCCL (the annotated collectives' era) launched with the plain call.
+_LEGACY_COMM_LAUNCH = ("cudaLaunchKernel", 211)
 SHAPE_DTYPE = "c10::BFloat16"  # the Input type of every recorded tensor (record_shapes)
 _CATS = {"compute": "kernel", "comm": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
 # Bytes per ns (= GB/s) used to derive plausible byte counts from durations.
@@ -326,6 +329,8 @@ class _RankWriter:
         members = group.ranks
         n = len(members)
         in_n, out_n = _message_sizes(op.coll or "Other", op.nelems, n)
+        if op.in_splits:
+            in_n, out_n = sum(op.in_splits) * ROW_ELEMS, sum(op.out_splits) * ROW_ELEMS
         ranks = ", ".join(str(r) for r in members)
         peers = ""
         if op.p2p and op.peer_args:
@@ -335,7 +340,8 @@ class _RankWriter:
         return (
             f'"Collective name": "{op.p2p or info.collective_name}", "In msg nelems": {in_n}, '
             f'"Out msg nelems": {out_n}, "Group size": {n}, "dtype": "{info.dtype}", '
-            '"In split size": "[]", "Out split size": "[]", '
+            f'"In split size": "{_splits(op.in_splits)}", '
+            f'"Out split size": "{_splits(op.out_splits)}", '
             f'"Process Group Name": {_jstr(name)}, '
             f'"Process Group Description": {_jstr(group.desc)}, '
             f'"Process Group Ranks": "[{ranks}]", {peers}"Seq": {launch.seq}'
@@ -351,7 +357,13 @@ class _RankWriter:
                     yield self._device_event(device)
                     corr = device.device_corr or device.corr
                     yield self._flow("f", corr, self.device, device.op.stream, device.op.start_ns)
-            name, cbid = _GRAPH_LAUNCH if op.graph else _RUNTIME[op.kind]
+            name, cbid = (
+                _GRAPH_LAUNCH
+                if op.graph
+                else _LEGACY_COMM_LAUNCH
+                if op.annotated
+                else _RUNTIME[op.kind]
+            )
             tid = self.tids[op.launch_thread]
             args = f'"External id": {launch.ext},      "cbid": {cbid}, "correlation": {launch.corr}'
             yield self._x(
@@ -369,7 +381,7 @@ class _RankWriter:
 
     def _device_event(self, launch: Launch) -> str:
         op = launch.op
-        ext = f'"External id": {launch.ext},      ' if op.launched else ""
+        ext = f'"External id": {launch.device_ext or launch.ext},      ' if op.launched else ""
         where = (
             f'"device": {self.device}, "context": 1,      "stream": {op.stream}, '
             f'"correlation": {launch.device_corr or launch.corr}'
@@ -473,6 +485,11 @@ class _RankWriter:
 
 def _op_ids(ext: int) -> str:
     return f'"External id": {ext},"Record function id": {ext}, "Ev Idx": {ext - 1}'
+
+
+def _splits(sizes: tuple[int, ...]) -> str:
+    """Split sizes as c10d writes them: a Python list as text."""
+    return "[" + ", ".join(str(x) for x in sizes) + "]"
 
 
 def _message_sizes(coll: str, nelems: int, n: int) -> tuple[int, int]:
