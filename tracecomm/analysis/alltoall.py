@@ -9,6 +9,7 @@ straggler what-if (§6) for what balancing would give back. Nothing is measured 
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ class TokenImbalance:
     busiest_received: int
     median_received: float
     ratio: float  # busiest / median, >= 1
+    worst_instance_ratio: float  # the most uneven instance's busiest / median (>= ratio)
     imbalanced: bool  # ratio >= IMBALANCE_FLAG_RATIO
     # what balancing gives back: the straggler what-if's gain for the busiest rank (its extra
     # work at its peers' median), when the replay holds; else None with the reason
@@ -79,9 +81,11 @@ def all_to_all_view(
     cross_rank: CrossRank | None,
     stragglers: Stragglers | None,
     world_size: int | None = None,
+    step_ns: int | None = None,
 ) -> AllToAllView | None:
     """The view, or None when no rank ran an all-to-all. ``world_size``: the members of the
-    default group, when the traces say."""
+    default group, when the traces say; ``step_ns``: the step time (metrics.md §8) the
+    straggler finding prices its share in, so both give one figure."""
     rows = [_rank_figures(r) for r in ranks]
     present = [(r, row) for r, row in zip(ranks, rows, strict=True) if row is not None]
     if not present:
@@ -110,7 +114,7 @@ def all_to_all_view(
     exposed = sum(r.exposed_ns for r in out)
     waits = [r.wait_ns for r in out if r.wait_ns is not None]
     transfers = [r.transfer_ns for r in out if r.transfer_ns is not None]
-    imbalance, why_not = _imbalance(received, stragglers)
+    imbalance, why_not = _imbalance(received, stragglers, step_ns)
     return AllToAllView(
         use=_one_use([r.breakdown.all_to_all_use for r in ranks]),
         libraries=tuple(
@@ -176,9 +180,10 @@ def _wait_transfer(rows: pl.DataFrame) -> dict[int, tuple[int, int, int]]:
     return {r: (d, d - t, t) for r, d, t in totals.iter_rows()}
 
 
-def _received(rows: pl.DataFrame) -> tuple[str, dict[int, int], int] | None:
-    """(unit, rank -> volume received, instances) over the instances every member recorded
-    in one unit: rows when all have split sizes, else elements when all have Out msg nelems."""
+def _received(rows: pl.DataFrame) -> tuple[str, dict[int, int], int, float] | None:
+    """(unit, rank -> volume received, instances, the most uneven instance's busiest /
+    median) over the instances every member recorded in one unit: rows when all have split
+    sizes, else elements when all have Out msg nelems."""
     if rows.is_empty() or "recv_rows" not in rows.columns:
         return None  # frames saved before the volumes existed
     for unit, column in (("tokens", "recv_rows"), ("elements", "recv_nelems")):
@@ -189,25 +194,36 @@ def _received(rows: pl.DataFrame) -> tuple[str, dict[int, int], int] | None:
         if keys.height:
             got = rows.join(keys, on=["pg", "key"])
             per = got.group_by("rank").agg(pl.col(column).sum()).sort("rank")
-            return unit, dict(per.iter_rows()), keys.height
+            uneven = got.group_by("pg", "key").agg(
+                (pl.col(column).max() / pl.col(column).median()).alias("r")
+            )
+            worst = uneven.filter(pl.col("r").is_finite())["r"].max()
+            return (
+                unit,
+                dict(per.iter_rows()),
+                keys.height,
+                (worst if isinstance(worst, float) else 1.0),
+            )
     return None
 
 
 def _imbalance(
-    received: tuple[str, dict[int, int], int] | None, stragglers: Stragglers | None
+    received: tuple[str, dict[int, int], int, float] | None,
+    stragglers: Stragglers | None,
+    step_ns: int | None,
 ) -> tuple[TokenImbalance | None, str | None]:
     if received is None:
         return None, (
             "needs all-to-alls matched across every member of their group (two or more "
             "traced ranks) that record split sizes (In / Out split size) or Out msg nelems"
         )
-    unit, volumes, instances = received
+    unit, volumes, instances, worst = received
     median = statistics.median(volumes.values())
     busiest = max(sorted(volumes), key=lambda r: volumes[r])
     if median <= 0:
         return None, f"the ranks' median received {unit} is 0"
     ratio = volumes[busiest] / median
-    gain, pct, reason = _balancing_gain(busiest, stragglers)
+    gain, pct, reason = _balancing_gain(busiest, stragglers, step_ns)
     return (
         TokenImbalance(
             unit=unit,
@@ -216,6 +232,7 @@ def _imbalance(
             busiest_received=volumes[busiest],
             median_received=median,
             ratio=ratio,
+            worst_instance_ratio=max(worst, ratio),
             imbalanced=ratio >= IMBALANCE_FLAG_RATIO,
             gain_ns=gain,
             gain_pct=pct,
@@ -226,17 +243,22 @@ def _imbalance(
 
 
 def _balancing_gain(
-    busiest: int, stragglers: Stragglers | None
+    busiest: int, stragglers: Stragglers | None, step_ns: int | None
 ) -> tuple[int | None, float | None, str | None]:
     """The replay's gain for the busiest rank on par with its peers: what giving it the
-    median rank's tokens would give back, as far as its extra work is the extra tokens."""
+    median rank's tokens would give back, as far as its extra work is the extra tokens. The
+    share is the one the straggler finding takes (the mean step's when the what-if is), in
+    ns of the step time as the finding prices it."""
     w = stragglers.what_if if stragglers is not None else None
     if w is None or not w.reproduces:
         reason = w.reason if w is not None and w.reason else "the straggler replay does not hold"
         return None, None, reason
     for c in w.candidates:
         if c.kind == "rank" and c.ranks == (busiest,):
-            return c.gain_ns, c.recoverable_pct, None
+            pct = c.total_recoverable_pct if w.step_basis == "mean" else c.recoverable_pct
+            pct = min(100.0, max(0.0, pct))
+            gain = math.floor(step_ns * pct / 100 + 0.5) if step_ns else c.gain_ns
+            return gain, pct, None
     if busiest in w.considered:
         return 0, 0.0, None  # weighed and found to give nothing
     return None, None, f"the replay did not weigh rank {busiest} (no straggler candidate)"

@@ -72,9 +72,15 @@ def link_bandwidth(report: Report, ctx: Context) -> Report:
 
 
 def all_to_all(report: Report, ctx: Context) -> Report:
-    """metrics.md §7a: after the stragglers, whose what-if prices the token imbalance."""
+    """metrics.md §7a: after the stragglers, whose what-if prices the token imbalance, and the
+    step time it is priced in."""
+    th = report.throughput
     found = all_to_all_view(
-        report.rank_reports, report.cross_rank, report.stragglers, report.summary.world_size
+        report.rank_reports,
+        report.cross_rank,
+        report.stragglers,
+        report.summary.world_size,
+        th.step_time_ns if th is not None else None,
     )
     return replace(report, all_to_all=found)
 

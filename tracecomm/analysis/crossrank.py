@@ -339,7 +339,8 @@ def _members(keyed: pl.DataFrame, analyzed: list[int]) -> dict[str, tuple[int, .
 
 
 def _verdicts(keyed: pl.DataFrame, members: dict[str, tuple[int, ...]]) -> pl.DataFrame:
-    """One row per (group, key): valid when every member has it and the sizes agree."""
+    """One row per (group, key): valid when every member has it and the sizes agree (an
+    all-to-all(v)'s need not: each rank sends and receives its own amount)."""
     size = pl.DataFrame(
         {"pg": list(members), "members": [len(m) for m in members.values()]},
         schema={"pg": pl.String, "members": pl.Int64},
@@ -348,7 +349,11 @@ def _verdicts(keyed: pl.DataFrame, members: dict[str, tuple[int, ...]]) -> pl.Da
         keyed.group_by("pg", "key")
         .agg(
             pl.col("rank").n_unique().alias("ranks"),
-            pl.col("nelems").drop_nulls().n_unique().alias("sizes"),
+            pl.col("nelems")
+            .filter(pl.col("coll_type") != "AllToAll")
+            .drop_nulls()
+            .n_unique()
+            .alias("sizes"),
             pl.col("order").min(),
         )
         .join(size, on="pg")

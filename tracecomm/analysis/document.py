@@ -1443,6 +1443,9 @@ class TokenImbalance(_Doc, frozen=True):
     busiest_received: NonNegative
     median_received: Annotated[float, Meta(ge=0)]
     ratio: Annotated[float, Meta(ge=1, description="busiest / median received")]
+    worst_instance_ratio: Annotated[
+        float, Meta(ge=1, description="the most uneven instance's busiest / median")
+    ]
     imbalanced: Annotated[bool, Meta(description="ratio at or above 1.05")]
     gain_ns: Annotated[
         int | None,

@@ -492,6 +492,7 @@ def comm_libraries(device: pl.DataFrame) -> tuple[str, ...]:
 # expert-parallel library or MoE kernels; torchrec's / FBGEMM's embedding ops and annotations.
 _EXPERT_NAMES = (
     r"(?i)deep_ep::|dpsk::ep::|\bmoe|moe_|expert|grouped_gemm|token_dispatch|permute_tokens"
+    r"|topk"
 )
 _EMBEDDING_NAMES = (
     r"(?i)alltoall_(?:fwd|bwd)|all2all_|embedding_bag|split_embedding|fbgemm|torchrec|kjt"

@@ -48,7 +48,7 @@ def _imbalance_line(view: AllToAllView) -> Text:
     text = Text(
         f"token imbalance: rank {imb.busiest_rank} receives {imb.ratio:.2f}× the median rank's "
         f"{imb.unit} ({imb.busiest_received:,} vs {imb.median_received:,.0f} over "
-        f"{imb.instances} instances)"
+        f"{imb.instances} instances; {imb.worst_instance_ratio:.2f}× in the most uneven)"
     )
     if imb.gain_ns is not None:
         text.append(
