@@ -130,8 +130,8 @@ def test_token_imbalance_is_the_schedules(
     assert imb["ratio"] == pytest.approx(received[busiest] / median, rel=1e-12)
     assert imb["worst_instance_ratio"] == pytest.approx(worst, rel=1e-12)
     assert imb["imbalanced"]
-    rows = {r["rank"]: r["received"] for r in doc["all_to_all"]["ranks"]}
-    assert rows == received
+    per_rank = {r["rank"]: r["received"] for r in doc["all_to_all"]["ranks"]}
+    assert per_rank == received
 
 
 def test_balancing_gives_back_what_the_straggler_finding_says(
