@@ -303,3 +303,32 @@ def test_a_slow_node_report_names_the_host_and_paints_its_ranks(
             page.evaluate(f"document.querySelector({json.dumps(cell)}).getAttribute('fill')")
             == "rgb(214,39,40)"
         )  # the top of the scale
+
+
+def test_all_to_all_section_of_an_imbalanced_moe_run(browser: str, tmp_path: Path) -> None:
+    """metrics.md §7a in the HTML: the JSON's figures, rank by rank."""
+    from tracecomm.synth.moe import moe_run
+
+    run = tmp_path / "run"
+    write_run(moe_run(ranks=4, steps=3, layers=2, seed=4, metadata=True, imbalance=2.0), run)
+    html = report_of(run, tmp_path / "moe.html")
+    doc = json.loads(runner.invoke(app, ["analyze", str(run), "-f", "json"]).stdout)
+    view = doc["all_to_all"]
+    with chromium_page() as page:
+        assert open_report(page, html) == []
+        ids = page.evaluate("[...document.querySelectorAll('section')].map(s => s.id)")
+        assert ids == [*SECTIONS[:-1], "alltoall", SECTIONS[-1]]
+        title = page.evaluate("document.querySelector('#alltoall h2').textContent")
+        assert title == "All-to-all (expert parallel · NCCL)"
+        rows = page.evaluate(
+            "[...document.querySelectorAll('table.a2a tr[data-rank]')]"
+            ".map(r => [...r.cells].map(c => c.textContent))"
+        )
+        assert [int(r[0]) for r in rows] == [r["rank"] for r in view["ranks"]]
+        assert [r[2] for r in rows] == [f"{r['comm_ns'] / 1e6:.2f} ms" for r in view["ranks"]]
+        assert [r[7] for r in rows] == [f"{r['received']:,}" for r in view["ranks"]]
+        line = page.evaluate("document.querySelector('#alltoall .a2a-imbalance').textContent")
+        imb = view["imbalance"]
+        assert line.startswith(
+            f"Token imbalance: rank {imb['busiest_rank']} receives {imb['ratio']:.2f}×"
+        )

@@ -641,6 +641,39 @@
     }).join("; ") + ". Assumptions: " + p.assumptions.join("; ") + "."));
   }
 
+  // ---- 5a. all-to-all and expert parallelism (metrics.md §7a) -------------------------
+  function allToAll() {
+    var a = doc.all_to_all;
+    if (!a) return;  // no rank ran an all-to-all: no section
+    var uses = { expert: "expert parallel", embedding: "embedding exchange" };
+    var what = (a.use ? [uses[a.use]] : []).concat(a.libraries || []);
+    var s = section("alltoall", "All-to-all" + (what.length ? " (" + what.join(" · ") + ")" : ""),
+      "How much of the all-to-all time hides behind compute, how much of each rank's is " +
+      "waiting for the group's last member and how much transfer, and whether the ranks " +
+      "receive like amounts of tokens (metrics.md §7a).");
+    s.appendChild(el("p", { class: "a2a-summary" }, ms(a.comm_ns) + " over all ranks, " +
+      pct(a.hidden_pct) + " of it hidden behind compute, " + ms(a.exposed_ns) + " exposed; " +
+      (a.wait_ns !== null ? ms(a.wait_ns) + " waiting, " + ms(a.transfer_ns) + " transfer" :
+        "wait vs transfer: – (" + a.wait_reason + ")")));
+    var imb = a.imbalance;
+    s.appendChild(el("p", { class: "a2a-imbalance" }, imb ?
+      "Token imbalance: rank " + imb.busiest_rank + " receives " + ratio(imb.ratio) +
+        "× the median rank's " + imb.unit + " (" + ratio(imb.worst_instance_ratio) +
+        "× in the most uneven instance)" + (imb.gain_ns !== null ? "; balancing it gives back " +
+          ms(imb.gain_ns) + " per step (" + pct(imb.gain_pct) + ")" : "") :
+      "Token imbalance: – (" + a.imbalance_reason + ")"));
+    var table = el("table", { class: "figures a2a" }, el("tr", null,
+      ["rank", "kernels", "time", "exposed", "hidden", "wait", "transfer", "received"].map(
+        function (h) { return el("th", null, h); })));
+    a.ranks.forEach(function (r) {
+      table.appendChild(el("tr", { "data-rank": r.rank }, [String(r.rank), String(r.kernels),
+        ms(r.comm_ns), ms(r.exposed_ns), pct(r.hidden_pct), ms(r.wait_ns), ms(r.transfer_ns),
+        r.received === null ? "–" : r.received.toLocaleString("en-US")].map(
+        function (v) { return el("td", null, v); })));
+    });
+    s.appendChild(table);
+  }
+
   function footer() {
     var tool = doc.tool || {};
     root.appendChild(el("footer", null, "Made by " + tool.name + " " + tool.version +
@@ -648,7 +681,7 @@
       "--format json --detail timeline` gives the same figures."));
   }
 
-  [headline, rankBars, heatmap, timeline, bandwidth, scaling].forEach(function (draw) {
+  [headline, rankBars, heatmap, timeline, bandwidth, allToAll, scaling].forEach(function (draw) {
     try {
       draw();
     } catch (err) {
