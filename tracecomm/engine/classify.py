@@ -229,7 +229,9 @@ def classify_with_comm(
     is kept. Types are resolved on the comm rows alone: a few thousand kernels, not the
     hundreds of thousands of compute ones."""
     work = with_user_ranges(rank, comm_patterns, compute_patterns)
-    device = work.with_row_index("_row").with_columns(_cls(comm_patterns, compute_patterns))
+    device = work.with_row_index("_row").with_columns(
+        _cls(comm_patterns, compute_patterns, _builtin_comm_names(work))
+    )
     is_comm = pl.col("cls") == "comm"
     comm = _with_metadata(device.filter(is_comm), rank.device_meta)
     comm = _fill_metadata_from_cpu_op(comm, rank.comm_ops)
@@ -256,7 +258,16 @@ def _with_metadata(comm: pl.DataFrame, meta: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _cls(comm_rules: Sequence[str], compute_patterns: Sequence[str]) -> pl.Expr:
+def _builtin_comm_names(work: pl.DataFrame) -> pl.Series:
+    """The distinct names the built-in communication pattern matches: a few hundred names
+    among a rank's hundred thousand kernels, each tested once."""
+    names = work["name"].drop_nulls().unique()
+    return names.filter(names.str.contains(COMM_NAME_PATTERN))
+
+
+def _cls(
+    comm_rules: Sequence[str], compute_patterns: Sequence[str], builtin_comm: pl.Series
+) -> pl.Expr:
     """User comm rules first, then user compute patterns, then the built-in comm names."""
     user_comm = _any_of([split_rule(r)[0] for r in comm_rules])
     user_compute = _any_of(list(compute_patterns))
@@ -270,7 +281,7 @@ def _cls(comm_rules: Sequence[str], compute_patterns: Sequence[str]) -> pl.Expr:
         .then(pl.lit("comm"))
         .when(name.str.contains(user_compute) if user_compute else pl.lit(False))
         .then(pl.lit("compute"))
-        .when(name.str.contains(COMM_NAME_PATTERN))
+        .when(name.is_in(builtin_comm.implode()))
         .then(pl.lit("comm"))
         .otherwise(pl.lit("compute"))
         .alias("cls")
