@@ -30,6 +30,9 @@ SHAPES = {
     "dp-pp": "--layout dp-pp --dp 2 --pp 4 --microbatches 8",
     "dp-pp-stage": "--layout dp-pp --dp 2 --pp 4 --microbatches 8 --imbalanced-stage 2:1.3",
     "dp-pp-straggler": "--layout dp-pp --dp 2 --pp 2 --microbatches 4 --straggler 3:0.3",
+    "moe-imbalanced": "--layout moe --ranks 4 --layers 2 --metadata --imbalance 2",
+    "moe-deepep-overlap": "--layout moe --ranks 4 --layers 2 --ep-comm deepep --overlap",
+    "dlrm": "--layout dlrm --ranks 4 --metadata --imbalance 1.5",
 }
 
 
@@ -145,7 +148,28 @@ BROKEN = {
 
 
 def test_every_invariant_has_a_broken_report() -> None:
-    assert set(BROKEN) | {"stages named are heaviest"} == set(CHECKS)
+    assert set(BROKEN) | {"stages named are heaviest", "all-to-all is its type"} == set(CHECKS)
+
+
+def test_the_all_to_all_invariant_fails_on_a_broken_report(tmp_path: Path) -> None:
+    out = tmp_path / "moe"
+    write_run(_spec(_parser().parse_args([str(out), *SHAPES["moe-imbalanced"].split()])), out)
+    report = tracecomm.analyze(out)
+    check = CHECKS["all-to-all is its type"]
+    assert check(report) == []
+    view = report.all_to_all
+    assert view is not None and view.imbalance is not None
+    row = view.ranks[0]
+    broken_rank = replace(
+        view, ranks=(replace(row, exposed_ns=row.exposed_ns + 1), *view.ranks[1:])
+    )
+    assert check(replace(report, all_to_all=broken_rank)) != []
+    assert row.wait_ns is not None
+    broken_wait = replace(view, ranks=(replace(row, wait_ns=row.wait_ns + 1), *view.ranks[1:]))
+    assert check(replace(report, all_to_all=broken_wait)) != []
+    gain = view.imbalance.gain_ns or 0
+    broken_gain = replace(view, imbalance=replace(view.imbalance, gain_ns=gain + 1))
+    assert check(replace(report, all_to_all=broken_gain)) != []
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))

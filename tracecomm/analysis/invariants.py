@@ -249,6 +249,48 @@ def one_step_time(report: Report) -> list[str]:
     return []
 
 
+def all_to_all_is_its_type(report: Report) -> list[str]:
+    """The all_to_all section (metrics.md §7a) shows the AllToAll figures of §3, rank by rank
+    and summed; each rank's matched time is its wait plus its transfer; the hidden share is its
+    figure; the imbalance's gain is the straggler finding's cost where that finding names it."""
+    view = report.all_to_all
+    if view is None:
+        return []
+    out = []
+    summary = next((t for t in report.type_summaries if t.coll_type == "AllToAll"), None)
+    if summary is None or (view.comm_ns, view.exposed_ns) != (
+        summary.comm_ns,
+        summary.exposed_comm_ns,
+    ):
+        out.append("all_to_all: comm / exposed != by_type AllToAll")
+    windows = {r.rank: r.breakdown.window for r in report.rank_reports}
+    for row in view.ranks:
+        window = windows.get(row.rank)
+        mine = next(
+            (t for t in (window.by_type if window else ()) if t.coll_type == "AllToAll"), None
+        )
+        if mine is None or (row.comm_ns, row.exposed_ns) != (mine.comm_ns, mine.exposed_comm_ns):
+            out.append(f"all_to_all rank {row.rank}: comm / exposed != its window's AllToAll")
+        if row.matched_ns is not None and row.matched_ns != (row.wait_ns or 0) + (
+            row.transfer_ns or 0
+        ):
+            out.append(f"all_to_all rank {row.rank}: wait + transfer != matched")
+        if (
+            row.hidden_pct is not None
+            and row.comm_ns
+            and not math.isclose(
+                row.hidden_pct, 100 * (row.comm_ns - row.exposed_ns) / row.comm_ns, abs_tol=1e-9
+            )
+        ):
+            out.append(f"all_to_all rank {row.rank}: hidden_pct is not (comm − exposed) / comm")
+    imb = view.imbalance
+    for f in report.findings:
+        named = f.kind == "straggler" and "token imbalance" in f.title and imb is not None
+        if named and imb and (imb.gain_ns, imb.gain_pct) != (f.cost_ns, f.recoverable_pct):
+            out.append("all_to_all: balancing's gain != the token-imbalance finding's cost")
+    return out
+
+
 CHECKS: dict[str, Check] = {
     "partitions add up": partitions_add_up,
     "types add up": types_add_up,
@@ -258,6 +300,7 @@ CHECKS: dict[str, Check] = {
     "findings cost their parts": findings_cost_their_parts,
     "stages named are heaviest": stages_named_are_heaviest,
     "one step time": one_step_time,
+    "all-to-all is its type": all_to_all_is_its_type,
 }
 
 
