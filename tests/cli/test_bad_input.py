@@ -26,7 +26,10 @@ def good_rank(folder: Path, rank: int = 0) -> Path:
 def test_empty_folder(tmp_path: Path) -> None:
     code, out, err = run(str(tmp_path))
     assert code == EXIT_NO_INPUT and out == ""
-    assert err.strip() == f"tracecomm: error: {tmp_path}: no trace files (*.json, *.json.gz) found"
+    assert err.strip() == (
+        f"tracecomm: error: {tmp_path}: no trace files (*.json, *.json.gz, Nsight Systems "
+        "*.sqlite / *.nsys-rep) found"
+    )
 
 
 def test_folder_without_traces(tmp_path: Path) -> None:

@@ -362,39 +362,40 @@ def _launch_context_type(comm: pl.DataFrame, rank: RankEvents) -> pl.DataFrame:
 
 
 def _enclosing_collective(keyed: pl.DataFrame, cpu: pl.DataFrame) -> pl.Series:
-    """Per row of ``keyed`` (launch thread ``_l_tid``, time ``_l_at``): the type of the latest
-    ``nccl:*`` / ``gloo:*`` annotation on that thread that opened before the launch and is
-    still open at it (null where none is)."""
+    """Per row of ``keyed`` (launch thread ``_l_tid``, time ``_l_at``): the type of the
+    innermost collective annotation (``nccl:*`` / ``gloo:*`` naming a collective or a
+    send / recv) open on that thread at the launch; null where none is. Annotations of no
+    collective (``nccl:coalesced``, NCCL's ``ncclGroupStart`` / ``ncclGroupEnd`` ranges read as
+    ``nccl:GroupEnd``) are looked through: the call they belong to may enclose them."""
     none = pl.Series("ctx", [None] * keyed.height, dtype=pl.String)
     if cpu.height == 0 or "kind" not in cpu.columns:
         return none
     ann = cpu.filter(
         (pl.col("kind") == "annotation") & pl.col("name").str.contains(r"^(?:nccl|gloo):")
     )
-    if ann.height == 0:
-        return none
-    right = ann.select(
-        pl.col("tid").alias("_l_tid"),
+    typed = ann.select(
+        pl.col("tid").alias("_a_tid"),
         pl.col("start_ns").alias("_a_start"),
         pl.col("end_ns").alias("_a_end"),
         pl.lit(coll_types(ann["name"])).alias("_a_type"),
-    ).sort("_a_start")
-    left = keyed.select("_ctx_row", "_l_tid", "_l_at")
+    ).filter(pl.col("_a_type").is_in([*_CONTEXT_TYPES, "SendRecv"]))
+    left = keyed.select("_ctx_row", "_l_tid", "_l_at").filter(
+        pl.col("_l_at").is_not_null() & pl.col("_l_tid").is_not_null()
+    )
+    if typed.height == 0 or left.height == 0:
+        return none
     found = (
-        left.filter(pl.col("_l_at").is_not_null() & pl.col("_l_tid").is_not_null())
-        .sort("_l_at")
-        .join_asof(
-            right,
-            left_on="_l_at",
-            right_on="_a_start",
-            by="_l_tid",
-            strategy="backward",
-            check_sortedness=False,
+        left.join_where(
+            typed, pl.col("_l_at") >= pl.col("_a_start"), pl.col("_l_at") <= pl.col("_a_end")
         )
-        .select("_ctx_row", pl.when(pl.col("_a_end") >= pl.col("_l_at")).then("_a_type"))
+        .filter(pl.col("_l_tid") == pl.col("_a_tid"))
+        .sort("_a_start", descending=True)
+        .unique("_ctx_row", keep="first")
+        .select("_ctx_row", "_a_type")
     )
     return (
-        left.join(found, on="_ctx_row", how="left", maintain_order="left")
+        keyed.select("_ctx_row")
+        .join(found, on="_ctx_row", how="left", maintain_order="left")
         .get_column("_a_type")
         .alias("ctx")
     )

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from tracecomm.errors import UsageError
 
-_TRACE_SUFFIXES = (".json", ".json.gz")
+# Kineto traces, and Nsight Systems exports and reports (ingest.nsys)
+_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".qdrep")
 _RANK_IN_NAME = re.compile(r"(?:^|[_\-./])(?:rank|worker)[_\-]?(\d+)(?=[_\-.]|$)", re.IGNORECASE)
 _DIGITS = re.compile(r"(\d+)")
 

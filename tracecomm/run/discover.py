@@ -33,7 +33,10 @@ def discover(inputs: Sequence[str]) -> Discovery:
             "either the folders `tracecomm ingest` wrote, or trace folders"
         )
     if not summaries and not traces:
-        raise NoUsableInput(f"{', '.join(given)}: no trace files (*.json, *.json.gz) found")
+        raise NoUsableInput(
+            f"{', '.join(given)}: no trace files (*.json, *.json.gz, Nsight Systems *.sqlite / "
+            "*.nsys-rep) found"
+        )
     return Discovery(given, traces, summaries)
 
 

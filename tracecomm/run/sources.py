@@ -24,7 +24,7 @@ from tracecomm.errors import TraceError, UsageError
 from tracecomm.ingest.discover import find_traces, natural_key
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
-_TRACE_SUFFIXES = (".json", ".json.gz")
+_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".qdrep")
 _COPY_BLOCK = 8 << 20
 
 T = TypeVar("T")

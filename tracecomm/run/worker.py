@@ -8,6 +8,9 @@ engine, on first use or ``preload``), so a pool starts fast. Only the small resu
 from __future__ import annotations
 
 import contextlib
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -122,6 +125,8 @@ def _analyze_local(path: str, work: RankWork, remote: bool) -> list[RankResult |
     from tracecomm.ingest.load import load_merged, load_rank
 
     try:
+        if is_nsys(path):
+            return [_one_rank(events, work) for events in nsys_ranks(path, work.read)]
         # a fetched copy is new each time: keying a cache on it would only fill the disk
         if work.cache is not None and work.rank_from is None and not remote:
             return [_cached_result(path, work, work.cache)]
@@ -139,6 +144,40 @@ def _analyze_local(path: str, work: RankWork, remote: bool) -> list[RankResult |
         return [FileFailure(path, "out of memory while parsing")]
     except Exception as exc:  # one odd file must never take the other ranks down with it
         return [FileFailure(path, f"could not be analyzed ({type(exc).__name__}: {exc})")]
+
+
+def is_nsys(path: str) -> bool:
+    """An Nsight Systems export or report, by its name (ingest.nsys)."""
+    return path.lower().endswith((".sqlite", ".nsys-rep", ".qdrep"))
+
+
+def nsys_ranks(path: str, read: ReadOptions) -> list[RankEvents]:
+    """The ranks of an Nsight Systems export; a report (``.nsys-rep`` / ``.qdrep``) is exported
+    to SQLite first, in a temporary folder, when ``nsys`` is on PATH."""
+    from tracecomm.ingest.nsys import load_nsys, nsys_command
+
+    if path.lower().endswith(".sqlite"):
+        return load_nsys(path, read)
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        raise TraceError(
+            path,
+            "an Nsight Systems report: export it first (nsys is not on PATH here): "
+            + nsys_command(Path(path)),
+        )
+    with tempfile.TemporaryDirectory(prefix="tracecomm-nsys-") as tmp:
+        out = Path(tmp) / "export.sqlite"
+        done = subprocess.run(
+            [nsys, "export", "--type", "sqlite", "--include-json", "true", "-o", str(out), path],
+            capture_output=True,
+            timeout=3600,
+            check=False,
+        )
+        if done.returncode != 0 or not out.exists():
+            tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:]
+            raise TraceError(path, f"nsys export failed: {' '.join(tail)[:200]}")
+        ranks = load_nsys(out, read)
+    return [replace(r, path=r.path.replace(str(out), path)) for r in ranks]
 
 
 def _cached_result(path: str, work: RankWork, cache: Path) -> RankResult:
@@ -202,6 +241,8 @@ def _events_again(path: str, rank: int, work: RankWork) -> RankEvents:
     from tracecomm.run.cache import EntryError
     from tracecomm.run.cache import load as cache_load
 
+    if "#pid" in path and is_nsys(path.rsplit("#pid", 1)[0]):
+        return next(e for e in nsys_ranks(path.rsplit("#pid", 1)[0], work.read) if e.path == path)
     if work.rank_from is not None:
         file = path.rsplit("#rank", 1)[0]
         merged = load_merged(file, work.rank_from, work.read)

@@ -1,0 +1,430 @@
+"""Nsight Systems SQLite exports (``nsys export --type sqlite``) as the same columnar events as
+a Kineto trace: one ``RankEvents`` per (process, GPU) of the report, so that everything
+downstream reads them unchanged (docs/metrics.md §1b).
+
+What is read (export schema 2.x ``EXPORT_META_DATA`` to 3.25 ``META_DATA_EXPORT``; a table
+exists only when it has rows, and since 2025.6 rows are not ordered):
+- kernels, copies and sets (``CUPTI_ACTIVITY_KIND_KERNEL`` / ``MEMCPY`` / ``MEMSET``) with
+  their names from ``StringIds``; runtime calls (``CUPTI_ACTIVITY_KIND_RUNTIME``) by
+  ``correlationId``, their ``_v7000``-style suffixes dropped;
+- NVTX push/pop and start/end ranges (``NVTX_EVENTS`` 59 / 60, ``text`` or ``textId``) as CPU
+  annotations: PyTorch's ``ProfilerStep#N`` and ``nccl:all_to_all, op_id = …`` (the
+  ``, op_id = …`` suffix dropped), NCCL's own domain ranges ``ncclAllReduce`` … as
+  ``nccl:AllReduce`` so that a generic kernel takes the collective its launch sat in (§1);
+- identity: the host (``TARGET_INFO_SYSTEM_ENV``), the session start (every time is relative
+  to ``TARGET_INFO_SESSION_START_TIME.utcEpochNs``: the epoch clock), GPU names
+  (``TARGET_INFO_GPU`` / ``TARGET_INFO_CUDA_DEVICE``), the global rank (below).
+
+Queries are SQL projections with the joins done by SQLite, fetched in bulk; nothing is written,
+the file is opened read-only and immutable.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import polars as pl
+
+from tracecomm.errors import NotATrace, TraceError
+from tracecomm.ingest.events import META_SCHEMA
+from tracecomm.ingest.frames import rank_from_columns
+from tracecomm.ingest.limits import check_plain_size
+from tracecomm.ingest.model import RankEvents, ReadOptions, TraceMeta
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
+# NVTX event types (ENUM_NSYS_EVENT_TYPE): push/pop range, start/end range, domain creation
+_PUSH_POP, _START_END, _DOMAIN = 59, 60, 75
+# PyTorch's NVTX ranges (emit_nvtx / record_function) carry their ids after the name
+_NVTX_SUFFIX = re.compile(r", (?:op_id|seq|sizes|input_op_ids) = .*$", re.DOTALL)
+_NCCL_RANGE = re.compile(r"^nccl([A-Z][A-Za-z]*)$")
+_RUNTIME_VERSION = re.compile(r"_v\d+$")
+_GPU_NAME_LIMIT = 200
+# a serialized GlobalId: ... | pid (24 bits) | tid (24 bits)
+_TID_SPAN = 0x1000000
+# the largest name read from an export (a crafted one is cut, not carried)
+_NAME_LIMIT = 4096
+
+
+def is_sqlite(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class _Process:
+    global_pid: int
+    device: int
+    rank: int | None
+
+
+def load_nsys(path: Path | str, read: ReadOptions | None = None) -> list[RankEvents]:
+    """One RankEvents per (process, GPU) of the export. Raises ``TraceError`` for a file that
+    is no SQLite database or no Nsight Systems export."""
+    path = Path(path)
+    read = read or ReadOptions()
+    try:
+        check_plain_size(path, read)
+    except OSError as exc:
+        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+    if not is_sqlite(path):
+        raise TraceError(path, "not an SQLite database (an Nsight Systems export is one)")
+    try:
+        with _connect(path) as db:
+            return _read(db, path)
+    except sqlite3.DatabaseError as exc:
+        raise TraceError(path, f"unreadable SQLite database ({exc})") from None
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1"
+    return sqlite3.connect(uri, uri=True)
+
+
+def _read(db: sqlite3.Connection, path: Path) -> list[RankEvents]:
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "StringIds" not in tables and "StringTable" not in tables:
+        raise NotATrace(path, "an SQLite database, but not an Nsight Systems export")
+    strings = "StringIds" if "StringIds" in tables else "StringTable"
+    warnings: list[str] = []
+    version = _schema_version(db, tables)
+    kernels = _kernels(db, tables, strings)
+    if kernels.height == 0:
+        raise TraceError(path, f"an Nsight Systems export (schema {version}) with no kernel")
+    processes = _processes(db, tables, kernels, warnings, path)
+    base = _session_start(db, tables)
+    host = _hostname(db, tables)
+    gpu_names = _gpu_names(db, tables)
+    runtime = _runtime(db, tables, strings)
+    ranges = _nvtx(db, tables, strings)
+    copies = _copies(db, tables)
+    out = []
+    for proc in processes:
+        events = _rank_columns(proc, kernels, copies, runtime, ranges)
+        meta = TraceMeta(
+            rank=proc.rank,
+            world_size=None,
+            backend=None,
+            nccl_version=None,
+            pg_config=(),
+            device_names={proc.device: gpu_names[proc.device]} if proc.device in gpu_names else {},
+            base_time_ns=base,
+            host_name=host,
+            trace_id=None,
+        )
+        name = f"{path}#pid{proc.global_pid // _TID_SPAN % _TID_SPAN}.gpu{proc.device}"
+        out.append(rank_from_columns(name, meta, events, list(warnings), False, 0))
+    return out
+
+
+def _schema_version(db: sqlite3.Connection, tables: set[str]) -> str:
+    for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+        if table in tables:
+            row = db.execute(
+                f"SELECT value FROM {table} WHERE name = 'EXPORT_SCHEMA_VERSION'"
+            ).fetchone()
+            if row is not None:
+                return str(row[0])[:40]
+    return "unknown"
+
+
+def _frame(db: sqlite3.Connection, query: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    rows = db.execute(query).fetchall()
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+
+
+def _kernels(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataFrame:
+    schema = {
+        "start_ns": pl.Int64(),
+        "end_ns": pl.Int64(),
+        "device": pl.Int64(),
+        "stream": pl.Int64(),
+        "correlation": pl.Int64(),
+        "global_pid": pl.Int64(),
+        "name": pl.String(),
+    }
+    if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
+        return pl.DataFrame(schema=schema)
+    cols = _columns(db, "CUPTI_ACTIVITY_KIND_KERNEL")
+    name_col = "demangledName" if "demangledName" in cols else "shortName"
+    pid = "k.globalPid" if "globalPid" in cols else "NULL"
+    return _frame(
+        db,
+        f"SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, {pid}, "
+        f"substr(s.value, 1, {_NAME_LIMIT}) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+        f"LEFT JOIN {strings} s ON s.id = k.{name_col}",
+        schema,
+    )
+
+
+def _copies(db: sqlite3.Connection, tables: set[str]) -> pl.DataFrame:
+    schema = {
+        "kind": pl.String(),
+        "name": pl.String(),
+        "start_ns": pl.Int64(),
+        "end_ns": pl.Int64(),
+        "device": pl.Int64(),
+        "stream": pl.Int64(),
+        "correlation": pl.Int64(),
+        "global_pid": pl.Int64(),
+    }
+    parts = []
+    for table, kind, label in (
+        ("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy", "'Memcpy'"),
+        ("CUPTI_ACTIVITY_KIND_MEMSET", "memset", "'Memset (Device)'"),
+    ):
+        if table not in tables:
+            continue
+        cols = _columns(db, table)
+        pid = "globalPid" if "globalPid" in cols else "NULL"
+        name = label
+        if kind == "memcpy" and "copyKind" in cols and "ENUM_CUDA_MEMCPY_OPER" in tables:
+            name = (
+                "'Memcpy ' || coalesce((SELECT label FROM ENUM_CUDA_MEMCPY_OPER e "
+                "WHERE e.id = copyKind), 'copy')"
+            )
+        parts.append(
+            _frame(
+                db,
+                f"SELECT '{kind}', {name}, start, end, deviceId, streamId, correlationId, "
+                f"{pid} FROM {table}",
+                schema,
+            )
+        )
+    return pl.concat(parts) if parts else pl.DataFrame(schema=schema)
+
+
+def _runtime(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataFrame:
+    schema = {
+        "start_ns": pl.Int64(),
+        "end_ns": pl.Int64(),
+        "global_tid": pl.Int64(),
+        "correlation": pl.Int64(),
+        "name": pl.String(),
+    }
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
+        return pl.DataFrame(schema=schema)
+    frame = _frame(
+        db,
+        "SELECT r.start, r.end, r.globalTid, r.correlationId, "
+        f"substr(s.value, 1, {_NAME_LIMIT}) FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+        f"LEFT JOIN {strings} s ON s.id = r.nameId",
+        schema,
+    )
+    return frame.with_columns(pl.col("name").str.replace(_RUNTIME_VERSION.pattern, ""))
+
+
+def _nvtx(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataFrame:
+    schema = {
+        "start_ns": pl.Int64(),
+        "end_ns": pl.Int64(),
+        "global_tid": pl.Int64(),
+        "name": pl.String(),
+        "domain": pl.String(),
+    }
+    if "NVTX_EVENTS" not in tables:
+        return pl.DataFrame(schema=schema)
+    cols = _columns(db, "NVTX_EVENTS")
+    text_id = "n.textId" if "textId" in cols else "NULL"
+    domain_id = "n.domainId" if "domainId" in cols else "NULL"
+    frame = _frame(
+        db,
+        f"SELECT n.start, n.end, n.globalTid, substr(coalesce(n.text, s.value), 1, "
+        f"{_NAME_LIMIT}), {domain_id} FROM NVTX_EVENTS n LEFT JOIN {strings} s "
+        f"ON s.id = {text_id} WHERE n.eventType IN ({_PUSH_POP}, {_START_END}) "
+        "AND n.end IS NOT NULL AND n.end >= n.start",
+        {**schema, "domain": pl.Int64()},
+    )
+    # the domains' names: one row each (eventType 75), joined here rather than per range
+    domains = _frame(
+        db,
+        f"SELECT DISTINCT n.domainId, substr(coalesce(n.text, s.value), 1, 100) FROM "
+        f"NVTX_EVENTS n LEFT JOIN {strings} s ON s.id = {text_id} "
+        f"WHERE n.eventType = {_DOMAIN}"
+        if domain_id != "NULL"
+        else "SELECT NULL, NULL WHERE 0",
+        {"domain": pl.Int64(), "domain_name": pl.String()},
+    ).unique("domain", keep="first")
+    frame = frame.join(domains, on="domain", how="left").with_columns(
+        pl.col("domain_name").alias("domain")
+    )
+    name = pl.col("name").str.replace(_NVTX_SUFFIX.pattern, "")
+    nccl = pl.col("domain").fill_null("").str.to_uppercase() == "NCCL"
+    return (
+        frame.with_columns(
+            pl.when(nccl & name.str.contains(_NCCL_RANGE.pattern))
+            .then(pl.lit("nccl:") + name.str.extract(_NCCL_RANGE.pattern))
+            .otherwise(name)
+            .alias("name")
+        )
+        .filter(pl.col("name").is_not_null())
+        .select(list(schema))
+    )
+
+
+def _processes(
+    db: sqlite3.Connection,
+    tables: set[str],
+    kernels: pl.DataFrame,
+    warnings: list[str],
+    path: Path,
+) -> list[_Process]:
+    """The (process, GPU) pairs that ran kernels, in GPU order, with their global ranks:
+    from the launcher's ``--node_rank`` and ``--nproc_per_node`` (``META_DATA_CAPTURE``), or a
+    ``RANK=`` variable recorded for the process; else none (the run assigns ranks by file)."""
+    pairs = (
+        kernels.select("global_pid", "device")
+        .unique()
+        .sort("device", "global_pid", nulls_last=True)
+        .rows()
+    )
+    node_rank, per_node, env_rank = _launcher(db, tables)
+    out = []
+    for local, (gpid, device) in enumerate(pairs):
+        rank: int | None = None
+        if len(pairs) == 1 and env_rank is not None:
+            rank = env_rank
+        elif node_rank is not None:
+            rank = node_rank * (per_node or len(pairs)) + local
+        out.append(_Process(gpid or 0, device, rank))
+    if len(pairs) > 1 and node_rank is None:
+        warnings.append(
+            f"{path}: {len(pairs)} processes / GPUs and no node rank in the launcher's "
+            "arguments: ranks by GPU order within the file"
+        )
+        out = [_Process(p.global_pid, p.device, i) for i, p in enumerate(out)]
+    return out
+
+
+_ARG = re.compile(r"^--(node[_-]rank|nproc[_-]per[_-]node|nnodes)=(\d+)")
+_RANK_ENV = re.compile(r'^RANK="?(\d+)"?$')
+
+
+def _launcher(
+    db: sqlite3.Connection, tables: set[str]
+) -> tuple[int | None, int | None, int | None]:
+    """(node rank, processes per node, RANK) from the captured command line and environment."""
+    if "META_DATA_CAPTURE" not in tables:
+        return None, None, None
+    found: dict[str, int] = {}
+    env_rank = None
+    for name, value in db.execute("SELECT name, value FROM META_DATA_CAPTURE"):
+        text = str(value)[:_NAME_LIMIT]
+        if ":ARGUMENT_" in str(name) and (m := _ARG.match(text)):
+            found.setdefault(m.group(1).replace("-", "_"), int(m.group(2)))
+        elif str(name).endswith("ENVIRONMENT_VARIABLE") and (m := _RANK_ENV.match(text)):
+            env_rank = int(m.group(1))
+    node_rank = found.get("node_rank")
+    if node_rank is None and found.get("nnodes") == 1:
+        node_rank = 0
+    return node_rank, found.get("nproc_per_node"), env_rank
+
+
+def _session_start(db: sqlite3.Connection, tables: set[str]) -> int | None:
+    if "TARGET_INFO_SESSION_START_TIME" not in tables:
+        return None
+    row = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+    return int(row[0]) if row and isinstance(row[0], int) else None
+
+
+def _hostname(db: sqlite3.Connection, tables: set[str]) -> str | None:
+    if "TARGET_INFO_SYSTEM_ENV" not in tables:
+        return None
+    row = db.execute(
+        "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1"
+    ).fetchone()
+    return str(row[0])[:_GPU_NAME_LIMIT] if row else None
+
+
+def _gpu_names(db: sqlite3.Connection, tables: set[str]) -> dict[int, str]:
+    """GPU names by the ``deviceId`` kernels carry (the CUDA ordinal): ``TARGET_INFO_GPU``'s
+    ``cuDevice`` where present (its ``id`` can differ), else its ``id``."""
+    if "TARGET_INFO_GPU" not in tables:
+        return {}
+    cols = _columns(db, "TARGET_INFO_GPU")
+    key = "cuDevice" if "cuDevice" in cols else "id"
+    return {
+        int(k): str(name)[:_GPU_NAME_LIMIT]
+        for k, name in db.execute(f"SELECT {key}, name FROM TARGET_INFO_GPU")
+        if isinstance(k, int) and name is not None
+    }
+
+
+def _rank_columns(
+    proc: _Process,
+    kernels: pl.DataFrame,
+    copies: pl.DataFrame,
+    runtime: pl.DataFrame,
+    ranges: pl.DataFrame,
+) -> pl.DataFrame:
+    """The rank's events in the columns the Kineto readers produce (``frames.columns``)."""
+    mine = (pl.col("global_pid") == proc.global_pid) | pl.col("global_pid").is_null()
+    on_gpu = mine & (pl.col("device") == proc.device)
+    pid = proc.global_pid // _TID_SPAN % _TID_SPAN
+    device = pl.concat(
+        [
+            kernels.filter(on_gpu).with_columns(pl.lit("kernel").alias("kind")),
+            copies.filter(on_gpu),
+        ],
+        how="diagonal_relaxed",
+    ).select(
+        "kind",
+        "name",
+        pl.lit(pid, pl.Int64).alias("pid"),
+        pl.col("stream").alias("tid"),
+        "start_ns",
+        "end_ns",
+        "correlation",
+        pl.col("device").alias("arg_device"),
+        pl.col("stream").alias("arg_stream"),
+    )
+    of_process = (pl.col("global_tid") // _TID_SPAN) == (proc.global_pid // _TID_SPAN)
+    launches = runtime.filter(of_process).select(
+        pl.lit("launch").alias("kind"),
+        "name",
+        pl.lit(pid, pl.Int64).alias("pid"),
+        (pl.col("global_tid") % _TID_SPAN).alias("tid"),
+        "start_ns",
+        "end_ns",
+        "correlation",
+    )
+    annotations = ranges.filter(of_process).select(
+        pl.lit("annotation").alias("kind"),
+        "name",
+        pl.lit(pid, pl.Int64).alias("pid"),
+        (pl.col("global_tid") % _TID_SPAN).alias("tid"),
+        "start_ns",
+        "end_ns",
+    )
+    events = pl.concat([device, launches, annotations], how="diagonal_relaxed")
+    return events.sort("start_ns", maintain_order=True).with_columns(
+        pl.col("correlation").cast(pl.Int64),
+        pl.lit(None, pl.Int64).alias("external_id"),
+        pl.lit(None, pl.Int64).alias("graph_id"),
+        pl.lit(None, pl.Int64).alias("graph_node"),
+        *(pl.lit(None, dtype).alias(name) for name, dtype in META_SCHEMA.items()),
+        pl.lit(None, pl.String).alias("input_dims"),
+        pl.lit(None, pl.String).alias("concrete_inputs"),
+        pl.lit(None, pl.String).alias("input_types"),
+    )
+
+
+def nsys_command(path: Path) -> str:
+    """The export a report needs before tracecomm can read it."""
+    out = path.with_suffix(".sqlite").name
+    return f"nsys export --type sqlite --include-json true -o {out} {path.name}"
+
+
+__all__: Sequence[str] = ("NSYS_SUFFIXES", "is_sqlite", "load_nsys", "nsys_command")
