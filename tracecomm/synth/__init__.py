@@ -1,4 +1,5 @@
-"""Ground-truth trace generator: schedules, Kineto JSON writer and the figures they imply."""
+"""Ground-truth trace generator: schedules, Kineto JSON and Nsight Systems SQLite writers and the
+figures they imply."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tracecomm.synth.expected import (
 )
 from tracecomm.synth.fsdp import fsdp_run, fsdp_run_of_size
 from tracecomm.synth.moe import moe_run
+from tracecomm.synth.nsys import write_nsys_run
 from tracecomm.synth.pp import dp_pp_groups, dp_pp_run
 from tracecomm.synth.schedule import (
     CollType,
@@ -59,5 +61,6 @@ __all__ = [
     "fsdp_run_of_size",
     "moe_run",
     "render_rank",
+    "write_nsys_run",
     "write_run",
 ]

@@ -1,6 +1,6 @@
-"""python -m tracecomm.synth OUT_DIR: write a synthetic run as Kineto trace files, with the
-problems a CI gate should catch as flags (a slower network, a straggler, an overloaded pipeline
-stage, host-bound launches, data-loader stalls, clock offsets).
+"""python -m tracecomm.synth OUT_DIR: write a synthetic run as Kineto trace files (or Nsight
+Systems SQLite exports), with the problems a CI gate should catch as flags (a slower network, a
+straggler, an overloaded pipeline stage, host-bound launches, data-loader stalls, clock offsets).
 
     python -m tracecomm.synth base/ --healthy
     python -m tracecomm.synth slow/ --healthy --slower-collective AllGather=8
@@ -11,6 +11,9 @@ stage, host-bound launches, data-loader stalls, clock offsets).
 
     # expert parallelism: DeepEP all-to-alls hidden DualPipe-style, one rank getting 3x tokens
     python -m tracecomm.synth moe/ --layout moe --ep-comm deepep --overlap --imbalance 3
+
+    # the same events as Nsight Systems SQLite exports, one per node
+    python -m tracecomm.synth nsys/ --ranks 16 --format nsys --nsys-per-node
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from tracecomm.synth.dptp import dp_tp_run
 from tracecomm.synth.family import DEFAULT_SLOWDOWN, member, names
 from tracecomm.synth.fsdp import fsdp_run, fsdp_run_of_size
 from tracecomm.synth.moe import moe_run
+from tracecomm.synth.nsys import write_nsys_run
 from tracecomm.synth.pp import dp_pp_run
 from tracecomm.synth.schedule import COLL_TYPES, Naming, RunSpec
 from tracecomm.synth.writer import write_run
@@ -74,6 +78,19 @@ def _parser() -> argparse.ArgumentParser:
         help="aim for this many MB per uncompressed rank file (fsdp; overrides --steps, --layers)",
     )
     p.add_argument("--force", action="store_true", help="write into a non-empty OUT_DIR")
+    p.add_argument(
+        "--format",
+        choices=("kineto", "nsys"),
+        default="kineto",
+        help="kineto: rank<N>.pt.trace.json[.gz] (default); nsys: Nsight Systems SQLite "
+        "exports (nsys export --type sqlite), rank<N>.sqlite",
+    )
+    p.add_argument(
+        "--nsys-per-node",
+        action="store_true",
+        help="with --format nsys: one <host>.sqlite per host holding all its ranks' processes "
+        "(one nsys profile of a torchrun node)",
+    )
     problems = p.add_argument_group("problems to generate")
     problems.add_argument(
         "--straggler",
@@ -340,9 +357,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    written = write_run(spec, out)
+    if args.nsys_per_node and args.format != "nsys":
+        print("error: --nsys-per-node needs --format nsys", file=sys.stderr)
+        return 2
+
+    def write(run: RunSpec, where: Path) -> list[Path]:
+        if args.format == "nsys":
+            return write_nsys_run(run, where, per_node=args.nsys_per_node, seed=args.seed)
+        return write_run(run, where)
+
+    written = write(spec, out)
     if twin is not None and twin_dir is not None:
-        written += write_run(twin, twin_dir)
+        written += write(twin, twin_dir)
     for path in written:
         print(f"{path}  {path.stat().st_size} bytes", file=sys.stderr)
     return 0
