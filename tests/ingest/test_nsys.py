@@ -138,3 +138,127 @@ def test_a_crafted_export_is_read_within_its_bounds(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["analyze", str(crafted)])
     assert result.exit_code == 0, result.stderr
     assert "\x1b" not in result.stdout
+
+
+# Collective metadata an export carries only in NCCL's NVTX payload values (--include-json,
+# not read yet): message sizes (the bandwidth section) and the process group's name and Seq.
+_ONLY_IN_PAYLOADS = ("bandwidth", "keyed_by", "group")
+
+
+def _differences(a: object, b: object, path: str = "") -> list[str]:
+    if path.endswith(".evidence") and isinstance(a, list) and isinstance(b, list):
+        a = [line for line in a if "bus bandwidth" not in line]  # from the message sizes
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in sorted(set(a) | set(b)):
+            if key in ("inputs", "path") or key in _ONLY_IN_PAYLOADS:
+                continue
+            out += _differences(a.get(key), b.get(key), f"{path}.{key}")
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in _differences(x, y, f"{path}[{i}]")
+        ]
+    return [] if a == b else [f"{path}: {a!r:.80} | {b!r:.80}"]
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["--ranks 4 --steps 3", "--layout moe --ranks 4 --layers 2 --ep-comm deepep --overlap"],
+)
+@pytest.mark.parametrize("per_node", [False, True])
+def test_a_generated_run_reads_the_same_from_kineto_and_nsys(
+    tmp_path: Path, layout: str, per_node: bool
+) -> None:
+    from tracecomm.synth.__main__ import _parser, _spec
+    from tracecomm.synth.nsys import write_nsys_run
+    from tracecomm.synth.writer import write_run
+
+    spec = _spec(_parser().parse_args([str(tmp_path / "k"), *layout.split()]))
+    write_run(spec, tmp_path / "k")
+    write_nsys_run(spec, tmp_path / "n", per_node=per_node)
+    kineto, nsys = analyze_json(tmp_path / "k"), analyze_json(tmp_path / "n")
+    assert _differences(kineto, nsys) == []
+    assert nsys["summary"]["ranks_analyzed"] == len(spec.ranks)
+
+
+def test_a_pipeline_run_partitions_the_same_from_kineto_and_nsys(tmp_path: Path) -> None:
+    """Send / recv peers come from collective metadata (Src / Dst Rank) that an export holds
+    only in NCCL's payload values: the pairing of a pipeline's transfers is not read from an
+    export yet, every per-rank figure is."""
+    from tracecomm.synth.__main__ import _parser, _spec
+    from tracecomm.synth.nsys import write_nsys_run
+    from tracecomm.synth.writer import write_run
+
+    layout = "--layout dp-pp --dp 1 --pp 2 --microbatches 4 --steps 2"
+    spec = _spec(_parser().parse_args([str(tmp_path / "k"), *layout.split()]))
+    write_run(spec, tmp_path / "k")
+    write_nsys_run(spec, tmp_path / "n")
+    kineto, nsys = analyze_json(tmp_path / "k"), analyze_json(tmp_path / "n")
+    for key in ("ranks", "by_type"):
+        assert _differences(kineto[key], nsys[key]) == []
+    assert nsys["cross_rank"]["point_to_point"] == kineto["cross_rank"]["point_to_point"]
+
+
+def test_an_older_schema_without_runtime_or_nvtx_is_analyzed_with_notes(tmp_path: Path) -> None:
+    """Schema 2.x (EXPORT_META_DATA), kernels without globalPid, no launches, no NVTX: compute
+    and idle from the kernels, one window, the notes saying what is missing."""
+    old = tmp_path / "old.sqlite"
+    with sqlite3.connect(old) as db:
+        db.executescript(
+            "CREATE TABLE EXPORT_META_DATA (name TEXT, value TEXT);"
+            "INSERT INTO EXPORT_META_DATA VALUES ('EXPORT_SCHEMA_VERSION', '2.7.1');"
+            "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);"
+            "INSERT INTO StringIds VALUES (1, 'sm90_gemm'), "
+            "(2, 'ncclKernel_AllReduce_RING_LL_Sum_float');"
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT NOT NULL, end INT NOT NULL, "
+            "deviceId INT NOT NULL, contextId INT NOT NULL, streamId INT NOT NULL, "
+            "correlationId INT NOT NULL, demangledName INT NOT NULL, shortName INT NOT NULL);"
+            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (2000, 5000, 0, 1, 7, 2, 1, 1), "
+            "(1000, 1500, 0, 1, 7, 1, 1, 1), (4000, 6000, 0, 1, 20, 3, 2, 2);"
+        )
+    doc = analyze_json(old)
+    (rank,) = doc["ranks"]
+    f = rank["window"]["figures"]
+    assert (f["window_ns"], f["compute_ns"], f["comm_ns"], f["exposed_comm_ns"]) == (
+        5000,
+        3500,
+        2000,
+        1000,
+    )
+    assert f["idle_ns"] == 500
+    notes = " ".join(n["text"] for n in doc["notes"])
+    assert "no matching runtime launch" in notes and "no ProfilerStep" in notes
+
+
+def test_a_report_needs_nsys_to_be_exported_first(tmp_path: Path, monkeypatch) -> None:
+    report = tmp_path / "job.nsys-rep"
+    report.write_bytes(b"\x00" * 64)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    result = CliRunner().invoke(app, ["analyze", str(report)])
+    assert result.exit_code == 3
+    line = "nsys export --type sqlite --include-json true -o job.sqlite job.nsys-rep"
+    assert line in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_report_is_exported_with_nsys_beside_nothing(
+    tmp_path: Path, monkeypatch, nsys_exports: Path
+) -> None:
+    """With nsys on PATH a report is exported into a temporary folder, never beside it."""
+    bin_dir, run = tmp_path / "bin", tmp_path / "run"
+    bin_dir.mkdir()
+    run.mkdir()
+    fake = bin_dir / "nsys"
+    fake.write_text(
+        "#!/bin/sh\n# nsys export --type sqlite --include-json true -o OUT FILE\n"
+        f'cp "{nsys_exports / "mock.sqlite"}" "$7"\n'
+    )
+    fake.chmod(0o755)
+    (run / "job.nsys-rep").write_bytes(b"\x00" * 64)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    doc = analyze_json(run)
+    assert doc["summary"]["ranks_analyzed"] == 1
+    assert doc["ranks"][0]["path"].startswith(str(run / "job.nsys-rep"))
+    assert sorted(p.name for p in run.iterdir()) == ["job.nsys-rep"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import quote
 
@@ -99,7 +99,8 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankEvents]:
     kernels = _kernels(db, tables, strings)
     if kernels.height == 0:
         raise TraceError(path, f"an Nsight Systems export (schema {version}) with no kernel")
-    processes = _processes(db, tables, kernels, warnings, path)
+    launcher = _launcher(db, tables)
+    processes = _processes(kernels, launcher, warnings, path)
     base = _session_start(db, tables)
     host = _hostname(db, tables)
     gpu_names = _gpu_names(db, tables)
@@ -111,7 +112,7 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankEvents]:
         events = _rank_columns(proc, kernels, copies, runtime, ranges)
         meta = TraceMeta(
             rank=proc.rank,
-            world_size=None,
+            world_size=launcher.world_size,
             backend=None,
             nccl_version=None,
             pg_config=(),
@@ -121,8 +122,46 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankEvents]:
             trace_id=None,
         )
         name = f"{path}#pid{proc.global_pid // _TID_SPAN % _TID_SPAN}.gpu{proc.device}"
-        out.append(rank_from_columns(name, meta, events, list(warnings), False, 0))
+        rank = rank_from_columns(name, meta, events, list(warnings), False, 0)
+        out.append(replace(rank, launches=_launch_ops(rank.launches, rank.cpu)))
     return out
+
+
+# ranges that name no op: the step, and the collective annotations around record_param_comms
+_NOT_AN_OP = r"^(?:nccl:|gloo:|ProfilerStep#)"
+
+
+def _launch_ops(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
+    """Each launch's ``op``: the innermost PyTorch range open on its thread when it was made
+    (what Kineto's External id names; an export has no such link)."""
+    ranges = cpu.filter(
+        (pl.col("kind") == "annotation") & ~pl.col("name").str.contains(_NOT_AN_OP)
+    ).select(
+        pl.col("tid").alias("_r_tid"),
+        pl.col("start_ns").alias("_r_start"),
+        pl.col("end_ns").alias("_r_end"),
+        pl.col("name").alias("_r_name"),
+    )
+    if ranges.height == 0 or launches.height == 0:
+        return launches
+    keyed = launches.with_row_index("_launch")
+    inner = (
+        keyed.select("_launch", "tid", "start_ns")
+        .join_where(
+            ranges,
+            pl.col("start_ns") >= pl.col("_r_start"),
+            pl.col("start_ns") <= pl.col("_r_end"),
+        )
+        .filter(pl.col("tid") == pl.col("_r_tid"))
+        .sort("_r_start", descending=True)
+        .unique("_launch", keep="first")
+        .select("_launch", "_r_name")
+    )
+    return (
+        keyed.join(inner, on="_launch", how="left", maintain_order="left")
+        .with_columns(pl.coalesce("op", "_r_name").alias("op"))
+        .drop("_launch", "_r_name")
+    )
 
 
 def _schema_version(db: sqlite3.Connection, tables: set[str]) -> str:
@@ -181,29 +220,52 @@ def _copies(db: sqlite3.Connection, tables: set[str]) -> pl.DataFrame:
         "global_pid": pl.Int64(),
     }
     parts = []
-    for table, kind, label in (
-        ("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy", "'Memcpy'"),
-        ("CUPTI_ACTIVITY_KIND_MEMSET", "memset", "'Memset (Device)'"),
+    for table, kind in (
+        ("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"),
+        ("CUPTI_ACTIVITY_KIND_MEMSET", "memset"),
+        ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "sync"),
     ):
         if table not in tables:
             continue
         cols = _columns(db, table)
         pid = "globalPid" if "globalPid" in cols else "NULL"
-        name = label
-        if kind == "memcpy" and "copyKind" in cols and "ENUM_CUDA_MEMCPY_OPER" in tables:
-            name = (
-                "'Memcpy ' || coalesce((SELECT label FROM ENUM_CUDA_MEMCPY_OPER e "
-                "WHERE e.id = copyKind), 'copy')"
-            )
         parts.append(
             _frame(
                 db,
-                f"SELECT '{kind}', {name}, start, end, deviceId, streamId, correlationId, "
-                f"{pid} FROM {table}",
+                f"SELECT '{kind}', {_copy_name(kind, cols, tables)}, start, end, deviceId, "
+                f"streamId, correlationId, {pid} FROM {table}",
                 schema,
             )
         )
     return pl.concat(parts) if parts else pl.DataFrame(schema=schema)
+
+
+# Kineto's names for CUPTI's synchronization records (ENUM_CUPTI_SYNC_TYPE ids)
+_SYNC_NAMES = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
+
+
+def _copy_name(kind: str, cols: set[str], tables: set[str]) -> str:
+    """The SQL expression naming a copy, a set or a sync record as Kineto names it:
+    ``Memcpy HtoD (Pinned -> Device)``, ``Memset (Device)``, ``Event Sync``."""
+    if kind == "memset":
+        return "'Memset (Device)'"
+    if kind == "sync":
+        cases = " ".join(f"WHEN {k} THEN '{v}'" for k, v in _SYNC_NAMES.items())
+        return f"CASE syncType {cases} ELSE 'Sync' END" if "syncType" in cols else "'Sync'"
+    if "copyKind" not in cols or "ENUM_CUDA_MEMCPY_OPER" not in tables:
+        return "'Memcpy'"
+    code = (
+        "(SELECT replace(replace(e.name, 'CUDA_MEMCPY_KIND_', ''), 'TO', 'to') "
+        "FROM ENUM_CUDA_MEMCPY_OPER e WHERE e.id = copyKind)"
+    )
+    if {"srcKind", "dstKind"} <= cols and "ENUM_CUDA_MEM_KIND" in tables:
+        ends = (
+            "' (' || coalesce((SELECT label FROM ENUM_CUDA_MEM_KIND m WHERE m.id = srcKind), "
+            "'?') || ' -> ' || coalesce((SELECT label FROM ENUM_CUDA_MEM_KIND m "
+            "WHERE m.id = dstKind), '?') || ')'"
+        )
+        return f"'Memcpy ' || coalesce({code}, 'copy') || {ends}"
+    return f"'Memcpy ' || coalesce({code}, 'copy')"
 
 
 def _runtime(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataFrame:
@@ -275,61 +337,80 @@ def _nvtx(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataFram
 
 
 def _processes(
-    db: sqlite3.Connection,
-    tables: set[str],
-    kernels: pl.DataFrame,
-    warnings: list[str],
-    path: Path,
+    kernels: pl.DataFrame, launcher: _Launcher, warnings: list[str], path: Path
 ) -> list[_Process]:
-    """The (process, GPU) pairs that ran kernels, in GPU order, with their global ranks:
-    from the launcher's ``--node_rank`` and ``--nproc_per_node`` (``META_DATA_CAPTURE``), or a
-    ``RANK=`` variable recorded for the process; else none (the run assigns ranks by file)."""
+    """The (process, GPU) pairs that ran kernels, in GPU order, with their global ranks: the
+    process's own ``RANK`` (``META_DATA_CAPTURE``: ``PROCESS_k:PID`` and its environment), else
+    the launcher's ``--node_rank`` × ``--nproc_per_node`` + the GPU's place in the file; else the
+    GPU order within the file, said in a warning (one process: no rank, the run assigns it)."""
     pairs = (
         kernels.select("global_pid", "device")
         .unique()
         .sort("device", "global_pid", nulls_last=True)
         .rows()
     )
-    node_rank, per_node, env_rank = _launcher(db, tables)
     out = []
     for local, (gpid, device) in enumerate(pairs):
-        rank: int | None = None
-        if len(pairs) == 1 and env_rank is not None:
-            rank = env_rank
-        elif node_rank is not None:
-            rank = node_rank * (per_node or len(pairs)) + local
+        pid = (gpid or 0) // _TID_SPAN % _TID_SPAN
+        rank = launcher.rank_of_pid.get(pid)
+        if rank is None and launcher.node_rank is not None and len(pairs) > 1:
+            rank = launcher.node_rank * (launcher.per_node or len(pairs)) + local
         out.append(_Process(gpid or 0, device, rank))
-    if len(pairs) > 1 and node_rank is None:
+    if len(pairs) > 1 and any(p.rank is None for p in out):
         warnings.append(
-            f"{path}: {len(pairs)} processes / GPUs and no node rank in the launcher's "
-            "arguments: ranks by GPU order within the file"
+            f"{path}: {len(pairs)} processes / GPUs and no rank or node rank recorded for "
+            "them: ranks by GPU order within the file"
         )
         out = [_Process(p.global_pid, p.device, i) for i, p in enumerate(out)]
     return out
 
 
+@dataclass(frozen=True)
+class _Launcher:
+    node_rank: int | None
+    per_node: int | None
+    rank_of_pid: dict[int, int]
+    world_size: int | None = None
+
+
 _ARG = re.compile(r"^--(node[_-]rank|nproc[_-]per[_-]node|nnodes)=(\d+)")
 _RANK_ENV = re.compile(r'^RANK="?(\d+)"?$')
+_WORLD_ENV = re.compile(r'^WORLD_SIZE="?(\d+)"?$')
+_PROCESS_KEY = re.compile(r"^(PROCESS_\d+):(PID|ENVIRONMENT_VARIABLE|ARGUMENT_\d+)$")
 
 
-def _launcher(
-    db: sqlite3.Connection, tables: set[str]
-) -> tuple[int | None, int | None, int | None]:
-    """(node rank, processes per node, RANK) from the captured command line and environment."""
+def _launcher(db: sqlite3.Connection, tables: set[str]) -> _Launcher:
+    """What the capture recorded of the launched processes: the launcher's arguments, and each
+    process's pid and ``RANK`` environment variable."""
     if "META_DATA_CAPTURE" not in tables:
-        return None, None, None
+        return _Launcher(None, None, {}, None)
     found: dict[str, int] = {}
-    env_rank = None
-    for name, value in db.execute("SELECT name, value FROM META_DATA_CAPTURE"):
+    pids: dict[str, int] = {}
+    ranks: dict[str, int] = {}
+    world: int | None = None
+    for name, value in db.execute("SELECT name, value FROM META_DATA_CAPTURE LIMIT 100000"):
+        key = _PROCESS_KEY.match(str(name)[:100])
+        if key is None:
+            continue
+        process, field = key.groups()
         text = str(value)[:_NAME_LIMIT]
-        if ":ARGUMENT_" in str(name) and (m := _ARG.match(text)):
+        if field == "PID" and text.isdigit():
+            pids[process] = int(text)
+        elif field == "ENVIRONMENT_VARIABLE" and (m := _RANK_ENV.match(text)):
+            ranks[process] = int(m.group(1))
+        elif field == "ENVIRONMENT_VARIABLE" and (m := _WORLD_ENV.match(text)):
+            world = int(m.group(1))
+        elif field.startswith("ARGUMENT_") and (m := _ARG.match(text)):
             found.setdefault(m.group(1).replace("-", "_"), int(m.group(2)))
-        elif str(name).endswith("ENVIRONMENT_VARIABLE") and (m := _RANK_ENV.match(text)):
-            env_rank = int(m.group(1))
     node_rank = found.get("node_rank")
     if node_rank is None and found.get("nnodes") == 1:
         node_rank = 0
-    return node_rank, found.get("nproc_per_node"), env_rank
+    by_pid = {pids[p]: r for p, r in ranks.items() if p in pids and pids[p] > 0}
+    per_node = found.get("nproc_per_node")
+    nodes = found.get("nnodes")
+    if world is None and per_node is not None and nodes is not None:
+        world = per_node * nodes
+    return _Launcher(node_rank, per_node, by_pid, world)
 
 
 def _session_start(db: sqlite3.Connection, tables: set[str]) -> int | None:
