@@ -199,12 +199,31 @@ def _kernels(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataF
     cols = _columns(db, "CUPTI_ACTIVITY_KIND_KERNEL")
     name_col = "demangledName" if "demangledName" in cols else "shortName"
     pid = "k.globalPid" if "globalPid" in cols else "NULL"
-    return _frame(
+    ids = _frame(
         db,
-        f"SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, {pid}, "
-        f"substr(s.value, 1, {_NAME_LIMIT}) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-        f"LEFT JOIN {strings} s ON s.id = k.{name_col}",
-        schema,
+        f"SELECT start, end, deviceId, streamId, correlationId, {pid.removeprefix('k.')}, "
+        f"{name_col} FROM CUPTI_ACTIVITY_KIND_KERNEL",
+        {**schema, "name": pl.Int64()},
+    )
+    return _with_strings(
+        db, ids, strings, f"SELECT DISTINCT {name_col} FROM CUPTI_ACTIVITY_KIND_KERNEL"
+    )
+
+
+def _with_strings(
+    db: sqlite3.Connection, frame: pl.DataFrame, strings: str, used: str
+) -> pl.DataFrame:
+    """``frame``'s ``name`` ids as their strings: each distinct string fetched once (a name
+    repeats over thousands of rows; fetching it per row was most of the read)."""
+    names = _frame(
+        db,
+        f"SELECT id, substr(value, 1, {_NAME_LIMIT}) FROM {strings} WHERE id IN ({used})",
+        {"name": pl.Int64(), "_text": pl.String()},
+    ).unique("name", keep="first")
+    return (
+        frame.join(names, on="name", how="left", maintain_order="left")
+        .with_columns(pl.col("_text").alias("name"))
+        .drop("_text")
     )
 
 
@@ -278,12 +297,13 @@ def _runtime(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataF
     }
     if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
         return pl.DataFrame(schema=schema)
-    frame = _frame(
+    ids = _frame(
         db,
-        "SELECT r.start, r.end, r.globalTid, r.correlationId, "
-        f"substr(s.value, 1, {_NAME_LIMIT}) FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
-        f"LEFT JOIN {strings} s ON s.id = r.nameId",
-        schema,
+        "SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+        {**schema, "name": pl.Int64()},
+    )
+    frame = _with_strings(
+        db, ids, strings, "SELECT DISTINCT nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME"
     )
     return frame.with_columns(pl.col("name").str.replace(_RUNTIME_VERSION.pattern, ""))
 
