@@ -1,0 +1,111 @@
+"""The Nsight Systems reader against the Kineto reader on the same generated events, and against
+reading the same tables with pandas.
+
+    python bench/nsys_read.py [--mb-per-rank 1000] [--out bench/out/nsys] [--repeat 3]
+
+One FSDP-style rank is generated (once) with the ground-truth generator both as Kineto JSON
+(uncompressed, about ``--mb-per-rank`` MB) and as an ``nsys export --type sqlite`` file of the
+same events (``tracecomm.synth.nsys``). Each reader runs in a fresh subprocess, ``--repeat``
+times; the median wall time and the peak RSS are reported:
+
+- ``kineto``: ``tracecomm.ingest.load_rank`` of the JSON file;
+- ``nsys``: ``tracecomm.ingest.nsys.load_nsys`` of the SQLite file;
+- ``pandas``: ``pandas.read_sql`` of the tables the nsys reader reads (kernels, runtime, NVTX,
+  copies, with their names joined), the usual way a script reads an export: the floor a
+  dataframe library gives, with none of tracecomm's frames built.
+
+Speed is reported as ratios against the baselines of the same run, never as pass / fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+_READERS = {
+    "kineto": (
+        "from tracecomm.ingest.load import load_rank\nr = load_rank({path!r})\nn = r.device.height"
+    ),
+    "nsys": (
+        "from tracecomm.ingest.nsys import load_nsys\nr = load_nsys({path!r})[0]\n"
+        "n = r.device.height"
+    ),
+    "pandas": (
+        "import sqlite3, pandas as pd\n"
+        "db = sqlite3.connect({path!r})\n"
+        "k = pd.read_sql('SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, "
+        "k.globalPid, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
+        "ON s.id = k.demangledName', db)\n"
+        "r = pd.read_sql('SELECT r.start, r.end, r.globalTid, r.correlationId, s.value FROM "
+        "CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId', db)\n"
+        "v = pd.read_sql('SELECT n.start, n.end, n.globalTid, coalesce(n.text, s.value) FROM "
+        "NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+        "WHERE n.eventType IN (59, 60)', db)\n"
+        "c = pd.read_sql('SELECT start, end, deviceId, streamId, correlationId FROM "
+        "CUPTI_ACTIVITY_KIND_MEMCPY', db)\n"
+        "n = len(k) + len(c)"
+    ),
+}
+_TIMED = (
+    "import resource, time\nt = time.perf_counter()\n{body}\n"
+    "w = time.perf_counter() - t\n"
+    "print(w, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, n)"
+)
+
+
+def _generate(out: Path, mb: int) -> tuple[Path, Path]:
+    kineto, nsys = out / "kineto", out / "nsys"
+    if not (kineto / "rank0.pt.trace.json").exists():
+        _synth(kineto, mb, "--no-gzip")
+    if not (nsys / "rank0.sqlite").exists():
+        _synth(nsys, mb, "--format", "nsys")
+    return kineto / "rank0.pt.trace.json", nsys / "rank0.sqlite"
+
+
+def _synth(folder: Path, mb: int, *extra: str) -> None:
+    args = [sys.executable, "-m", "tracecomm.synth", str(folder), "--ranks", "2"]
+    subprocess.run([*args, "--size-mb", str(mb), "--force", *extra], check=True)
+
+
+def _measure(reader: str, path: Path, repeat: int) -> dict[str, float]:
+    code = _TIMED.format(body=_READERS[reader].format(path=str(path)))
+    walls, rss, rows = [], [], 0.0
+    for _ in range(repeat):
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
+        wall, peak, n = done.stdout.split()
+        walls.append(float(wall))
+        rss.append(int(peak) / 1024)
+        rows = float(n)
+    return {"wall_s": statistics.median(walls), "peak_mib": max(rss), "device_rows": rows}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--mb-per-rank", type=int, default=1000)
+    p.add_argument("--out", type=Path, default=Path("bench/out/nsys"))
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args()
+    kineto, nsys = _generate(args.out, args.mb_per_rank)
+    sizes = {"kineto_mb": kineto.stat().st_size / 1e6, "nsys_mb": nsys.stat().st_size / 1e6}
+    got = {
+        "kineto": _measure("kineto", kineto, args.repeat),
+        "nsys": _measure("nsys", nsys, args.repeat),
+        "pandas": _measure("pandas", nsys, args.repeat),
+    }
+    base = got["kineto"]["wall_s"]
+    ratios = {
+        "nsys_over_kineto": got["nsys"]["wall_s"] / base,
+        "nsys_over_pandas": got["nsys"]["wall_s"] / got["pandas"]["wall_s"],
+    }
+    print(json.dumps({"sizes": sizes, "readers": got, "ratios": ratios}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
