@@ -180,28 +180,25 @@ def _frame(db: sqlite3.Connection, query: str, schema: dict[str, pl.DataType]) -
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
+def _schema(ints: str, strings: str = "") -> dict[str, pl.DataType]:
+    """A frame's columns: Int64 ones, then String ones (names separated by spaces)."""
+    return {n: pl.Int64() for n in ints.split()} | {n: pl.String() for n in strings.split()}
+
+
 def _columns(db: sqlite3.Connection, table: str) -> set[str]:
     return {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
 
 
 def _kernels(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataFrame:
-    schema = {
-        "start_ns": pl.Int64(),
-        "end_ns": pl.Int64(),
-        "device": pl.Int64(),
-        "stream": pl.Int64(),
-        "correlation": pl.Int64(),
-        "global_pid": pl.Int64(),
-        "name": pl.String(),
-    }
+    schema = _schema("start_ns end_ns device stream correlation global_pid", "name")
     if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
         return pl.DataFrame(schema=schema)
     cols = _columns(db, "CUPTI_ACTIVITY_KIND_KERNEL")
     name_col = "demangledName" if "demangledName" in cols else "shortName"
-    pid = "k.globalPid" if "globalPid" in cols else "NULL"
+    pid = "globalPid" if "globalPid" in cols else "NULL"
     ids = _frame(
         db,
-        f"SELECT start, end, deviceId, streamId, correlationId, {pid.removeprefix('k.')}, "
+        f"SELECT start, end, deviceId, streamId, correlationId, {pid}, "
         f"{name_col} FROM CUPTI_ACTIVITY_KIND_KERNEL",
         {**schema, "name": pl.Int64()},
     )
@@ -228,16 +225,10 @@ def _with_strings(
 
 
 def _copies(db: sqlite3.Connection, tables: set[str]) -> pl.DataFrame:
-    schema = {
-        "kind": pl.String(),
-        "name": pl.String(),
-        "start_ns": pl.Int64(),
-        "end_ns": pl.Int64(),
-        "device": pl.Int64(),
-        "stream": pl.Int64(),
-        "correlation": pl.Int64(),
-        "global_pid": pl.Int64(),
-    }
+    # the SQL below selects kind and name first
+    schema = {"kind": pl.String(), "name": pl.String()} | _schema(
+        "start_ns end_ns device stream correlation global_pid"
+    )
     parts = []
     for table, kind in (
         ("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"),
@@ -288,13 +279,7 @@ def _copy_name(kind: str, cols: set[str], tables: set[str]) -> str:
 
 
 def _runtime(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataFrame:
-    schema = {
-        "start_ns": pl.Int64(),
-        "end_ns": pl.Int64(),
-        "global_tid": pl.Int64(),
-        "correlation": pl.Int64(),
-        "name": pl.String(),
-    }
+    schema = _schema("start_ns end_ns global_tid correlation", "name")
     if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
         return pl.DataFrame(schema=schema)
     ids = _frame(
@@ -309,13 +294,7 @@ def _runtime(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataF
 
 
 def _nvtx(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataFrame:
-    schema = {
-        "start_ns": pl.Int64(),
-        "end_ns": pl.Int64(),
-        "global_tid": pl.Int64(),
-        "name": pl.String(),
-        "domain": pl.String(),
-    }
+    schema = _schema("start_ns end_ns global_tid", "name domain")
     if "NVTX_EVENTS" not in tables:
         return pl.DataFrame(schema=schema)
     cols = _columns(db, "NVTX_EVENTS")
