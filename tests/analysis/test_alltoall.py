@@ -156,7 +156,8 @@ def test_wait_and_transfer_split_each_matched_kernel(
     rows = {r["rank"]: r for r in doc["all_to_all"]["ranks"]}
     for r in rows.values():
         assert r["wait_ns"] + r["transfer_ns"] == r["matched_ns"]
-        assert r["matched_ns"] <= r["comm_ns"] or r["kernels"] > 0
+        # one stream: the kernels' union is their sum, of which the matched ones are a part
+        assert 0 < r["matched_ns"] <= r["comm_ns"]
     others = [rows[r]["wait_ns"] for r in rows if r != 5]
     assert min(others) > 20 * rows[5]["wait_ns"]
 

@@ -12,6 +12,7 @@ import polars as pl
 
 from tracecomm.colltypes import COLL_TYPES
 from tracecomm.ingest.events import META_SCHEMA
+from tracecomm.ingest.frames import innermost_enclosing
 from tracecomm.ingest.model import RankEvents
 
 # Communication libraries by kernel name (metrics.md §1a), each with how its kernels are typed:
@@ -92,8 +93,8 @@ _NAMESPACE = re.compile(_NAMESPACE_PATTERN)
 _ASCII_SPACE = " \t\n\x0b\x0c\r"  # what Rust's trim() strips from an ASCII string
 _KERNEL_TOKEN = re.compile(_KERNEL_COLL_TOKEN)
 _LIBRARIES = tuple(
-    (re.compile(p), tuple((re.compile(t), c) for t, c in tokens), default)
-    for _, p, tokens, default in COMM_LIBRARIES
+    (library, re.compile(p), tuple((re.compile(t), c) for t, c in tokens), default)
+    for library, p, tokens, default in COMM_LIBRARIES
 )
 
 
@@ -130,11 +131,11 @@ def _coll_type_py(name: str) -> str:
 
 def library_of(name: str) -> str | None:
     """The communication library (beyond NCCL's family) a kernel name belongs to, if any."""
-    return next((lib[0] for lib in COMM_LIBRARIES if re.search(lib[1], name)), None)
+    return next((library for library, pattern, *_ in _LIBRARIES if pattern.search(name)), None)
 
 
 def _kernel_type_py(name: str) -> str | None:
-    for pattern, tokens, default in _LIBRARIES:
+    for _, pattern, tokens, default in _LIBRARIES:
         if pattern.search(name):
             return next((c for t, c in tokens if t.search(name)), default)
     token = _KERNEL_TOKEN.search(name)
@@ -307,7 +308,7 @@ def _coll_type(comm: pl.DataFrame) -> pl.Expr:
 
     A generic kernel (one whose name says SendRecv or no type: NCCL runs an all-to-all as
     grouped sends and receives) takes the collective its launch sat in, when that is one of
-    the named collectives (metrics.md §1a); p2p launches say SendRecv and stay so."""
+    the named collectives (metrics.md §1); p2p launches say SendRecv and stay so."""
     by_name = pl.lit(kernel_types(comm["name"]))
     generic = by_name.is_null() | by_name.is_in(list(_GENERIC_TYPES))
     return pl.coalesce(
@@ -323,7 +324,7 @@ def _coll_type(comm: pl.DataFrame) -> pl.Expr:
 # Kernel-name types that say nothing about the collective a launch belongs to.
 _GENERIC_TYPES = ("SendRecv", "Other")
 # What a launch context may lend a generic kernel: a named collective, never SendRecv / Other.
-_CONTEXT_TYPES = ("AllGather", "ReduceScatter", "AllReduce", "Broadcast", "Reduce", "AllToAll")
+_CONTEXT_TYPES = tuple(t for t in COLL_TYPES if t not in _GENERIC_TYPES)
 _CONTEXT_NAME = r"^(?:nccl:|gloo:|c10d::)"
 
 
@@ -373,30 +374,20 @@ def _enclosing_collective(keyed: pl.DataFrame, cpu: pl.DataFrame) -> pl.Series:
     ann = cpu.filter(
         (pl.col("kind") == "annotation") & pl.col("name").str.contains(r"^(?:nccl|gloo):")
     )
-    typed = ann.select(
-        pl.col("tid").alias("_a_tid"),
-        pl.col("start_ns").alias("_a_start"),
-        pl.col("end_ns").alias("_a_end"),
-        pl.lit(coll_types(ann["name"])).alias("_a_type"),
-    ).filter(pl.col("_a_type").is_in([*_CONTEXT_TYPES, "SendRecv"]))
-    left = keyed.select("_ctx_row", "_l_tid", "_l_at").filter(
-        pl.col("_l_at").is_not_null() & pl.col("_l_tid").is_not_null()
-    )
-    if typed.height == 0 or left.height == 0:
-        return none
-    found = (
-        left.join_where(
-            typed, pl.col("_l_at") >= pl.col("_a_start"), pl.col("_l_at") <= pl.col("_a_end")
-        )
-        .filter(pl.col("_l_tid") == pl.col("_a_tid"))
-        .sort("_a_start", descending=True)
-        .unique("_ctx_row", keep="first")
-        .select("_ctx_row", "_a_type")
-    )
+    ranges = ann.select(
+        "tid",
+        pl.col("start_ns").alias("start"),
+        pl.col("end_ns").alias("end"),
+        pl.lit(coll_types(ann["name"])).alias("value"),
+    ).filter(pl.col("value").is_in([*_CONTEXT_TYPES, "SendRecv"]))
+    points = keyed.select(
+        pl.col("_ctx_row").alias("key"), pl.col("_l_tid").alias("tid"), pl.col("_l_at").alias("at")
+    ).drop_nulls()
+    found = innermost_enclosing(points, ranges)
     return (
-        keyed.select("_ctx_row")
-        .join(found, on="_ctx_row", how="left", maintain_order="left")
-        .get_column("_a_type")
+        keyed.select(pl.col("_ctx_row").alias("key"))
+        .join(found, on="key", how="left", maintain_order="left")
+        .get_column("value")
         .alias("ctx")
     )
 

@@ -10,8 +10,10 @@ from pathlib import Path
 
 from tracecomm.errors import UsageError
 
-# Kineto traces, and Nsight Systems exports and reports (ingest.nsys)
-_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".qdrep")
+# Nsight Systems exports and reports (ingest.nsys)
+NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
+# what a folder is searched for: Kineto traces, and Nsight Systems files
+TRACE_SUFFIXES = (".json", ".json.gz", *NSYS_SUFFIXES)
 _RANK_IN_NAME = re.compile(r"(?:^|[_\-./])(?:rank|worker)[_\-]?(\d+)(?=[_\-.]|$)", re.IGNORECASE)
 _DIGITS = re.compile(r"(\d+)")
 
@@ -46,7 +48,7 @@ def _scan(folder: Path) -> Iterable[Path]:
     for path in folder.rglob("*"):
         if any(part.startswith(".") for part in path.relative_to(folder).parts):
             continue
-        if path.name.lower().endswith(_TRACE_SUFFIXES) and path.is_file():
+        if path.name.lower().endswith(TRACE_SUFFIXES) and path.is_file():
             yield path
 
 

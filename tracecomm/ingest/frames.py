@@ -533,3 +533,20 @@ _FRAME_BUILDERS = {
     "gpu_ranges": _gpu_range_frame,
     "cpu": _cpu_frame,
 }
+
+
+def innermost_enclosing(points: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
+    """For each point (``key``, ``tid``, ``at``), the ``value`` of the latest-starting range
+    (``tid``, ``start``, ``end``, ``value``) open on the same thread at that time: the
+    innermost, ranges on a thread being nested. Points inside none are left out. One
+    inequality join, not a search per point: a launch and the CPU ranges around it."""
+    if points.height == 0 or ranges.height == 0:
+        return pl.DataFrame(schema={"key": points.schema["key"], "value": ranges.schema["value"]})
+    right = ranges.rename({"tid": "_r_tid"})
+    return (
+        points.join_where(right, pl.col("at") >= pl.col("start"), pl.col("at") <= pl.col("end"))
+        .filter(pl.col("tid") == pl.col("_r_tid"))
+        .sort("start", descending=True)
+        .unique("key", keep="first")
+        .select("key", "value")
+    )

@@ -32,12 +32,11 @@ import polars as pl
 
 from tracecomm.errors import NotATrace, TraceError
 from tracecomm.ingest.events import META_SCHEMA
-from tracecomm.ingest.frames import rank_from_columns
+from tracecomm.ingest.frames import innermost_enclosing, rank_from_columns
 from tracecomm.ingest.limits import check_plain_size
 from tracecomm.ingest.model import RankEvents, ReadOptions, TraceMeta
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 # NVTX event types (ENUM_NSYS_EVENT_TYPE): push/pop range, start/end range, domain creation
 _PUSH_POP, _START_END, _DOMAIN = 59, 60, 75
 # PyTorch's NVTX ranges (emit_nvtx / record_function) carry their ids after the name
@@ -137,30 +136,19 @@ def _launch_ops(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
     ranges = cpu.filter(
         (pl.col("kind") == "annotation") & ~pl.col("name").str.contains(_NOT_AN_OP)
     ).select(
-        pl.col("tid").alias("_r_tid"),
-        pl.col("start_ns").alias("_r_start"),
-        pl.col("end_ns").alias("_r_end"),
-        pl.col("name").alias("_r_name"),
+        "tid",
+        pl.col("start_ns").alias("start"),
+        pl.col("end_ns").alias("end"),
+        pl.col("name").alias("value"),
     )
-    if ranges.height == 0 or launches.height == 0:
-        return launches
-    keyed = launches.with_row_index("_launch")
-    inner = (
-        keyed.select("_launch", "tid", "start_ns")
-        .join_where(
-            ranges,
-            pl.col("start_ns") >= pl.col("_r_start"),
-            pl.col("start_ns") <= pl.col("_r_end"),
-        )
-        .filter(pl.col("tid") == pl.col("_r_tid"))
-        .sort("_r_start", descending=True)
-        .unique("_launch", keep="first")
-        .select("_launch", "_r_name")
+    keyed = launches.with_row_index("key")
+    found = innermost_enclosing(
+        keyed.select("key", "tid", pl.col("start_ns").alias("at")).drop_nulls(), ranges
     )
     return (
-        keyed.join(inner, on="_launch", how="left", maintain_order="left")
-        .with_columns(pl.coalesce("op", "_r_name").alias("op"))
-        .drop("_launch", "_r_name")
+        keyed.join(found, on="key", how="left", maintain_order="left")
+        .with_columns(pl.coalesce("op", "value").alias("op"))
+        .drop("key", "value")
     )
 
 
@@ -507,4 +495,4 @@ def nsys_command(path: Path) -> str:
     return f"nsys export --type sqlite --include-json true -o {out} {path.name}"
 
 
-__all__: Sequence[str] = ("NSYS_SUFFIXES", "is_sqlite", "load_nsys", "nsys_command")
+__all__: Sequence[str] = ("is_sqlite", "load_nsys", "nsys_command")

@@ -21,10 +21,9 @@ from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 from tracecomm.errors import TraceError, UsageError
-from tracecomm.ingest.discover import find_traces, natural_key
+from tracecomm.ingest.discover import TRACE_SUFFIXES, find_traces, natural_key
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
-_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".qdrep")
 _COPY_BLOCK = 8 << 20
 
 T = TypeVar("T")
@@ -101,7 +100,7 @@ def _find_remote(url: str) -> list[str]:
     out = []
     for name in names:
         rel = name[len(root.rstrip("/")) :].lstrip("/")
-        if rel.lower().endswith(_TRACE_SUFFIXES) and not any(
+        if rel.lower().endswith(TRACE_SUFFIXES) and not any(
             p.startswith(".") for p in rel.split("/")
         ):
             out.append(f"{base}/{rel}")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tracecomm.analysis.model import FileFailure, RankResult, RankTimeline
 from tracecomm.engine.options import BreakdownOptions
 from tracecomm.errors import NotATrace, TraceError
+from tracecomm.ingest.discover import NSYS_SUFFIXES
 from tracecomm.ingest.options import ReadOptions
 from tracecomm.run.sources import opened_locally, renamed, scheme
 
@@ -148,7 +149,7 @@ def _analyze_local(path: str, work: RankWork, remote: bool) -> list[RankResult |
 
 def is_nsys(path: str) -> bool:
     """An Nsight Systems export or report, by its name (ingest.nsys)."""
-    return path.lower().endswith((".sqlite", ".nsys-rep", ".qdrep"))
+    return path.lower().endswith(NSYS_SUFFIXES)
 
 
 def nsys_ranks(path: str, read: ReadOptions) -> list[RankEvents]:
