@@ -36,10 +36,17 @@ SHAPES = {
 }
 
 
+SHARED_NSYS = REPO.parent / "shared" / "data" / "nsys"
+
+
 def _shared_runs() -> list[Path]:
-    if not SHARED_TRACES.is_dir():
-        return []
-    return sorted(p for p in SHARED_TRACES.iterdir() if p.is_dir())
+    """Every shared trace folder, and each Nsight Systems export on its own (they are three
+    different jobs)."""
+    traces = (
+        sorted(p for p in SHARED_TRACES.iterdir() if p.is_dir()) if SHARED_TRACES.is_dir() else []
+    )
+    exports = sorted(SHARED_NSYS.glob("*.sqlite")) if SHARED_NSYS.is_dir() else []
+    return traces + exports
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +92,8 @@ def test_the_shared_traces_are_all_checked() -> None:
     if not SHARED_TRACES.is_dir():
         pytest.skip("../shared/data/traces is not present")
     assert {p.name for p in _shared_runs()} >= {"bytedance-straggler-SE", "deepseek-train-ep64"}
+    if SHARED_NSYS.is_dir():
+        assert {p.name for p in _shared_runs()} >= {"mfu_2gpu_before.sqlite", "mock.sqlite"}
 
 
 # --- each invariant fails on a report broken the way it guards against -----------------------

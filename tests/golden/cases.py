@@ -16,6 +16,7 @@ from tests.conftest import REPO, SHARED_TRACES
 
 SHARED = SHARED_TRACES.parents[1]
 SHARED_LOGS = SHARED / "data" / "nccl-logs"
+SHARED_NSYS = SHARED / "data" / "nsys"
 DATA = Path(__file__).resolve().parent / "data"
 SAMPLE = REPO / "fixtures" / "sample-run"
 GLOO = REPO / "fixtures" / "gloo-run"
@@ -41,6 +42,15 @@ def _shared_trace_cases() -> list[Case]:
     )
     return [
         Case(f"shared-{n}", ("analyze", str(SHARED_TRACES / n), "-f", "json"), "json", True)
+        for n in names
+    ]
+
+
+def _shared_nsys_cases() -> list[Case]:
+    """Each Nsight Systems export on its own: three different jobs (metrics.md §1b)."""
+    names = sorted(p.name for p in SHARED_NSYS.glob("*.sqlite")) if SHARED_NSYS.is_dir() else []
+    return [
+        Case(f"nsys-{n}", ("analyze", str(SHARED_NSYS / n), "-f", "json"), "json", True)
         for n in names
     ]
 
@@ -101,6 +111,7 @@ def cases() -> list[Case]:
         ),
         Case("gloo-terminal", ("analyze", str(GLOO)), "text"),
         *_shared_trace_cases(),
+        *_shared_nsys_cases(),
         *_shared_log_cases(),
     ]
 
