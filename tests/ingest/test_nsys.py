@@ -140,18 +140,16 @@ def test_a_crafted_export_is_read_within_its_bounds(tmp_path: Path) -> None:
     assert "\x1b" not in result.stdout
 
 
-# Collective metadata an export carries only in NCCL's NVTX payload values (--include-json,
-# not read yet): message sizes (the bandwidth section) and the process group's name and Seq.
-_ONLY_IN_PAYLOADS = ("bandwidth", "keyed_by", "group")
+# What an export cannot say: a process group's name (NCCL names a communicator by its id), and
+# so its Seq (instances are matched by order within the communicator).
+_ONLY_IN_KINETO = ("keyed_by", "group")
 
 
 def _differences(a: object, b: object, path: str = "") -> list[str]:
-    if path.endswith(".evidence") and isinstance(a, list) and isinstance(b, list):
-        a = [line for line in a if "bus bandwidth" not in line]  # from the message sizes
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
         for key in sorted(set(a) | set(b)):
-            if key in ("inputs", "path") or key in _ONLY_IN_PAYLOADS:
+            if key in ("inputs", "path") or key in _ONLY_IN_KINETO:
                 continue
             out += _differences(a.get(key), b.get(key), f"{path}.{key}")
         return out
@@ -164,42 +162,77 @@ def _differences(a: object, b: object, path: str = "") -> list[str]:
     return [] if a == b else [f"{path}: {a!r:.80} | {b!r:.80}"]
 
 
-@pytest.mark.parametrize(
-    "layout",
-    ["--ranks 4 --steps 3", "--layout moe --ranks 4 --layers 2 --ep-comm deepep --overlap"],
-)
-@pytest.mark.parametrize("per_node", [False, True])
-def test_a_generated_run_reads_the_same_from_kineto_and_nsys(
-    tmp_path: Path, layout: str, per_node: bool
-) -> None:
+def _group_names(kineto: dict, nsys: dict) -> dict[str, str]:
+    """Kineto's process group -> the communicator the export names in its place, from the
+    straggler rows (the same rows in the same order)."""
+    pairs = {
+        (k["group"], n["group"])
+        for k, n in zip(
+            kineto["stragglers"]["by_group_type"], nsys["stragglers"]["by_group_type"], strict=True
+        )
+    }
+    return dict(pairs)
+
+
+def _two_formats(tmp_path: Path, layout: str, per_node: bool = False, payloads: str = "json"):
     from tracecomm.synth.__main__ import _parser, _spec
     from tracecomm.synth.nsys import write_nsys_run
     from tracecomm.synth.writer import write_run
 
     spec = _spec(_parser().parse_args([str(tmp_path / "k"), *layout.split()]))
     write_run(spec, tmp_path / "k")
-    write_nsys_run(spec, tmp_path / "n", per_node=per_node)
-    kineto, nsys = analyze_json(tmp_path / "k"), analyze_json(tmp_path / "n")
+    write_nsys_run(spec, tmp_path / "n", per_node=per_node, payloads=payloads)
+    return spec, analyze_json(tmp_path / "k"), analyze_json(tmp_path / "n")
+
+
+@pytest.mark.parametrize(
+    ("layout", "per_node", "payloads"),
+    [
+        ("--ranks 4 --steps 3", False, "json"),
+        ("--ranks 4 --steps 3", True, "blobs"),
+        ("--layout dp-tp --ranks 8 --steps 2", True, "json"),
+        ("--layout dp-pp --dp 2 --pp 2 --microbatches 4 --steps 2", False, "blobs"),
+        ("--layout moe --ranks 4 --layers 2 --ep-comm deepep --overlap", False, "json"),
+    ],
+)
+def test_a_generated_run_reads_the_same_from_kineto_and_nsys(
+    tmp_path: Path, layout: str, per_node: bool, payloads: str
+) -> None:
+    """Every figure agrees, bandwidth and send / recv pairing included (NCCL's payloads: sizes,
+    communicators, peers); a process group is named by its communicator's id, one for one."""
+    spec, kineto, nsys = _two_formats(tmp_path, layout, per_node, payloads)
     assert _differences(kineto, nsys) == []
     assert nsys["summary"]["ranks_analyzed"] == len(spec.ranks)
+    names = _group_names(kineto, nsys)
+    assert len(set(names.values())) == len(names)  # one communicator per process group
+    # DeepEP's kernels make no NCCL call: their group is the world in both
+    assert all(n.startswith("comm 0x") or n == k for k, n in names.items())
 
 
-def test_a_pipeline_run_partitions_the_same_from_kineto_and_nsys(tmp_path: Path) -> None:
-    """Send / recv peers come from collective metadata (Src / Dst Rank) that an export holds
-    only in NCCL's payload values: the pairing of a pipeline's transfers is not read from an
-    export yet, every per-rank figure is."""
-    from tracecomm.synth.__main__ import _parser, _spec
-    from tracecomm.synth.nsys import write_nsys_run
-    from tracecomm.synth.writer import write_run
-
-    layout = "--layout dp-pp --dp 1 --pp 2 --microbatches 4 --steps 2"
-    spec = _spec(_parser().parse_args([str(tmp_path / "k"), *layout.split()]))
-    write_run(spec, tmp_path / "k")
-    write_nsys_run(spec, tmp_path / "n")
-    kineto, nsys = analyze_json(tmp_path / "k"), analyze_json(tmp_path / "n")
+def test_an_export_without_payload_values_loses_sizes_and_pairs_only(tmp_path: Path) -> None:
+    """Exported without --include-json: every per-rank figure; no bandwidth (no message
+    sizes), a warning that says why."""
+    _, kineto, nsys = _two_formats(tmp_path, "--ranks 4 --steps 3", payloads="none")
     for key in ("ranks", "by_type"):
         assert _differences(kineto[key], nsys[key]) == []
-    assert nsys["cross_rank"]["point_to_point"] == kineto["cross_rank"]["point_to_point"]
+    assert nsys["bandwidth"]["measured"] == 0 < kineto["bandwidth"]["measured"]
+    assert any("without their payload values" in w for w in nsys["warnings"])
+
+
+def test_all_to_all_volumes_from_payloads_are_bytes_with_the_same_imbalance(
+    tmp_path: Path,
+) -> None:
+    """NCCL's payloads give bytes per peer, not split sizes: the volume is in elements of one
+    byte, the imbalance ratio the tokens' (metrics.md §1b)."""
+    layout = "--layout moe --ranks 4 --layers 2 --metadata --imbalance 3"
+    _, kineto, nsys = _two_formats(tmp_path, layout)
+    k, n = kineto["all_to_all"]["imbalance"], nsys["all_to_all"]["imbalance"]
+    assert (k["unit"], n["unit"]) == ("tokens", "elements")
+    assert k["busiest_rank"] == n["busiest_rank"]
+    ratio = k["busiest_received"] / k["median_received"]
+    assert n["busiest_received"] / n["median_received"] == pytest.approx(ratio)
+    row_bytes = n["median_received"] / k["median_received"]  # one token's bytes
+    assert row_bytes == int(row_bytes) > 1
 
 
 def test_an_older_schema_without_runtime_or_nvtx_is_analyzed_with_notes(tmp_path: Path) -> None:

@@ -103,8 +103,14 @@ def test_version_and_tables(per_rank: list[Path]) -> None:
 
 
 @pytest.mark.skipif(not REAL.is_dir(), reason="no real Nsight Systems exports here")
-def test_columns_match_a_real_export(per_rank: list[Path]) -> None:
-    with _db(per_rank[0]) as mine:
+@pytest.mark.parametrize("payloads", ["json", "blobs"])
+def test_columns_match_a_real_export(
+    run: RunSpec, per_rank: list[Path], tmp_path: Path, payloads: str
+) -> None:
+    export = (
+        per_rank[0] if payloads == "json" else write_nsys_run(run, tmp_path, payloads=payloads)[0]
+    )
+    with _db(export) as mine:
         written = [r[0] for r in mine.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         for table in written:
             ours = mine.execute(f"PRAGMA table_info({table})").fetchall()
@@ -116,7 +122,10 @@ def test_columns_match_a_real_export(per_rank: list[Path]) -> None:
                         break
             else:
                 pytest.fail(f"{table} is in no real export")
-    assert set(TABLES) <= set(written) | {"CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"}
+    # the payload schemas are exported with the blobs only
+    blob_tables = {"NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES"}
+    assert (blob_tables <= set(written)) == (payloads == "blobs")
+    assert set(TABLES) <= set(written) | {"CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"} | blob_tables
 
 
 def test_identity_encoding(per_rank: list[Path]) -> None:
@@ -222,10 +231,27 @@ def test_collective_ranges(run: RunSpec, per_rank: list[Path]) -> None:
             r[0].split(",")[0]
             for r in db.execute("SELECT text FROM NVTX_EVENTS WHERE text LIKE 'nccl:%'")
         )
+        sizes = dict(
+            db.execute(
+                "SELECT s.value, sum(json_extract(n.jsonText, '$.\"Message size [bytes]\"')) "
+                "FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId WHERE n.domainId = ? "
+                "GROUP BY s.value",
+                (domain[0][0],),
+            ).fetchall()
+        )
     assert [d[1] for d in domain] == ["NCCL"]
     calls = {"AllGather": "ncclAllGather", "ReduceScatter": "ncclReduceScatter"}
     calls["AllReduce"] = "ncclAllReduce"
+    # one init per communicator the rank used (the world's, for FSDP), then the calls
+    assert nccl.pop("ncclCommInitRank") == 1
     assert nccl == Counter(calls[op.coll or ""] for op in comms)
+    # NCCL's sizes: an AllGather's send count, a ReduceScatter's receive count, in bytes
+    world = len(run.ranks)
+    width = {"AllGather": 2, "ReduceScatter": 2, "AllReduce": 4}
+    for coll, call in calls.items():
+        ops = [op for op in comms if op.coll == coll]
+        per = [op.nelems // world if coll == "ReduceScatter" else op.nelems for op in ops]
+        assert sizes[call] == sum(per) * width[coll], coll
     assert sum(torch.values()) == len(comms)
     assert torch["nccl:all_reduce"] == sum(op.coll == "AllReduce" for op in comms)
 

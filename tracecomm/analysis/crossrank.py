@@ -325,14 +325,26 @@ def _keys(instances: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:
 
 def _members(keyed: pl.DataFrame, analyzed: list[int]) -> dict[str, tuple[int, ...]]:
     """Each group's member ranks among the analyzed ones: its rank list when the trace spells
-    it out in full (Kineto abbreviates long ones), else every analyzed rank."""
+    it out in full (Kineto abbreviates long ones); else the ranks that carry the group when
+    they are as many as its size says (an Nsight export names a communicator, not its
+    members); else every analyzed rank."""
+    size = pl.col("group_size") if "group_size" in keyed.columns else pl.lit(None, pl.Int64)
     out: dict[str, tuple[int, ...]] = {}
-    for group, ranks_text in (
-        keyed.group_by("pg").agg(pl.col("pg_ranks").drop_nulls().first()).sort("pg").iter_rows()
+    for group, ranks_text, carriers, members in (
+        keyed.group_by("pg")
+        .agg(
+            pl.col("pg_ranks").drop_nulls().first(),
+            pl.col("rank").unique().sort(),
+            size.drop_nulls().max().alias("size"),
+        )
+        .sort("pg")
+        .iter_rows()
     ):
         if isinstance(ranks_text, str) and _RANK_LIST.match(ranks_text.strip()):
             listed = {int(r) for r in ranks_text.strip("[] ").split(",")}
             out[group] = tuple(r for r in analyzed if r in listed)
+        elif members is not None and len(carriers) == members < len(analyzed):
+            out[group] = tuple(carriers)
         else:
             out[group] = tuple(analyzed)
     return out

@@ -73,7 +73,8 @@ def base_report(data: RunData) -> Report:
         absent_ranks=tuple(absent),
         notes=_grouped_notes(ranks),
         skipped=tuple(f for f in failures if f.not_a_trace),
-        warnings=tuple(warnings),
+        # a file read as several ranks (an Nsight export of a node) warns once, not per rank
+        warnings=tuple(dict.fromkeys(warnings)),
     )
 
 

@@ -105,6 +105,15 @@ STEPS = option(
     help="ProfilerStep numbers to analyze, inclusive: 3:7, 3:, :7 or 5.",
 )
 ALL_STEPS = option("all_steps", bool, False, help="Also analyze incomplete (cut-short) steps.")
+STEP_RANGE = option(
+    "step_range",
+    str | None,
+    None,
+    metavar="REGEX",
+    help="Nsight Systems exports: NVTX ranges whose name matches REGEX (Rust syntax; its first "
+    "group the step number) are the steps. Default: ProfilerStep#N, else ranges named "
+    "train_step, iteration N, step N.",
+)
 COMM_PATTERN = option(
     "comm_pattern",
     list[str] | None,
@@ -129,7 +138,7 @@ RANK_FROM = option(
     help="The trace files are merged traces holding several ranks: take each process's rank "
     "from its pid or its process_name metadata ('rank 3').",
 )
-SELECTION = (STEPS, ALL_STEPS, COMM_PATTERN, COMPUTE_PATTERN, RANK_FROM)
+SELECTION = (STEPS, ALL_STEPS, STEP_RANGE, COMM_PATTERN, COMPUTE_PATTERN, RANK_FROM)
 
 # Where the per-rank work runs -----------------------------------------------------------------
 JOBS = option(

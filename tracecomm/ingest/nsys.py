@@ -31,10 +31,17 @@ from urllib.parse import quote
 import polars as pl
 
 from tracecomm.errors import NotATrace, TraceError
-from tracecomm.ingest.events import META_SCHEMA
+from tracecomm.ingest.events import META_SCHEMA, STEP_NAME
 from tracecomm.ingest.frames import innermost_enclosing, rank_from_columns
 from tracecomm.ingest.limits import check_plain_size
 from tracecomm.ingest.model import RankEvents, ReadOptions, TraceMeta
+from tracecomm.ingest.nccl_nvtx import (
+    communicators,
+    launch_meta,
+    nccl_calls,
+    nccl_domains,
+    rank_of_process,
+)
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # NVTX event types (ENUM_NSYS_EVENT_TYPE): push/pop range, start/end range, domain creation
@@ -78,7 +85,7 @@ def load_nsys(path: Path | str, read: ReadOptions | None = None) -> list[RankEve
         raise TraceError(path, "not an SQLite database (an Nsight Systems export is one)")
     try:
         with _connect(path) as db:
-            return _read(db, path)
+            return _read(db, path, read)
     except sqlite3.DatabaseError as exc:
         raise TraceError(path, f"unreadable SQLite database ({exc})") from None
 
@@ -88,7 +95,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(uri, uri=True)
 
 
-def _read(db: sqlite3.Connection, path: Path) -> list[RankEvents]:
+def _read(db: sqlite3.Connection, path: Path, read: ReadOptions) -> list[RankEvents]:
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "StringIds" not in tables and "StringTable" not in tables:
         raise NotATrace(path, "an SQLite database, but not an Nsight Systems export")
@@ -99,16 +106,28 @@ def _read(db: sqlite3.Connection, path: Path) -> list[RankEvents]:
     if kernels.height == 0:
         raise TraceError(path, f"an Nsight Systems export (schema {version}) with no kernel")
     launcher = _launcher(db, tables)
-    processes = _processes(kernels, launcher, warnings, path)
+    calls = nccl_calls(db, tables, strings)
+    comms = communicators(calls)
+    nccl_ranks = dict(rank_of_process(comms, launcher.world_size).iter_rows())
+    if launcher.world_size is None and nccl_ranks and comms.largest.height:
+        launcher = replace(launcher, world_size=int(comms.largest["nranks"].max()))  # type: ignore[arg-type]
+    processes = _processes(kernels, launcher, nccl_ranks, warnings, path)
     base = _session_start(db, tables)
     host = _hostname(db, tables)
     gpu_names = _gpu_names(db, tables)
     runtime = _runtime(db, tables, strings)
-    ranges = _nvtx(db, tables, strings)
+    ranges = _nvtx(db, tables, strings, nccl_domains(db, tables, strings))
+    ranges = _named_steps(ranges, read.step_range, warnings, path)
     copies = _copies(db, tables)
+    kernel_meta = launch_meta(runtime, calls, comms, launcher.world_size)
+    if calls.height and calls["bytes"].is_null().all():
+        warnings.append(
+            f"{path}: NCCL's NVTX ranges without their payload values (export with "
+            "--include-json true): no message sizes or communicators, so no bandwidth"
+        )
     out = []
     for proc in processes:
-        events = _rank_columns(proc, kernels, copies, runtime, ranges)
+        events = _rank_columns(proc, kernels, copies, runtime, ranges, kernel_meta)
         meta = TraceMeta(
             rank=proc.rank,
             world_size=launcher.world_size,
@@ -281,8 +300,12 @@ def _runtime(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataF
     return frame.with_columns(pl.col("name").str.replace(_RUNTIME_VERSION.pattern, ""))
 
 
-def _nvtx(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataFrame:
-    schema = _schema("start_ns end_ns global_tid", "name domain")
+def _nvtx(
+    db: sqlite3.Connection, tables: set[str], strings: str, nccl_ids: list[int]
+) -> pl.DataFrame:
+    """NVTX push/pop and start/end ranges as annotations: PyTorch's without their ids, NCCL's
+    domain's ``ncclX`` as ``nccl:X``."""
+    schema = _schema("start_ns end_ns global_tid", "name")
     if "NVTX_EVENTS" not in tables:
         return pl.DataFrame(schema=schema)
     cols = _columns(db, "NVTX_EVENTS")
@@ -296,21 +319,8 @@ def _nvtx(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataFram
         "AND n.end IS NOT NULL AND n.end >= n.start",
         {**schema, "domain": pl.Int64()},
     )
-    # the domains' names: one row each (eventType 75), joined here rather than per range
-    domains = _frame(
-        db,
-        f"SELECT DISTINCT n.domainId, substr(coalesce(n.text, s.value), 1, 100) FROM "
-        f"NVTX_EVENTS n LEFT JOIN {strings} s ON s.id = {text_id} "
-        f"WHERE n.eventType = {_DOMAIN}"
-        if domain_id != "NULL"
-        else "SELECT NULL, NULL WHERE 0",
-        {"domain": pl.Int64(), "domain_name": pl.String()},
-    ).unique("domain", keep="first")
-    frame = frame.join(domains, on="domain", how="left").with_columns(
-        pl.col("domain_name").alias("domain")
-    )
     name = pl.col("name").str.replace(_NVTX_SUFFIX.pattern, "")
-    nccl = pl.col("domain").fill_null("").str.to_uppercase() == "NCCL"
+    nccl = pl.col("domain").is_in(nccl_ids)
     return (
         frame.with_columns(
             pl.when(nccl & name.str.contains(_NCCL_RANGE.pattern))
@@ -323,11 +333,70 @@ def _nvtx(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataFram
     )
 
 
+# Step ranges when the PyTorch profiler did not run alongside (no ProfilerStep#N): a range
+# named as training loops name their step, alone, with an optional number
+DEFAULT_STEP_RANGE = (
+    r"(?i)^(?:train(?:ing)?[ _-]?step|iteration|iter|step|global[ _-]?step)"
+    r"(?:[ _#:=-]*\[?(\d+)\]?)?$"
+)
+
+
+def _named_steps(
+    ranges: pl.DataFrame, step_range: str | None, warnings: list[str], path: Path
+) -> pl.DataFrame:
+    """The ranges that mark steps renamed ``ProfilerStep#N`` (what the engine reads steps
+    from): the user's ``--step-range`` regex, else the default names; N is the regex's first
+    group where every range has a distinct one, else the range's order in its process. Ranges
+    inside another step range are not steps."""
+    profiler_steps = pl.col("name").str.contains(STEP_NAME.pattern)
+    if step_range is None and ranges.select(profiler_steps.any()).item():
+        return ranges
+    ranges = ranges.filter(~profiler_steps)  # the user's ranges replace the profiler's steps
+    pattern = step_range or DEFAULT_STEP_RANGE
+    process = pl.col("global_tid") // _TID_SPAN
+    hits = (
+        ranges.with_row_index("_row")
+        .filter(pl.col("name").str.contains(pattern))
+        .sort("start_ns")
+        .with_columns(pl.col("end_ns").cum_max().shift(1).over(process).alias("_open_until"))
+        .filter(pl.col("_open_until").is_null() | (pl.col("start_ns") >= pl.col("_open_until")))
+    )
+    if hits.height == 0:
+        return ranges
+    numbers = hits["name"].str.extract(pattern, 1).cast(pl.Int64, strict=False)
+    distinct = (
+        hits.with_columns(numbers.alias("_n"))
+        .select(
+            pl.col("_n").is_not_null().all()
+            & (pl.col("_n").n_unique().over(process) == pl.len().over(process)).all()
+        )
+        .item()
+    )
+    step = numbers if distinct else hits.select(pl.int_range(pl.len()).over(process)).to_series()
+    named = hits.select("_row", pl.format("ProfilerStep#{}", step).alias("_step"))
+    warnings.append(
+        f"{path}: steps from {hits.height} NVTX ranges that match "
+        f"{'--step-range' if step_range else 'the default step names'} ({pattern})"
+    )
+    return (
+        ranges.with_row_index("_row")
+        .join(named, on="_row", how="left", maintain_order="left")
+        .with_columns(pl.coalesce("_step", "name").alias("name"))
+        .drop("_row", "_step")
+    )
+
+
 def _processes(
-    kernels: pl.DataFrame, launcher: _Launcher, warnings: list[str], path: Path
+    kernels: pl.DataFrame,
+    launcher: _Launcher,
+    nccl_ranks: dict[int, int],
+    warnings: list[str],
+    path: Path,
 ) -> list[_Process]:
     """The (process, GPU) pairs that ran kernels, in GPU order, with their global ranks: the
-    process's own ``RANK`` (``META_DATA_CAPTURE``: ``PROCESS_k:PID`` and its environment), else
+    process's rank in the NCCL communicator that spans the world (``ncclCommInitRank``'s
+    payload, ``nccl_ranks`` by process), else its own ``RANK`` (``META_DATA_CAPTURE``:
+    ``PROCESS_k:PID`` and its environment), else
     the launcher's ``--node_rank`` × ``--nproc_per_node`` + the GPU's place in the file; else the
     GPU order within the file, said in a warning (one process: no rank, the run assigns it)."""
     pairs = (
@@ -339,7 +408,7 @@ def _processes(
     out = []
     for local, (gpid, device) in enumerate(pairs):
         pid = (gpid or 0) // _TID_SPAN % _TID_SPAN
-        rank = launcher.rank_of_pid.get(pid)
+        rank = nccl_ranks.get((gpid or 0) // _TID_SPAN, launcher.rank_of_pid.get(pid))
         if rank is None and launcher.node_rank is not None and len(pairs) > 1:
             rank = launcher.node_rank * (launcher.per_node or len(pairs)) + local
         out.append(_Process(gpid or 0, device, rank))
@@ -436,14 +505,19 @@ def _rank_columns(
     copies: pl.DataFrame,
     runtime: pl.DataFrame,
     ranges: pl.DataFrame,
+    meta: pl.DataFrame,
 ) -> pl.DataFrame:
-    """The rank's events in the columns the Kineto readers produce (``frames.columns``)."""
+    """The rank's events in the columns the Kineto readers produce (``frames.columns``), the
+    NCCL calls' metadata on the kernels they launched (as Kineto writes it on the kernel)."""
     mine = (pl.col("global_pid") == proc.global_pid) | pl.col("global_pid").is_null()
     on_gpu = mine & (pl.col("device") == proc.device)
     pid = proc.global_pid // _TID_SPAN % _TID_SPAN
+    own_meta = meta.filter(pl.col("process") == proc.global_pid // _TID_SPAN).drop("process")
     device = pl.concat(
         [
-            kernels.filter(on_gpu).with_columns(pl.lit("kernel").alias("kind")),
+            kernels.filter(on_gpu)
+            .with_columns(pl.lit("kernel").alias("kind"))
+            .join(own_meta, on="correlation", how="left", maintain_order="left"),
             copies.filter(on_gpu),
         ],
         how="diagonal_relaxed",
@@ -457,6 +531,7 @@ def _rank_columns(
         "correlation",
         pl.col("device").alias("arg_device"),
         pl.col("stream").alias("arg_stream"),
+        *(pl.col(c) for c in own_meta.columns if c != "correlation"),
     )
     of_process = (pl.col("global_tid") // _TID_SPAN) == (proc.global_pid // _TID_SPAN)
     launches = runtime.filter(of_process).select(
@@ -482,7 +557,12 @@ def _rank_columns(
         pl.lit(None, pl.Int64).alias("external_id"),
         pl.lit(None, pl.Int64).alias("graph_id"),
         pl.lit(None, pl.Int64).alias("graph_node"),
-        *(pl.lit(None, dtype).alias(name) for name, dtype in META_SCHEMA.items()),
+        *(
+            (pl.col(name).cast(dtype) if name in own_meta.columns else pl.lit(None, dtype)).alias(
+                name
+            )
+            for name, dtype in META_SCHEMA.items()
+        ),
         pl.lit(None, pl.String).alias("input_dims"),
         pl.lit(None, pl.String).alias("concrete_inputs"),
         pl.lit(None, pl.String).alias("input_types"),

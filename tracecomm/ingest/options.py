@@ -14,6 +14,10 @@ class ReadOptions:
     # CPU ops whose recorded shapes (``Input Dims``) are kept: the FLOP counter names them
     # (mfu.opflops.SHAPED_OPS); none by default, as most traces record no shapes
     shaped_ops: Collection[str] = frozenset()
+    # Nsight Systems exports: the NVTX ranges that mark steps (a regex; its first group the step
+    # number) when the PyTorch profiler did not run alongside; None: ProfilerStep#N, else the
+    # default step names (ingest.nsys.DEFAULT_STEP_RANGE)
+    step_range: str | None = None
     # Bounds (ingest.limits): how far a gzip file may inflate, the largest trace, the longest
     # event. Real traces inflate 8–30× and hold events of a few KB.
     max_inflate_ratio: float = 200.0

@@ -10,7 +10,7 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -38,6 +38,7 @@ class AnalyzeOptions(TypedDict, total=False):
 
     steps: str | int | tuple[int | None, int | None]  # "3:7", "3:", ":7", 5, (3, 7)
     all_steps: bool
+    step_range: str
     comm_pattern: str | Sequence[str]
     compute_pattern: str | Sequence[str]
     rank_from: str  # "pid" or "process_name"
@@ -110,11 +111,13 @@ def request_of(inputs: str | Path | Sequence[str | Path], **options: Any) -> Req
     compute = _strings(o["compute_pattern"], "--compute-pattern")
     _check_rules(comm, "--comm-pattern")
     _check_rules(compute, "--compute-pattern")
+    step_range = _text(o["step_range"], "--step-range")
+    _check_rules((step_range,) if step_range else (), "--step-range")
     detail = _choices(o["detail"], DETAILS, "--detail")
     return Request(
         inputs=tuple(str(p) for p in paths),
         breakdown=BreakdownOptions(first, last, bool(o["all_steps"]), comm, compute),
-        read=read_options(o),
+        read=replace(read_options(o), step_range=step_range),
         model=model_inputs(o),
         analysis=AnalysisOptions(
             align_clocks=not o["no_clock_align"],

@@ -91,6 +91,13 @@ def _parser() -> argparse.ArgumentParser:
         help="with --format nsys: one <host>.sqlite per host holding all its ranks' processes "
         "(one nsys profile of a torchrun node)",
     )
+    p.add_argument(
+        "--nsys-payloads",
+        choices=("json", "blobs", "none"),
+        default="json",
+        help="with --format nsys: NCCL's NVTX payload values as exported with --include-json "
+        "true (json, default), --include-blobs true (blobs), or neither (none)",
+    )
     problems = p.add_argument_group("problems to generate")
     problems.add_argument(
         "--straggler",
@@ -363,7 +370,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def write(run: RunSpec, where: Path) -> list[Path]:
         if args.format == "nsys":
-            return write_nsys_run(run, where, per_node=args.nsys_per_node, seed=args.seed)
+            return write_nsys_run(
+                run,
+                where,
+                per_node=args.nsys_per_node,
+                seed=args.seed,
+                payloads=args.nsys_payloads,
+            )
         return write_run(run, where)
 
     written = write(spec, out)

@@ -13,20 +13,23 @@ Nsight Systems 2025.6 and later write them, so a reader must sort.
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import sqlite3
+import struct
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from tracecomm.synth.layout import CpuSpan, Launch
-from tracecomm.synth.names import COMM_PROFILE, is_deepep, profile_for
+from tracecomm.synth.names import COLLECTIVES, COMM_PROFILE, is_deepep, profile_for
 from tracecomm.synth.nsys_schema import (
     ENUMS,
     EXPORT_PRODUCT_VERSION,
     EXPORT_SCHEMA_VERSION,
     TABLES,
 )
+from tracecomm.synth.ops import ROW_ELEMS
 from tracecomm.synth.schedule import CpuCall, RankSpec, RunSpec
 from tracecomm.synth.writer import _BANDWIDTH, _RankWriter, _Sync
 
@@ -109,14 +112,22 @@ def global_tid(pid: int, tid: int) -> int:
 
 
 def write_nsys_run(
-    spec: RunSpec, out_dir: Path, per_node: bool = False, seed: int = 0
+    spec: RunSpec,
+    out_dir: Path,
+    per_node: bool = False,
+    seed: int = 0,
+    payloads: str = "json",
 ) -> list[Path]:
     """Write the run as Nsight Systems SQLite exports into out_dir; returns the paths.
 
     Default: ``rank<N>.sqlite`` per rank, in rank order. per_node: ``<host>.sqlite`` per host
     holding all that host's ranks (one ``nsys profile torchrun ...`` per node), in host order.
-    seed picks the (deterministic) row order.
+    seed picks the (deterministic) row order. payloads: how NCCL's NVTX payload values are
+    exported: "json" (``--include-json true``: ``jsonText``), "blobs" (``--include-blobs
+    true``: ``binaryData`` laid out by ``NVTX_PAYLOAD_SCHEMA_ENTRIES``) or "none".
     """
+    if payloads not in PAYLOAD_FORMS:
+        raise ValueError(f"payloads {payloads!r}: one of {', '.join(PAYLOAD_FORMS)}")
     out_dir.mkdir(parents=True, exist_ok=True)
     ranks = sorted(spec.ranks, key=lambda r: r.rank)
     hosts = sorted({r.host for r in ranks}, key=_host_key)
@@ -128,7 +139,7 @@ def write_nsys_run(
     paths = []
     for name, members in groups:
         path = out_dir / name
-        export = _Export(spec, members, hosts.index(members[0].host), name, seed)
+        export = _Export(spec, members, hosts.index(members[0].host), name, seed, payloads)
         export.build()
         export.save(path)
         paths.append(path)
@@ -151,6 +162,7 @@ class _Export:
     node_rank: int
     name: str
     seed: int
+    payloads: str = "json"
     rows: dict[str, list[tuple[object, ...]]] = field(default_factory=dict)
     strings: dict[str, int] = field(default_factory=dict)
     writers: list[_RankWriter] = field(default_factory=list)
@@ -188,6 +200,32 @@ class _Export:
         self.add("ThreadNames", self.sid("torchrun"), 20, global_tid(_TORCHRUN_PID, _TORCHRUN_PID))
         for writer in self.writers:
             _RankRows(self, writer).build()
+        if self.payloads == "blobs":
+            for schema_id, (_, entries, size) in _NCCL_SCHEMAS.items():
+                self.add(
+                    "NVTX_PAYLOAD_SCHEMAS",
+                    NCCL_DOMAIN_ID,
+                    schema_id,
+                    None,
+                    1,
+                    None,
+                    len(entries),
+                    size,
+                    None,
+                )
+                for idx, (name, kind, offset) in enumerate(entries):
+                    self.add(
+                        "NVTX_PAYLOAD_SCHEMA_ENTRIES",
+                        NCCL_DOMAIN_ID,
+                        schema_id,
+                        idx,
+                        None,
+                        kind,
+                        name,
+                        None,
+                        None,
+                        offset or None,
+                    )
 
     def _meta_export(self) -> None:
         major, minor, micro = EXPORT_SCHEMA_VERSION.split(".")
@@ -384,6 +422,8 @@ class _RankRows:
         self.context = writer.device + 1
         self.grid_id = 1_000 + 100_000 * writer.device
         self.nccl_domain = False
+        # the NCCL communicators this rank used: id -> (members, its rank in it)
+        self.comms: dict[int, tuple[int, int]] = {}
 
     def tid(self, thread: str) -> int:
         return global_tid(self.w.pid, self.w.tids[thread])
@@ -435,6 +475,14 @@ class _RankRows:
                 NCCL_DOMAIN_ID,
                 *_NVTX_TAIL,
             )
+            # each communicator's ncclCommInitRank, world first, before the traced work
+            at = w.trace_start
+            world = _comm_id("world")
+            for comm in sorted(self.comms, key=lambda c: c != world):
+                members, me = self.comms[comm]
+                fields = {"comm": comm, "nranks": members, "rank": me, "cuda_device": w.device}
+                self.nccl_range("ncclCommInitRank", "main", at, at + 1_000, fields)
+                at += 1_000
 
     # ---- CPU side -------------------------------------------------------------------------
 
@@ -450,8 +498,11 @@ class _RankRows:
             *_NVTX_TAIL,
         )
 
-    def nccl_range(self, name: str, thread: str, start: int, end: int) -> None:
-        """A range of NCCL's own NVTX domain: a registered string (textId), no text."""
+    def nccl_range(
+        self, name: str, thread: str, start: int, end: int, fields: dict[str, int] | None = None
+    ) -> None:
+        """A range of NCCL's own NVTX domain: a registered string (textId), no text, and the
+        call's payload in the export's form."""
         x = self.x
         self.nccl_domain = True
         x.add(
@@ -459,8 +510,16 @@ class _RankRows:
             *_nvtx(x.t(start), x.t(end), EVENT_PUSH_POP, None, self.tid(thread)),
             x.sid(name),
             NCCL_DOMAIN_ID,
-            *_NVTX_TAIL,
+            *_NVTX_TAIL[:7],
+            *_payload(name, fields, x.payloads),
         )
+
+    def comm(self, key: str, members: tuple[int, ...]) -> tuple[int, int]:
+        """The communicator of a group (its id, the rank's place in it), noted for its init."""
+        comm = _comm_id(key)
+        me = members.index(self.spec.rank) if self.spec.rank in members else 0
+        self.comms[comm] = (len(members), me)
+        return comm, me
 
     def launch(self, launch: Launch) -> None:
         op = launch.op
@@ -497,7 +556,9 @@ class _RankRows:
         return _LAUNCH_CALL[op.kind]
 
     def nccl_calls(self, launch: Launch) -> None:
-        """NCCL's NVTX ranges around the launch, inside the innermost PyTorch range."""
+        """NCCL's NVTX ranges around the launch, inside the innermost PyTorch range, with the
+        payloads NCCL gives them (sizes in bytes; a peer or root is a rank of the communicator:
+        PyTorch's send / recv use a communicator of the two ranks)."""
         op = launch.op
         inner: CpuSpan | None = launch.spans[-1] if launch.spans else None
         t, t_end = op.launch_ns, op.launch_ns + launch.rt_dur
@@ -506,24 +567,42 @@ class _RankRows:
         pre, post = t - lo, hi - t_end
         thread = op.launch_thread
         coll = op.coll or "Other"
+        info = COLLECTIVES[coll]
+        width = _DTYPE_BYTES[info.dtype]
+        group = self.w._group(launch)
         if op.p2p:
+            pair = tuple(sorted((self.spec.rank, op.peer)))
+            comm, me = self.comm(f"p2p {pair[0]} {pair[1]}", pair)
             call = "ncclSend" if op.p2p == "send" else "ncclRecv"
-            self.nccl_range(call, thread, t - pre // 2, t_end + post // 2)
+            fields = {"comm": comm, "bytes": op.nelems * width, "peer": 1 - me}
+            self.nccl_range(call, thread, t - pre // 2, t_end + post // 2, fields)
             return
+        comm, _ = self.comm(group.name, group.ranks)
         single = _NCCL_CALL.get(coll)
         if single is not None:
-            self.nccl_range(single, thread, t - pre // 2, t_end + post // 2)
+            n = len(group.ranks)
+            count = op.nelems // n if coll == "ReduceScatter" else op.nelems
+            fields = {"comm": comm, "bytes": count * width}
+            if coll in ("Broadcast", "Reduce"):
+                fields["root"] = 0
+            self.nccl_range(single, thread, t - pre // 2, t_end + post // 2, fields)
             return
         # grouped: ncclGroupStart, the point-to-point calls, then ncclGroupEnd launches
-        calls = ["ncclGroupStart"]
+        calls: list[tuple[str, dict[str, int] | None]] = [("ncclGroupStart", None)]
         if coll == "AllToAll":
-            members = self.w._group(launch).ranks
-            calls += ["ncclSend", "ncclRecv"] * len(members)
+            n = len(group.ranks)
+            sent = [r * ROW_ELEMS for r in op.in_splits] or [op.nelems // n] * n
+            got = [r * ROW_ELEMS for r in op.out_splits] or [op.nelems // n] * n
+            for peer in range(n):
+                calls.append(
+                    ("ncclSend", {"comm": comm, "bytes": sent[peer] * width, "peer": peer})
+                )
+                calls.append(("ncclRecv", {"comm": comm, "bytes": got[peer] * width, "peer": peer}))
         first, last = lo + pre // 4, t - pre // 4
         slot = max(0, last - first) // len(calls)
-        for i, call in enumerate(calls):
+        for i, (call, payload) in enumerate(calls):
             begin = first + i * slot
-            self.nccl_range(call, thread, begin, begin + slot // 2)
+            self.nccl_range(call, thread, begin, begin + slot // 2, payload)
         self.nccl_range("ncclGroupEnd", thread, t - pre // 4, t_end + post // 2)
 
     def cpu_runtime(self, call: CpuCall, corr: int) -> None:
@@ -636,6 +715,69 @@ class _RankRows:
 # rangeId, category, color come first; then text, globalTid, endGlobalTid; textId and domainId
 # are passed by the caller; the payload columns after them stay NULL.
 _NVTX_TAIL = (None,) * 9
+
+
+PAYLOAD_FORMS = ("json", "blobs", "none")
+# bytes per element of the dtypes the generator's collectives use (names.COLLECTIVES)
+_DTYPE_BYTES = {"Float": 4, "BFloat16": 2}
+# NCCL's payload entries: our field -> (entry name, NVTX entry type, offset in the struct)
+_ENTRY = {
+    "comm": ("NCCL communicator ID", 18),
+    "nranks": ("No. of ranks", 5),
+    "rank": ("Rank", 5),
+    "cuda_device": ("CUDA device", 5),
+    "bytes": ("Message size [bytes]", 22),
+    "peer": ("Peer rank", 5),
+    "root": ("Root", 5),
+}
+# NCCL's static schemas as a 2.2x NCCL registers them: call -> (id, entries, struct size)
+_NCCL_SCHEMAS: dict[int, tuple[str, tuple[tuple[str, int, int], ...], int]] = {}
+
+
+def _schema_rows() -> None:
+    layouts = {
+        "ncclCommInitRank": ("comm", "nranks", "rank", "cuda_device"),
+        "ncclAllGather": ("comm", "bytes"),
+        "ncclAllReduce": ("comm", "bytes"),
+        "ncclBroadcast": ("comm", "bytes", "root"),
+        "ncclReduceScatter": ("comm", "bytes"),
+        "ncclReduce": ("comm", "bytes", "root"),
+        "ncclSend": ("comm", "bytes", "peer"),
+        "ncclRecv": ("comm", "bytes", "peer"),
+    }
+    for i, (call, names) in enumerate(layouts.items()):
+        entries, offset = [], 0
+        for name in names:
+            label, kind = _ENTRY[name]
+            entries.append((label, kind, offset))
+            offset += 8 if kind in (18, 22) else 4
+        _NCCL_SCHEMAS[(1 << 24) + 2 + i] = (call, tuple(entries), (offset + 7) // 8 * 8)
+
+
+_schema_rows()
+_SCHEMA_OF_CALL = {call: sid for sid, (call, _, _) in _NCCL_SCHEMAS.items()}
+
+
+def _comm_id(key: str) -> int:
+    """A communicator's id (NCCL's commHash): the same on every member."""
+    return int.from_bytes(hashlib.sha256(f"comm {key}".encode()).digest()[:8], "little")
+
+
+def _payload(call: str, fields: dict[str, int] | None, form: str) -> tuple[object, object]:
+    """(jsonText, binaryData) of one NCCL call's payload in the export's form."""
+    if not fields or form == "none":
+        return None, None
+    if form == "json":
+        return json.dumps({_ENTRY[k][0]: v for k, v in fields.items()}), None
+    schema_id = _SCHEMA_OF_CALL[call]
+    _, entries, size = _NCCL_SCHEMAS[schema_id]
+    body = bytearray(size)
+    by_label = {_ENTRY[k][0]: v for k, v in fields.items()}
+    for label, kind, offset in entries:
+        fmt = "<Q" if kind in (18, 22) else "<i"
+        struct.pack_into(fmt, body, offset, by_label.get(label, 0))
+    header = struct.pack("<QQQQ", NCCL_DOMAIN_ID, schema_id, size, 32)
+    return None, header + bytes(body)
 
 
 def _nvtx(

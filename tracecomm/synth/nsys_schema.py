@@ -249,6 +249,33 @@ TABLES["NVTX_EVENTS"] = """CREATE TABLE NVTX_EVENTS (
     binaryData                  TEXT                                   -- Binary payload. See docs for format.
 )"""
 
+TABLES["NVTX_PAYLOAD_SCHEMAS"] = """CREATE TABLE NVTX_PAYLOAD_SCHEMAS (
+    -- NVTX payload schema attributes.
+
+    domainId                    INTEGER,                               -- User-controlled ID that can be used to group events.
+    schemaId                    INTEGER,                               -- Identifier of the payload schema.
+    name                        TEXT,                                  -- Schema name.
+    type                        INTEGER,                               -- Schema type.
+    flags                       INTEGER,                               -- Schema flags.
+    numEntries                  INTEGER,                               -- Number of payload schema entries.
+    payloadSize                 INTEGER,                               -- Size of the static payload.
+    alignTo                     INTEGER                                -- Field alignment in bytes.
+)"""
+
+TABLES["NVTX_PAYLOAD_SCHEMA_ENTRIES"] = """CREATE TABLE NVTX_PAYLOAD_SCHEMA_ENTRIES (
+    -- NVTX payload schema entries.
+
+    domainId                    INTEGER   NOT NULL,                    -- User-controlled ID that can be used to group events.
+    schemaId                    INTEGER   NOT NULL,                    -- Identifier of the payload schema.
+    idx                         INTEGER   NOT NULL,                    -- Index of the entry in the payload schema.
+    flags                       INTEGER,                               -- Payload entry flags.
+    type                        INTEGER,                               -- Payload entry type.
+    name                        TEXT,                                  -- Label of the payload entry.
+    description                 TEXT,                                  -- Description of the payload entry.
+    arrayOrUnionDetail          INTEGER,                               -- Array length (index) or selected union member.
+    offset                      INTEGER                                -- Entry offset in the binary data in bytes.
+)"""
+
 ENUMS: dict[str, tuple[str, tuple[tuple[int, str, str], ...]]] = {}
 
 ENUMS["ENUM_CUDA_MEMCPY_OPER"] = (
