@@ -538,15 +538,38 @@ _FRAME_BUILDERS = {
 def innermost_enclosing(points: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     """For each point (``key``, ``tid``, ``at``), the ``value`` of the latest-starting range
     (``tid``, ``start``, ``end``, ``value``) open on the same thread at that time: the
-    innermost, ranges on a thread being nested. Points inside none are left out. One
-    inequality join, not a search per point: a launch and the CPU ranges around it."""
+    innermost, ranges on a thread being nested (of two starting together, the shorter).
+    Points inside none are left out.
+
+    Most points sit in the range that started last before them (a launch in its leaf op): one
+    as-of join finds those; only the rest (a point after a child range closed, back in its
+    parent) take the inequality join."""
+    schema = {"key": points.schema["key"], "value": ranges.schema["value"]}
     if points.height == 0 or ranges.height == 0:
-        return pl.DataFrame(schema={"key": points.schema["key"], "value": ranges.schema["value"]})
-    right = ranges.rename({"tid": "_r_tid"})
-    return (
-        points.join_where(right, pl.col("at") >= pl.col("start"), pl.col("at") <= pl.col("end"))
+        return pl.DataFrame(schema=schema)
+    ordered = ranges.sort("start", pl.col("end"), descending=[False, True])
+    latest = (
+        points.sort("at")
+        .join_asof(
+            ordered,
+            left_on="at",
+            right_on="start",
+            by="tid",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("end") >= pl.col("at"))
+        .select("key", "value")
+    )
+    rest = points.join(latest.select("key"), on="key", how="anti")
+    if rest.height == 0:
+        return latest.cast(schema)  # type: ignore[arg-type]
+    right = ordered.rename({"tid": "_r_tid"})
+    outer = (
+        rest.join_where(right, pl.col("at") >= pl.col("start"), pl.col("at") <= pl.col("end"))
         .filter(pl.col("tid") == pl.col("_r_tid"))
-        .sort("start", descending=True)
+        .sort(["start", "end"], descending=[True, False])
         .unique("key", keep="first")
         .select("key", "value")
     )
+    return pl.concat([latest, outer]).cast(schema)  # type: ignore[arg-type]

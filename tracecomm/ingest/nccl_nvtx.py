@@ -69,16 +69,17 @@ class _Entry:
     fmt: str
 
 
-def nccl_calls(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataFrame:
-    """Every NCCL-domain range of the export with its payload's fields (null where the export
-    has no values)."""
+def nccl_calls(
+    db: sqlite3.Connection, tables: set[str], strings: str, domains: list[int]
+) -> pl.DataFrame:
+    """Every range of NCCL's domains (``nccl_domains``) with its payload's fields (null where
+    the export has no values)."""
     if "NVTX_EVENTS" not in tables:
         return pl.DataFrame(schema=CALL_SCHEMA)
     cols = {r[1] for r in db.execute("PRAGMA table_info(NVTX_EVENTS)")}
     if not {"domainId", "start", "end", "eventType", "globalTid"} <= cols:
         return pl.DataFrame(schema=CALL_SCHEMA)
     text_id = "n.textId" if "textId" in cols else "NULL"
-    domains = nccl_domains(db, tables, strings)
     if not domains:
         return pl.DataFrame(schema=CALL_SCHEMA)
     json_text = f"substr(n.jsonText, 1, {_PAYLOAD_LIMIT})" if "jsonText" in cols else "NULL"

@@ -106,7 +106,8 @@ def _read(db: sqlite3.Connection, path: Path, read: ReadOptions) -> list[RankEve
     if kernels.height == 0:
         raise TraceError(path, f"an Nsight Systems export (schema {version}) with no kernel")
     launcher = _launcher(db, tables)
-    calls = nccl_calls(db, tables, strings)
+    nccl_ids = nccl_domains(db, tables, strings)
+    calls = nccl_calls(db, tables, strings, nccl_ids)
     comms = communicators(calls)
     nccl_ranks = dict(rank_of_process(comms, launcher.world_size).iter_rows())
     if launcher.world_size is None and nccl_ranks and comms.largest.height:
@@ -116,7 +117,7 @@ def _read(db: sqlite3.Connection, path: Path, read: ReadOptions) -> list[RankEve
     host = _hostname(db, tables)
     gpu_names = _gpu_names(db, tables)
     runtime = _runtime(db, tables, strings)
-    ranges = _nvtx(db, tables, strings, nccl_domains(db, tables, strings))
+    ranges = _nvtx(db, tables, strings, nccl_ids)
     ranges = _named_steps(ranges, read.step_range, warnings, path)
     copies = _copies(db, tables)
     kernel_meta = launch_meta(runtime, calls, comms, launcher.world_size)
