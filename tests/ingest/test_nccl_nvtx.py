@@ -148,3 +148,18 @@ def test_a_step_range_replaces_the_profilers_steps(tmp_path: Path) -> None:
     (export,) = run.iterdir()
     (events,) = load_nsys(export, ReadOptions(step_range=r"^aten::|^c10d::"))
     assert events.steps.height > 3
+
+
+def test_event_types_are_read_from_the_exports_enum(tmp_path: Path) -> None:
+    """An export that numbers NVTX ranges apart (its ENUM_NSYS_EVENT_TYPE says how) reads as
+    one that numbers them as today's releases do."""
+    _, run = _generated(tmp_path, "--ranks 2 --steps 2")
+    before = analyze_json(run)
+    for export in run.iterdir():
+        with sqlite3.connect(export) as db:
+            for name, old, new in (("NvtxPushPopRange", 59, 500), ("NvtxDomainCreate", 75, 501)):
+                db.execute("UPDATE ENUM_NSYS_EVENT_TYPE SET id = ? WHERE name = ?", (new, name))
+                db.execute("UPDATE NVTX_EVENTS SET eventType = ? WHERE eventType = ?", (new, old))
+    after = analyze_json(run)
+    assert after["ranks"] == before["ranks"] and after["bandwidth"] == before["bandwidth"]
+    assert after["ranks"][0]["steps"]

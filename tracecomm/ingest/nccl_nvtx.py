@@ -26,9 +26,32 @@ import polars as pl
 
 from tracecomm.ingest.frames import innermost_enclosing
 
-# NVTX_EVENTS eventType: push/pop and start/end ranges
-_RANGE_TYPES = "59, 60"
-_DOMAIN_CREATE = 75
+# NVTX_EVENTS eventType ids (ENUM_NSYS_EVENT_TYPE) of push/pop and start/end ranges and of a
+# domain's creation, by their enum names; the ids of the exports seen when the enum is absent
+_EVENT_NAMES = {"NvtxPushPopRange": 59, "NvtxStartEndRange": 60, "NvtxDomainCreate": 75}
+
+
+@dataclass(frozen=True)
+class NvtxTypes:
+    ranges: str  # "59, 60": for an SQL IN (...)
+    domain_create: int
+
+
+def nvtx_types(db: sqlite3.Connection, tables: set[str]) -> NvtxTypes:
+    """The export's own eventType ids for NVTX ranges (older releases numbered them apart)."""
+    ids = dict(_EVENT_NAMES)
+    if "ENUM_NSYS_EVENT_TYPE" in tables:
+        marks = ", ".join(f"'{n}'" for n in _EVENT_NAMES)
+        for ident, name in db.execute(
+            f"SELECT id, name FROM ENUM_NSYS_EVENT_TYPE WHERE name IN ({marks})"
+        ):
+            if isinstance(ident, int) and name in ids:
+                ids[name] = ident
+    return NvtxTypes(
+        f"{ids['NvtxPushPopRange']}, {ids['NvtxStartEndRange']}", ids["NvtxDomainCreate"]
+    )
+
+
 _CALL = r"^nccl([A-Z][A-Za-z]*)$"
 # payload entries by their names, normalized (lower case, letters and digits only)
 _FIELDS = {
@@ -70,7 +93,7 @@ class _Entry:
 
 
 def nccl_calls(
-    db: sqlite3.Connection, tables: set[str], strings: str, domains: list[int]
+    db: sqlite3.Connection, tables: set[str], strings: str, domains: list[int], types: NvtxTypes
 ) -> pl.DataFrame:
     """Every range of NCCL's domains (``nccl_domains``) with its payload's fields (null where
     the export has no values)."""
@@ -92,7 +115,7 @@ def nccl_calls(
     rows = db.execute(
         f"SELECT n.globalTid, n.start, n.end, substr(coalesce(n.text, s.value), 1, 100), "
         f"coalesce({json_text}, {json_id}), {blob} FROM NVTX_EVENTS n LEFT JOIN {strings} s "
-        f"ON s.id = {text_id} WHERE n.eventType IN ({_RANGE_TYPES}) AND n.end IS NOT NULL "
+        f"ON s.id = {text_id} WHERE n.eventType IN ({types.ranges}) AND n.end IS NOT NULL "
         f"AND n.end >= n.start AND n.domainId IN ({', '.join(map(str, domains))})"
     ).fetchall()
     schemas = _blob_schemas(db, tables) if any(r[5] is not None for r in rows) else {}
@@ -101,7 +124,9 @@ def nccl_calls(
     )
 
 
-def nccl_domains(db: sqlite3.Connection, tables: set[str], strings: str) -> list[int]:
+def nccl_domains(
+    db: sqlite3.Connection, tables: set[str], strings: str, types: NvtxTypes
+) -> list[int]:
     """The ids of NCCL's NVTX domain: the one created as "NCCL", else — an export cut to a
     window loses the creation — a domain other than the default whose every range is an
     ``nccl*`` call."""
@@ -116,7 +141,7 @@ def nccl_domains(db: sqlite3.Connection, tables: set[str], strings: str) -> list
         d
         for (d,) in db.execute(
             f"SELECT DISTINCT n.domainId FROM NVTX_EVENTS n LEFT JOIN {strings} s ON s.id = "
-            f"{text_id} WHERE n.eventType = {_DOMAIN_CREATE} AND {named}"
+            f"{text_id} WHERE n.eventType = {types.domain_create} AND {named}"
         )
         if isinstance(d, int)
     ]
@@ -126,7 +151,7 @@ def nccl_domains(db: sqlite3.Connection, tables: set[str], strings: str) -> list
         d
         for (d,) in db.execute(
             f"SELECT n.domainId FROM NVTX_EVENTS n LEFT JOIN {strings} s ON s.id = {text_id} "
-            f"WHERE n.eventType IN ({_RANGE_TYPES}) AND n.domainId > 0 GROUP BY n.domainId "
+            f"WHERE n.eventType IN ({types.ranges}) AND n.domainId > 0 GROUP BY n.domainId "
             "HAVING sum(coalesce(n.text, s.value) GLOB 'nccl[A-Z]*') = count(*)"
         )
         if isinstance(d, int)

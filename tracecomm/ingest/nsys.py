@@ -36,16 +36,16 @@ from tracecomm.ingest.frames import innermost_enclosing, rank_from_columns
 from tracecomm.ingest.limits import check_plain_size
 from tracecomm.ingest.model import RankEvents, ReadOptions, TraceMeta
 from tracecomm.ingest.nccl_nvtx import (
+    NvtxTypes,
     communicators,
     launch_meta,
     nccl_calls,
     nccl_domains,
+    nvtx_types,
     rank_of_process,
 )
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-# NVTX event types (ENUM_NSYS_EVENT_TYPE): push/pop range, start/end range, domain creation
-_PUSH_POP, _START_END, _DOMAIN = 59, 60, 75
 # PyTorch's NVTX ranges (emit_nvtx / record_function) carry their ids after the name
 _NVTX_SUFFIX = re.compile(r", (?:op_id|seq|sizes|input_op_ids) = .*$", re.DOTALL)
 _NCCL_RANGE = re.compile(r"^nccl([A-Z][A-Za-z]*)$")
@@ -106,8 +106,9 @@ def _read(db: sqlite3.Connection, path: Path, read: ReadOptions) -> list[RankEve
     if kernels.height == 0:
         raise TraceError(path, f"an Nsight Systems export (schema {version}) with no kernel")
     launcher = _launcher(db, tables)
-    nccl_ids = nccl_domains(db, tables, strings)
-    calls = nccl_calls(db, tables, strings, nccl_ids)
+    types = nvtx_types(db, tables)
+    nccl_ids = nccl_domains(db, tables, strings, types)
+    calls = nccl_calls(db, tables, strings, nccl_ids, types)
     comms = communicators(calls)
     nccl_ranks = dict(rank_of_process(comms, launcher.world_size).iter_rows())
     if launcher.world_size is None and nccl_ranks and comms.largest.height:
@@ -117,7 +118,7 @@ def _read(db: sqlite3.Connection, path: Path, read: ReadOptions) -> list[RankEve
     host = _hostname(db, tables)
     gpu_names = _gpu_names(db, tables)
     runtime = _runtime(db, tables, strings)
-    ranges = _nvtx(db, tables, strings, nccl_ids)
+    ranges = _nvtx(db, tables, strings, nccl_ids, types)
     ranges = _named_steps(ranges, read.step_range, warnings, path)
     copies = _copies(db, tables)
     kernel_meta = launch_meta(runtime, calls, comms, launcher.world_size)
@@ -302,7 +303,7 @@ def _runtime(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataF
 
 
 def _nvtx(
-    db: sqlite3.Connection, tables: set[str], strings: str, nccl_ids: list[int]
+    db: sqlite3.Connection, tables: set[str], strings: str, nccl_ids: list[int], types: NvtxTypes
 ) -> pl.DataFrame:
     """NVTX push/pop and start/end ranges as annotations: PyTorch's without their ids, NCCL's
     domain's ``ncclX`` as ``nccl:X``."""
@@ -316,7 +317,7 @@ def _nvtx(
         db,
         f"SELECT n.start, n.end, n.globalTid, substr(coalesce(n.text, s.value), 1, "
         f"{_NAME_LIMIT}), {domain_id} FROM NVTX_EVENTS n LEFT JOIN {strings} s "
-        f"ON s.id = {text_id} WHERE n.eventType IN ({_PUSH_POP}, {_START_END}) "
+        f"ON s.id = {text_id} WHERE n.eventType IN ({types.ranges}) "
         "AND n.end IS NOT NULL AND n.end >= n.start",
         {**schema, "domain": pl.Int64()},
     )
