@@ -566,8 +566,13 @@ def innermost_enclosing(points: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFr
         return latest.cast(schema)  # type: ignore[arg-type]
     right = ordered.rename({"tid": "_r_tid"})
     outer = (
-        rest.join_where(right, pl.col("at") >= pl.col("start"), pl.col("at") <= pl.col("end"))
-        .filter(pl.col("tid") == pl.col("_r_tid"))
+        # the thread's equality first: without it the join pairs every thread's ranges
+        rest.join_where(
+            right,
+            pl.col("tid") == pl.col("_r_tid"),
+            pl.col("at") >= pl.col("start"),
+            pl.col("at") <= pl.col("end"),
+        )
         .sort(["start", "end"], descending=[True, False])
         .unique("key", keep="first")
         .select("key", "value")

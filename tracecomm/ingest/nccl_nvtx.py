@@ -106,22 +106,30 @@ def nccl_calls(
     if not domains:
         return pl.DataFrame(schema=CALL_SCHEMA)
     json_text = f"substr(n.jsonText, 1, {_PAYLOAD_LIMIT})" if "jsonText" in cols else "NULL"
-    json_id = (
-        f"(SELECT substr(j.value, 1, {_PAYLOAD_LIMIT}) FROM {strings} j WHERE j.id = n.jsonTextId)"
-        if "jsonTextId" in cols
-        else "NULL"
-    )
+    json_id = "n.jsonTextId" if "jsonTextId" in cols else "NULL"
     blob = f"substr(n.binaryData, 1, {_PAYLOAD_LIMIT})" if "binaryData" in cols else "NULL"
     rows = db.execute(
         f"SELECT n.globalTid, n.start, n.end, substr(coalesce(n.text, s.value), 1, 100), "
-        f"coalesce({json_text}, {json_id}), {blob} FROM NVTX_EVENTS n LEFT JOIN {strings} s "
+        f"{json_text}, {json_id}, {blob} FROM NVTX_EVENTS n LEFT JOIN {strings} s "
         f"ON s.id = {text_id} WHERE n.eventType IN ({types.ranges}) AND n.end IS NOT NULL "
         f"AND n.end >= n.start AND n.domainId IN ({', '.join(map(str, domains))})"
     ).fetchall()
-    schemas = _blob_schemas(db, tables) if any(r[5] is not None for r in rows) else {}
-    return pl.DataFrame(list(_decoded(rows, schemas)), schema=CALL_SCHEMA, orient="row").filter(
-        pl.col("call").is_not_null()
+    # a registered payload string (jsonTextId) is fetched, and decoded, once however many
+    # rows name it
+    ids = sorted({r[5] for r in rows if isinstance(r[5], int) and r[4] is None})
+    shared = dict(
+        db.execute(
+            f"SELECT id, substr(value, 1, {_PAYLOAD_LIMIT}) FROM {strings} WHERE id IN "
+            f"({', '.join(map(str, ids))})"
+        ).fetchall()
+        if ids
+        else []
     )
+    with_blobs = any(r[6] is not None for r in rows)
+    schemas = _blob_schemas(db, tables) if with_blobs else _Schemas({}, {})
+    return pl.DataFrame(
+        list(_decoded(rows, shared, schemas)), schema=CALL_SCHEMA, orient="row"
+    ).filter(pl.col("call").is_not_null())
 
 
 def nccl_domains(
@@ -158,12 +166,22 @@ def nccl_domains(
     ]
 
 
-def _decoded(rows: Iterable[tuple[object, ...]], schemas: dict) -> Iterator[tuple[object, ...]]:
-    for tid, start, end, name, json_text, blob in rows:
+def _decoded(
+    rows: Iterable[tuple[object, ...]], shared: dict[int, str], schemas: _Schemas
+) -> Iterator[tuple[object, ...]]:
+    parsed: dict[int, dict[str, int]] = {}
+    for tid, start, end, name, json_text, json_id, blob in rows:
         call = name[4:] if isinstance(name, str) and name.startswith("nccl") else None
-        if not isinstance(tid, int) or not call or not call[:1].isupper():
-            continue
-        fields = _json_fields(json_text) if isinstance(json_text, str) else {}
+        if not call or not call[:1].isupper() or not all(_is_i64(v) for v in (tid, start, end)):
+            continue  # a crafted row: a time or thread that is no integer
+        if isinstance(json_text, str):
+            fields = _json_fields(json_text)
+        elif isinstance(json_id, int) and json_id in shared:
+            if json_id not in parsed:
+                parsed[json_id] = _json_fields(shared[json_id])
+            fields = parsed[json_id]
+        else:
+            fields = {}
         if not fields and blob is not None:
             fields = _blob_fields(blob, schemas)
         comm = fields.get("comm")
@@ -173,8 +191,12 @@ def _decoded(rows: Iterable[tuple[object, ...]], schemas: dict) -> Iterator[tupl
             end,
             call,
             f"{comm & _U64:#018x}" if isinstance(comm, int) else None,
-            *(fields.get(f) for f in _INT_FIELDS),
+            *(v if _is_i64(v := fields.get(f)) else None for f in _INT_FIELDS),
         )
+
+
+def _is_i64(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63
 
 
 def _json_fields(text: str) -> dict[str, int]:
@@ -226,8 +248,27 @@ def _as_int(value: object) -> int | None:
     return None
 
 
-def _blob_schemas(db: sqlite3.Connection, tables: set[str]) -> dict[tuple[int, int], list[_Entry]]:
-    """(domain, schema) -> the named entries NCCL's payloads are read by."""
+@dataclass(frozen=True)
+class _Schemas:
+    """The named entries NCCL's payloads are read by, by (domain, schema), and by schema id
+    alone where one domain has it (some exports number domains apart from the header's)."""
+
+    by_key: dict[tuple[int, int], list[_Entry]]
+    by_schema: dict[int, list[_Entry]]
+
+
+def _blob_schemas(db: sqlite3.Connection, tables: set[str]) -> _Schemas:
+    entries = _schema_entries(db, tables)
+    counts: dict[int, int] = {}
+    for _, schema in entries:
+        counts[schema] = counts.get(schema, 0) + 1
+    unique = {schema: e for (_, schema), e in entries.items() if counts[schema] == 1}
+    return _Schemas(entries, unique)
+
+
+def _schema_entries(
+    db: sqlite3.Connection, tables: set[str]
+) -> dict[tuple[int, int], list[_Entry]]:
     if "NVTX_PAYLOAD_SCHEMA_ENTRIES" not in tables:
         return {}
     out: dict[tuple[int, int], list[_Entry]] = {}
@@ -248,7 +289,7 @@ def _blob_schemas(db: sqlite3.Connection, tables: set[str]) -> dict[tuple[int, i
     return out
 
 
-def _blob_fields(blob: object, schemas: dict[tuple[int, int], list[_Entry]]) -> dict[str, int]:
+def _blob_fields(blob: object, schemas: _Schemas) -> dict[str, int]:
     """The fields of one ``binaryData`` payload (bytes, or their hex text)."""
     if isinstance(blob, str):
         try:
@@ -262,10 +303,7 @@ def _blob_fields(blob: object, schemas: dict[tuple[int, int], list[_Entry]]) -> 
     if len(raw) < _BLOB_HEADER.size:
         return {}
     domain, schema, size, offset = _BLOB_HEADER.unpack_from(raw)
-    entries = schemas.get((domain, schema))
-    if entries is None:  # some exports number domains apart from the header's: the schema id
-        found = [e for (_, s), e in schemas.items() if s == schema]
-        entries = found[0] if len(found) == 1 else None
+    entries = schemas.by_key.get((domain, schema)) or schemas.by_schema.get(schema)
     if entries is None or offset < _BLOB_HEADER.size or offset > len(raw):
         return {}
     payload = raw[offset : offset + min(size, _PAYLOAD_LIMIT)]
@@ -287,6 +325,9 @@ _COLLECTIVE_NAMES = {
     "Broadcast": "broadcast",
     "Reduce": "reduce",
     "AllToAll": "all_to_all",
+    "AlltoAll": "all_to_all",  # NCCL 2.28's ncclAlltoAll
+    "Gather": "gather",
+    "Scatter": "scatter",
     "Send": "send",
     "Recv": "recv",
 }
@@ -308,17 +349,19 @@ _TID_SPAN = 0x1000000
 
 @dataclass(frozen=True)
 class Communicators:
-    """What the ``ncclCommInitRank`` / ``ncclCommSplit`` payloads say: each communicator's size,
-    and per process the rank it holds in its largest one (the world, when that is traced)."""
+    """What the ``ncclCommInitRank*`` payloads say: each communicator's size, and per process
+    the rank it holds in its largest one (the world, when that is traced)."""
 
     sizes: pl.DataFrame  # comm, nranks
     largest: pl.DataFrame  # process, comm, nranks, comm_rank
 
 
 def communicators(calls: pl.DataFrame) -> Communicators:
-    inits = calls.filter(
-        pl.col("call").str.starts_with("CommInit") | (pl.col("call") == "CommSplit")
-    ).filter(pl.col("comm").is_not_null() & (pl.col("nranks") > 0))
+    # ncclCommSplit's payload names the new communicator with its parent's size and rank
+    # (NCCL's init.cc): only the inits say a communicator's own
+    inits = calls.filter(pl.col("call").str.starts_with("CommInitRank")).filter(
+        pl.col("comm").is_not_null() & (pl.col("nranks") > 0)
+    )
     sizes = inits.group_by("comm").agg(pl.col("nranks").max()).sort("comm")
     largest = (
         inits.filter(pl.col("comm_rank").is_between(0, pl.col("nranks") - 1))
@@ -336,14 +379,17 @@ def launch_meta(
     """Each launch made inside an NCCL call: the collective metadata of its calls, by (process,
     correlation). Sizes are in bytes (``dtype`` ``Byte``), In / Out as c10d counts them: an
     AllGather's output and a ReduceScatter's input are the message times the communicator's
-    size; a group of sends and recvs is their sums; a peer is a global rank only in the
-    communicator that spans the world (its ranks are the global ranks)."""
+    size (an all-to-all's, gather's or scatter's message is per peer); a group of sends and
+    recvs is their sums; a peer is a global rank only in the communicator that spans the world
+    (its ranks are the global ranks). A call or group that launched several kernels gives its
+    sizes to the first, so that no byte counts twice."""
     every = calls.with_row_index("call_row")
     ops = every.filter(pl.col("call").is_in(_GROUP_CALLS).not_())
     if ops.height == 0 or runtime.height == 0:
         return pl.DataFrame(schema=LAUNCH_META_SCHEMA)
     launches = runtime.filter(pl.col("name").str.contains("(?i)launch")).with_row_index("key")
-    enclosing = innermost_enclosing(
+    # each launch's owner: the NCCL call open at the launch (an op, or a group's end)
+    owned = innermost_enclosing(
         launches.select("key", pl.col("global_tid").alias("tid"), pl.col("start_ns").alias("at")),
         every.select(
             pl.col("global_tid").alias("tid"),
@@ -351,37 +397,65 @@ def launch_meta(
             pl.col("end_ns").alias("end"),
             pl.col("call_row").alias("value"),
         ),
-    ).join(
-        every.select(pl.col("call_row").alias("value"), "call", "global_tid", "start_ns"),
-        on="value",
-    )
-    alone = enclosing.filter(pl.col("call").is_in(_GROUP_CALLS).not_())
-    grouped = _group_members(enclosing.filter(pl.col("call") == "GroupEnd"), every, ops)
+    ).rename({"value": "owner"})
     members = pl.concat(
-        [alone.select("key", pl.col("value").alias("call_row")), grouped.select("key", "call_row")]
-    ).join(ops.drop("global_tid", "start_ns", "end_ns"), on="call_row")
+        [
+            ops.select(pl.col("call_row").alias("owner"), "call_row"),
+            _group_members(every, ops),
+        ]
+    ).join(owned.select("owner").unique(), on="owner")
     if members.height == 0:
         return pl.DataFrame(schema=LAUNCH_META_SCHEMA)
-    return _meta(members, launches, comms, world_size)
+    first = (pl.col("start_ns") == pl.col("start_ns").min().over("owner")) & (
+        pl.col("key") == pl.col("key").min().over("owner", "start_ns")
+    )
+    by_launch = owned.join(
+        launches.select(
+            "key",
+            "start_ns",
+            "correlation",
+            (pl.col("global_tid") // _TID_SPAN).alias("process"),
+        ),
+        on="key",
+    ).with_columns(first.alias("_sized"))
+    per_owner = _per_owner(
+        members.join(ops.drop("global_tid", "start_ns", "end_ns"), on="call_row"), comms
+    )
+    return _meta(per_owner.join(by_launch, on="owner"), comms, world_size)
 
 
-def _group_members(
-    group_ends: pl.DataFrame, calls: pl.DataFrame, ops: pl.DataFrame
-) -> pl.DataFrame:
-    """For launches inside ``ncclGroupEnd``: the calls on the thread since the latest
-    ``ncclGroupStart`` before the group's end. Each call is keyed by the group start before it
-    (one as-of join), so a group finds its calls by equality, not by a search per launch."""
-    if group_ends.height == 0:
-        return pl.DataFrame(schema={"key": pl.UInt32(), "call_row": pl.UInt32()})
-    starts = (
-        calls.filter(pl.col("call") == "GroupStart")
+def _group_members(calls: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """(owner, call_row): each outermost ``ncclGroupEnd`` and the calls on its thread since its
+    group's first ``ncclGroupStart``. Nested groups count as their outermost; a group end
+    whose start the export lost (cut to a window) owns nothing. Each call is keyed by the
+    group start before it (one as-of join), so a group finds its calls by equality."""
+    marks = (
+        calls.filter(pl.col("call").is_in(_GROUP_CALLS))
+        .select("call_row", "global_tid", "start_ns", "call")
+        .sort("global_tid", "start_ns")
+        .with_columns(
+            pl.col("call").shift(1).over("global_tid").alias("_before"),
+            pl.col("call").shift(-1).over("global_tid").alias("_after"),
+        )
+    )
+    opens = (
+        marks.filter(
+            (pl.col("call") == "GroupStart") & (pl.col("_before") != "GroupStart").fill_null(True)
+        )
         .select("global_tid", pl.col("start_ns").alias("group_start"))
         .sort("group_start")
+    )
+    closes = (
+        marks.filter(
+            (pl.col("call") == "GroupEnd") & (pl.col("_after") != "GroupEnd").fill_null(True)
+        )
+        .with_columns(pl.col("start_ns").shift(1).over("global_tid").alias("_last_close"))
+        .select(pl.col("call_row").alias("owner"), "global_tid", "start_ns", "_last_close")
     )
 
     def opened(frame: pl.DataFrame) -> pl.DataFrame:
         return frame.sort("start_ns").join_asof(
-            starts,
+            opens,
             left_on="start_ns",
             right_on="group_start",
             by="global_tid",
@@ -389,59 +463,56 @@ def _group_members(
             check_sortedness=False,
         )
 
-    members = opened(ops.select("call_row", "global_tid", "start_ns", "end_ns")).select(
+    groups = opened(closes).filter(
+        pl.col("group_start").is_not_null()
+        & (pl.col("_last_close").is_null() | (pl.col("group_start") > pl.col("_last_close")))
+    )
+    inside = opened(ops.select("call_row", "global_tid", "start_ns", "end_ns")).select(
         "call_row", "global_tid", "group_start", pl.col("end_ns").alias("op_end")
     )
     return (
-        opened(group_ends)
-        .drop_nulls("group_start")
-        .join(members, on=["global_tid", "group_start"])
+        groups.join(inside, on=["global_tid", "group_start"])
         .filter(pl.col("op_end") <= pl.col("start_ns"))
-        .select("key", "call_row")
+        .select("owner", "call_row")
     )
 
 
-def _meta(
-    members: pl.DataFrame,
-    launches: pl.DataFrame,
-    comms: Communicators,
-    world_size: int | None,
-) -> pl.DataFrame:
+# calls whose payload gives the bytes per peer: In / Out are the message times the members
+_PER_PEER = ("AlltoAll", "AllToAll")
+
+
+def _per_owner(members: pl.DataFrame, comms: Communicators) -> pl.DataFrame:
+    """One row of sizes, names and peers per owner (a call, or a group's end)."""
     sized = members.join(comms.sizes, on="comm", how="left", suffix="_init").with_columns(
         pl.coalesce("nranks_init", "nranks").alias("nranks")
     )
-    send, recv = pl.col("call") == "Send", pl.col("call") == "Recv"
-    message = pl.col("bytes")
-    n = pl.col("nranks")
+    call = pl.col("call")
+    send, recv = call == "Send", call == "Recv"
+    message, n = pl.col("bytes"), pl.col("nranks")
     in_bytes = (
-        pl.when(pl.col("call") == "ReduceScatter")
+        pl.when(call.is_in(["ReduceScatter", "Scatter", *_PER_PEER]))
         .then(message * n)
         .when(recv)
         .then(0)
         .otherwise(message)
     )
     out_bytes = (
-        pl.when(pl.col("call") == "AllGather")
+        pl.when(call.is_in(["AllGather", "Gather", *_PER_PEER]))
         .then(message * n)
         .when(send)
         .then(0)
         .otherwise(message)
     )
-    per_launch = (
+    whole = lambda c: pl.when(c.is_null().any()).then(None).otherwise(c.sum())  # noqa: E731
+    per_owner = (
         sized.with_columns(in_bytes.alias("_in"), out_bytes.alias("_out"))
-        .group_by("key")
+        .group_by("owner")
         .agg(
             pl.col("call").unique().alias("_calls"),
             pl.col("comm").drop_nulls().unique().alias("_comms"),
             pl.col("nranks").drop_nulls().max().alias("group_size"),
-            pl.when(pl.col("_in").is_null().any())
-            .then(None)
-            .otherwise(pl.col("_in").sum())
-            .alias("in_msg_nelems"),
-            pl.when(pl.col("_out").is_null().any())
-            .then(None)
-            .otherwise(pl.col("_out").sum())
-            .alias("out_msg_nelems"),
+            whole(pl.col("_in")).alias("in_msg_nelems"),
+            whole(pl.col("_out")).alias("out_msg_nelems"),
             pl.col("peer").filter(send).drop_nulls().unique().alias("_dst"),
             pl.col("peer").filter(recv).drop_nulls().unique().alias("_src"),
         )
@@ -451,47 +522,41 @@ def _meta(
         pl.col("_calls").list.first().replace_strict(_COLLECTIVE_NAMES, default=None)
     )
     comm = pl.when(pl.col("_comms").list.len() == 1).then(pl.col("_comms").list.first())
-    joined = per_launch.join(
-        launches.select("key", (pl.col("global_tid") // _TID_SPAN).alias("process"), "correlation"),
-        on="key",
-    ).with_columns(name.alias("collective_name"), comm.alias("_comm"))
-    world = comms.largest.filter(
-        pl.col("nranks") == world_size if world_size else pl.lit(True)
-    ).select("process", pl.col("comm").alias("_world"))
+    return per_owner.with_columns(name.alias("collective_name"), comm.alias("_comm"))
+
+
+def _meta(joined: pl.DataFrame, comms: Communicators, world_size: int | None) -> pl.DataFrame:
+    world = comms.largest.filter(pl.col("nranks") == (world_size or -1)).select(
+        "process", pl.col("comm").alias("_world")
+    )
     in_world = pl.col("_comm") == pl.col("_world")
     me = pl.col("_me")
+    name = pl.col("collective_name")
+
+    def peer(side: str) -> pl.Expr:
+        return pl.when(in_world & (pl.col(side).list.len() == 1)).then(pl.col(side).list.first())
+
     return (
         joined.join(world, on="process", how="left")
         .join(rank_of_process(comms, world_size).rename({"rank": "_me"}), on="process", how="left")
         .with_columns(
-            pl.when(pl.col("collective_name") == "send")
-            .then(
-                pl.when(in_world & (pl.col("_dst").list.len() == 1)).then(
-                    pl.col("_dst").list.first()
-                )
-            )
-            .alias("dst_rank"),
-            pl.when(pl.col("collective_name") == "recv")
-            .then(
-                pl.when(in_world & (pl.col("_src").list.len() == 1)).then(
-                    pl.col("_src").list.first()
-                )
-            )
-            .alias("src_rank"),
-        )
-        .with_columns(
-            pl.when(pl.col("collective_name") == "send")
+            pl.when(name == "send")
             .then(me)
-            .otherwise("src_rank")
+            .when(name == "recv")
+            .then(peer("_src"))
             .alias("src_rank"),
-            pl.when(pl.col("collective_name") == "recv")
+            pl.when(name == "recv")
             .then(me)
-            .otherwise("dst_rank")
+            .when(name == "send")
+            .then(peer("_dst"))
             .alias("dst_rank"),
             pl.lit("Byte").alias("dtype"),
-            # a send or recv alone: c10d records its message as both In and Out
+            # a send or recv alone: c10d records its message as both In and Out; a launch
+            # after the first of its call's has no size of its own
             *(
-                pl.when(pl.col("collective_name").is_in(["send", "recv"]))
+                pl.when(~pl.col("_sized"))
+                .then(None)
+                .when(name.is_in(["send", "recv"]))
                 .then(pl.max_horizontal("in_msg_nelems", "out_msg_nelems"))
                 .otherwise(c)
                 .alias(c)
@@ -506,15 +571,17 @@ def _meta(
             .alias(c)
             for c in ("src_rank", "dst_rank")
         )
+        .unique(["process", "correlation"], keep="first", maintain_order=True)
         .select(list(LAUNCH_META_SCHEMA))
         .cast(LAUNCH_META_SCHEMA)  # type: ignore[arg-type]
     )
 
 
 def rank_of_process(comms: Communicators, world_size: int | None) -> pl.DataFrame:
-    """process -> global rank: the process's rank in the communicator that spans the world
-    (``world_size`` ranks; when unknown, the largest communicator traced)."""
-    largest = comms.largest
-    if world_size:
-        largest = largest.filter(pl.col("nranks") == world_size)
-    return largest.select("process", pl.col("comm_rank").alias("rank"))
+    """process -> global rank: the process's rank in a communicator of ``world_size`` ranks.
+    None without a world size: the largest communicator a file holds may be a subgroup's."""
+    if not world_size:
+        return pl.DataFrame(schema={"process": pl.Int64, "rank": pl.Int64})
+    return comms.largest.filter(pl.col("nranks") == world_size).select(
+        "process", pl.col("comm_rank").alias("rank")
+    )

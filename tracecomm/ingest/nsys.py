@@ -111,8 +111,6 @@ def _read(db: sqlite3.Connection, path: Path, read: ReadOptions) -> list[RankEve
     calls = nccl_calls(db, tables, strings, nccl_ids, types)
     comms = communicators(calls)
     nccl_ranks = dict(rank_of_process(comms, launcher.world_size).iter_rows())
-    if launcher.world_size is None and nccl_ranks and comms.largest.height:
-        launcher = replace(launcher, world_size=int(comms.largest["nranks"].max()))  # type: ignore[arg-type]
     processes = _processes(kernels, launcher, nccl_ranks, warnings, path)
     base = _session_start(db, tables)
     host = _hostname(db, tables)
@@ -185,8 +183,27 @@ def _schema_version(db: sqlite3.Connection, tables: set[str]) -> str:
 
 
 def _frame(db: sqlite3.Connection, query: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """The query's rows in ``schema``'s columns. SQLite keeps any value in any column: a value
+    of another type (text in a time, say) is null, and a row without both times is dropped."""
     rows = db.execute(query).fetchall()
-    return pl.DataFrame(rows, schema=schema, orient="row")
+    try:
+        frame = pl.DataFrame(rows, schema=schema, orient="row")
+    except (pl.exceptions.PolarsError, TypeError, OverflowError):
+        strings = [dtype == pl.String for dtype in schema.values()]
+        frame = pl.DataFrame(
+            [tuple(_typed(v, text) for v, text in zip(r, strings, strict=True)) for r in rows],
+            schema=schema,
+            orient="row",
+        )
+    times = [c for c in ("start_ns", "end_ns") if c in schema]
+    return frame.drop_nulls(times) if times else frame
+
+
+def _typed(value: object, text: bool) -> object:
+    if text:
+        return value if isinstance(value, str) else None
+    ok = isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63
+    return value if ok else None
 
 
 def _schema(ints: str, strings: str = "") -> dict[str, pl.DataType]:
@@ -353,8 +370,9 @@ def _named_steps(
     profiler_steps = pl.col("name").str.contains(STEP_NAME.pattern)
     if step_range is None and ranges.select(profiler_steps.any()).item():
         return ranges
-    ranges = ranges.filter(~profiler_steps)  # the user's ranges replace the profiler's steps
     pattern = step_range or DEFAULT_STEP_RANGE
+    # the user's ranges replace the profiler's steps (unless they are the profiler's)
+    ranges = ranges.filter(~profiler_steps | pl.col("name").str.contains(pattern))
     process = pl.col("global_tid") // _TID_SPAN
     hits = (
         ranges.with_row_index("_row")

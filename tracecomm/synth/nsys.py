@@ -475,7 +475,9 @@ class _RankRows:
                 NCCL_DOMAIN_ID,
                 *_NVTX_TAIL,
             )
-            # each communicator's ncclCommInitRank, world first, before the traced work
+            # each communicator's ncclCommInitRank, world first (c10d's default group, which
+            # torchrun jobs initialize with a barrier), before the traced work
+            self.comm(w._world.name, w._world.ranks)
             at = w.trace_start
             world = _comm_id("world")
             for comm in sorted(self.comms, key=lambda c: c != world):
