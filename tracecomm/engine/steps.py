@@ -214,20 +214,31 @@ def captured(rank: RankEvents, names: LaunchNames | None = None) -> pl.Series:
 def step_of(times: pl.Expr, steps: pl.DataFrame, frame: pl.DataFrame) -> pl.Series:
     """The ProfilerStep whose CPU span holds each time (null when none does): the latest step
     to start at or before the time, when the time is before that step's end. A binary search
-    over the few step spans (no join over the events: a 2 GB trace has millions)."""
-    at = frame.select(times.alias("t"))["t"]
+    over the few step spans (no join over the events: a 2 GB trace has millions), in numpy:
+    called for every rank, its handful of polars queries were a measurable share of the glue."""
+    at = frame.get_column(times.meta.output_name()) if times.meta.is_column() else None
+    if at is None:
+        at = frame.select(times.alias("t"))["t"]
     # a span without a number or a start (a damaged cache entry) holds no time
-    spans = steps.select("step", "start_ns", "end_ns").drop_nulls(["step", "start_ns"])
+    spans = steps.select("step", "start_ns", "end_ns")
+    if spans["step"].null_count() or spans["start_ns"].null_count():
+        spans = spans.drop_nulls(["step", "start_ns"])
     if spans.height == 0:
-        return pl.Series("step", [None] * frame.height, dtype=pl.Int64)
-    spans = spans.sort("start_ns")
-    starts = spans["start_ns"].to_numpy()
-    ends = spans["end_ns"].fill_null(np.iinfo(np.int64).min).to_numpy()
-    numbers = spans["step"].cast(pl.Int64).to_numpy()
-    t = at.fill_null(np.iinfo(np.int64).min).to_numpy()
+        return pl.Series("step", [None], dtype=pl.Int64).new_from_index(0, frame.height)
+    order = np.argsort(spans["start_ns"].to_numpy(), kind="stable")
+    starts = spans["start_ns"].to_numpy()[order]
+    low = np.iinfo(np.int64).min
+    end_col = spans["end_ns"]
+    ends = (end_col.fill_null(low) if end_col.null_count() else end_col).to_numpy()[order]
+    numbers = spans["step"].cast(pl.Int64).to_numpy()[order]
+    missing = np.zeros(len(at), dtype=bool)
+    if at.null_count():
+        missing = np.isnan(at.cast(pl.Float64).to_numpy())  # only the mask: no precision needed
+        at = at.set(pl.Series(missing), low)
+    t = at.cast(pl.Int64).to_numpy()
     idx = np.searchsorted(starts, t, side="right") - 1
     safe = np.maximum(idx, 0)
-    hit = (idx >= 0) & (t < ends[safe]) & at.is_not_null().to_numpy()
+    hit = (idx >= 0) & (t < ends[safe]) & ~missing
     return pl.Series("step", numbers[safe], dtype=pl.Int64).set(pl.Series(~hit), None)
 
 
@@ -239,8 +250,7 @@ def step_windows(
 ) -> pl.DataFrame:
     """One row per ProfilerStep: its GPU window, event count, missing launches, completeness.
     ``in_capture``: ``captured(rank, names)``, when the caller has it already."""
-    steps = rank.steps.unique("step", keep="first").sort("step")
-    windows = (  # lazy: the filter reads the four columns it needs, no copy of the frame
+    windows = (  # the filter reads the four columns it needs, no copy of the frame
         linked.lazy()
         .filter((pl.col("cls") != "sync") & pl.col("step").is_not_null())
         .group_by("step")
@@ -249,20 +259,12 @@ def step_windows(
             pl.col("end_ns").max().alias("end_ns"),
             pl.len().alias("events"),
         )
-        .collect(engine="in-memory")  # as every lazy plan of the engine (partition.py)
     )
     missing = (
         _missing_launches(linked, rank, names, in_capture)
+        .lazy()
         .group_by("step")
         .agg(pl.len().alias("missing"))
-    )
-    table = (
-        steps.select(
-            "step", pl.col("start_ns").alias("cpu_start_ns"), pl.col("end_ns").alias("cpu_end_ns")
-        )
-        .join(windows, on="step", how="left")
-        .join(missing, on="step", how="left")
-        .with_columns(pl.col("events").fill_null(0), pl.col("missing").fill_null(0))
     )
     reason = (
         pl.when(pl.col("cpu_end_ns") <= pl.col("cpu_start_ns"))
@@ -272,8 +274,19 @@ def step_windows(
         .when(pl.col("missing") > 0)
         .then(pl.format("{} launched kernels missing from the trace", pl.col("missing")))
     )
-    return table.with_columns(reason.alias("incomplete_reason")).with_columns(
-        pl.col("incomplete_reason").is_null().alias("complete")
+    return (  # one plan, collected once (as every lazy plan of the engine: partition.py)
+        rank.steps.lazy()
+        .unique("step", keep="first", maintain_order=True)
+        .sort("step")
+        .select(
+            "step", pl.col("start_ns").alias("cpu_start_ns"), pl.col("end_ns").alias("cpu_end_ns")
+        )
+        .join(windows, on="step", how="left", maintain_order="left")
+        .join(missing, on="step", how="left", maintain_order="left")
+        .with_columns(pl.col("events").fill_null(0), pl.col("missing").fill_null(0))
+        .with_columns(reason.alias("incomplete_reason"))
+        .with_columns(pl.col("incomplete_reason").is_null().alias("complete"))
+        .collect(engine="in-memory")
     )
 
 

@@ -284,5 +284,6 @@ def _with_meta(
 def _spread(values: pl.Series, rows: np.ndarray, frame: pl.DataFrame) -> pl.Series:
     """``values`` at ``rows`` of a column as tall as ``frame``, null elsewhere (a scatter:
     no join of the whole frame on a row number)."""
-    column = pl.repeat(None, frame.height, dtype=values.dtype, eager=True).alias(values.name)
+    # a null repeated without a query (pl.repeat runs one per column of every rank)
+    column = pl.Series(values.name, [None], dtype=values.dtype).new_from_index(0, frame.height)
     return column.scatter(rows, values) if rows.size else column
