@@ -238,13 +238,22 @@ def _starving(rank: RankEvents, bound: pl.DataFrame) -> tuple[StarvingOp, ...]:
     """The ops whose launches ended host-bound gaps: the GPU waited for them."""
     if bound.height == 0:
         return ()
-    ops = rank.launches.filter(
-        pl.col("correlation").is_in(bound["ender_corr"].drop_nulls().implode())
-    ).unique("correlation", keep="any")
-    joined = bound.join(
-        ops.select(pl.col("correlation").alias("ender_corr"), "op"), on="ender_corr", how="left"
-    ).with_columns((pl.col("g1") - pl.col("g0")).alias("gap"))
-    rows = (
+    enders = bound.lazy().select(pl.col("ender_corr").alias("correlation")).drop_nulls()
+    ops = (
+        rank.launches.lazy()
+        .join(enders.unique(), on="correlation", how="semi")
+        .unique("correlation", keep="any")
+    )
+    joined = (
+        bound.lazy()
+        .join(
+            ops.select(pl.col("correlation").alias("ender_corr"), "op"),
+            on="ender_corr",
+            how="left",
+        )
+        .with_columns((pl.col("g1") - pl.col("g0")).alias("gap"))
+    )
+    rows = (  # one plan, collected once
         joined.group_by("op")
         .agg(
             pl.len().alias("gaps"),
@@ -254,6 +263,7 @@ def _starving(rank: RankEvents, bound: pl.DataFrame) -> tuple[StarvingOp, ...]:
         )
         .sort(["starved_ns", "op"], descending=[True, False], nulls_last=True)
         .head(TOP_ROWS)
+        .collect(engine="in-memory")
     )
     return tuple(
         StarvingOp(op, int(n), int(ns), kernel or "") for op, n, ns, kernel in rows.iter_rows()

@@ -67,8 +67,9 @@ def link_launches(
     the event: its start, thread and correlation id), ``graph_via`` (for a kernel a graph
     replayed: how it was tied to the launch; else null) and ``step``."""
     names = names or LaunchNames.of(rank)
-    launches = (  # the columns first: the filter and the unique copy only these
-        rank.launches.select(
+    launches = (  # the columns first: the filter and the unique copy only these (one plan)
+        rank.launches.lazy()
+        .select(
             "correlation",
             pl.col("start_ns").alias("launch_ns"),
             pl.col("tid").alias("launch_tid"),
@@ -83,20 +84,27 @@ def link_launches(
     # joined on the key alone, the launch columns set beside the device frame's own: a join
     # of the whole frame would copy every column of every kernel
     launch_columns = (
-        device.select("correlation")
+        device.lazy()
+        .select("correlation")
         .join(launches, on="correlation", how="left", maintain_order="left")
         .drop("correlation")
+        .collect(engine="in-memory")
     )
     linked = device.hstack(launch_columns.get_columns())
     graph_kernel = pl.col("_graph_launch").fill_null(False) | (
         pl.col("graph_id").is_not_null() if "graph_id" in linked.columns else pl.lit(False)
     )
-    linked = linked.with_columns(
-        pl.when(graph_kernel & pl.col("launch_ns").is_not_null())
-        .then(pl.lit(BY_CORRELATION))
-        .otherwise(pl.lit(None, pl.String))
-        .alias("graph_via")
-    ).drop("_graph_launch")
+    linked = (
+        linked.lazy()
+        .with_columns(
+            pl.when(graph_kernel & pl.col("launch_ns").is_not_null())
+            .then(pl.lit(BY_CORRELATION))
+            .otherwise(pl.lit(None, pl.String))
+            .alias("graph_via")
+        )
+        .drop("_graph_launch")
+        .collect(engine="in-memory")
+    )
     if names.graph and "graph_id" in linked.columns:
         linked = _by_graph_nodes(linked, rank, names)
     return linked.with_columns(step_of(pl.col("launch_ns"), rank.steps, linked).alias("step"))
