@@ -369,7 +369,7 @@ def int_series(name: str, values: Sequence[object]) -> pl.Series:
         # quoted numbers ("correlation": "17") still link; anything else is null
         return pl.Series(
             name,
-            [_arg_int(as_int(v) if isinstance(v, str) else v) for v in values],
+            [int64_or_none(as_int(v) if isinstance(v, str) else v) for v in values],
             dtype=pl.Int64,
         )
 
@@ -384,7 +384,8 @@ def typed_series(name: str, values: Sequence[object], dtype: pl.DataType) -> pl.
     return _str_series(name, values)
 
 
-def _arg_int(value: object) -> int | None:
+def int64_or_none(value: object) -> int | None:
+    """An integer an Int64 column holds, else None (booleans, text, past 64 bits)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value if -(2**63) <= value < 2**63 else None
     return None

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import orjson
 import polars as pl
 
-from tracecomm.ingest.frames import innermost_enclosing
+from tracecomm.ingest.frames import innermost_enclosing, int64_or_none
 
 # NVTX_EVENTS eventType ids (ENUM_NSYS_EVENT_TYPE) of push/pop and start/end ranges and of a
 # domain's creation, by their enum names; the ids of the exports seen when the enum is absent
@@ -172,7 +172,11 @@ def _decoded(
     parsed: dict[int, dict[str, int]] = {}
     for tid, start, end, name, json_text, json_id, blob in rows:
         call = name[4:] if isinstance(name, str) and name.startswith("nccl") else None
-        if not call or not call[:1].isupper() or not all(_is_i64(v) for v in (tid, start, end)):
+        if (
+            not call
+            or not call[:1].isupper()
+            or any(int64_or_none(v) is None for v in (tid, start, end))
+        ):
             continue  # a crafted row: a time or thread that is no integer
         if isinstance(json_text, str):
             fields = _json_fields(json_text)
@@ -191,12 +195,8 @@ def _decoded(
             end,
             call,
             f"{comm & _U64:#018x}" if isinstance(comm, int) else None,
-            *(v if _is_i64(v := fields.get(f)) else None for f in _INT_FIELDS),
+            *(int64_or_none(fields.get(f)) for f in _INT_FIELDS),
         )
-
-
-def _is_i64(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63
 
 
 def _json_fields(text: str) -> dict[str, int]:
@@ -227,8 +227,13 @@ def _collect(value: object, out: dict[str, int], depth: int) -> None:
             _collect(item, out, depth + 1)
 
 
+def _field_of(name: str) -> str | None:
+    """Our field for a payload entry's name, compared in lower case, letters and digits only."""
+    return _FIELDS.get("".join(c for c in name[:100].lower() if c.isalnum()))
+
+
 def _put(out: dict[str, int], name: str, value: object) -> None:
-    field = _FIELDS.get("".join(c for c in name[:100].lower() if c.isalnum()))
+    field = _field_of(name)
     number = _as_int(value)
     if field is not None and number is not None:
         out.setdefault(field, number)
@@ -279,7 +284,7 @@ def _schema_entries(
     ):
         if not isinstance(name, str) or not isinstance(domain, int) or not isinstance(schema, int):
             continue
-        field = _FIELDS.get("".join(c for c in name[:100].lower() if c.isalnum()))
+        field = _field_of(name)
         fmt = _ENTRY_FORMATS.get(kind) if isinstance(kind, int) else None
         if field is None or fmt is None or (domain, schema, field) in seen:
             continue
@@ -489,20 +494,20 @@ def _per_owner(members: pl.DataFrame, comms: Communicators) -> pl.DataFrame:
     call = pl.col("call")
     send, recv = call == "Send", call == "Recv"
     message, n = pl.col("bytes"), pl.col("nranks")
-    in_bytes = (
-        pl.when(call.is_in(["ReduceScatter", "Scatter", *_PER_PEER]))
-        .then(message * n)
-        .when(recv)
-        .then(0)
-        .otherwise(message)
-    )
-    out_bytes = (
-        pl.when(call.is_in(["AllGather", "Gather", *_PER_PEER]))
-        .then(message * n)
-        .when(send)
-        .then(0)
-        .otherwise(message)
-    )
+
+    def side(whole_group: list[str], none_of: pl.Expr) -> pl.Expr:
+        """One side's bytes: the message, × the members for calls whose side is all of them,
+        0 for calls that move nothing that way."""
+        return (
+            pl.when(call.is_in(whole_group))
+            .then(message * n)
+            .when(none_of)
+            .then(0)
+            .otherwise(message)
+        )
+
+    in_bytes = side(["ReduceScatter", "Scatter", *_PER_PEER], recv)
+    out_bytes = side(["AllGather", "Gather", *_PER_PEER], send)
     whole = lambda c: pl.when(c.is_null().any()).then(None).otherwise(c.sum())  # noqa: E731
     per_owner = (
         sized.with_columns(in_bytes.alias("_in"), out_bytes.alias("_out"))

@@ -32,7 +32,7 @@ import polars as pl
 
 from tracecomm.errors import NotATrace, TraceError
 from tracecomm.ingest.events import META_SCHEMA, STEP_NAME
-from tracecomm.ingest.frames import innermost_enclosing, rank_from_columns
+from tracecomm.ingest.frames import innermost_enclosing, int64_or_none, rank_from_columns
 from tracecomm.ingest.limits import check_plain_size
 from tracecomm.ingest.model import RankEvents, ReadOptions, TraceMeta
 from tracecomm.ingest.nccl_nvtx import (
@@ -202,8 +202,7 @@ def _frame(db: sqlite3.Connection, query: str, schema: dict[str, pl.DataType]) -
 def _typed(value: object, text: bool) -> object:
     if text:
         return value if isinstance(value, str) else None
-    ok = isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63
-    return value if ok else None
+    return int64_or_none(value)
 
 
 def _schema(ints: str, strings: str = "") -> dict[str, pl.DataType]:
