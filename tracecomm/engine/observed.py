@@ -4,7 +4,7 @@ and the time their kernels ran. A lower bound on the FLOPs the GPU executed (HFU
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 import polars as pl
@@ -82,19 +82,18 @@ def counted_ops(
 def _with_flops(shaped_ops: pl.DataFrame) -> pl.DataFrame:
     """FLOPs per op from its shapes; ops whose shapes do not fit a formula are dropped."""
     rows = []
-    decode = msgspec.json.decode
     columns = ["name", "input_dims", "concrete_inputs"]
     typed = "input_types" in shaped_ops.columns
-    for i, (name, dims_text, concrete_text, *types_text) in enumerate(
+    # a training loop repeats its shapes: each distinct op is worked out once
+    known: dict[tuple[str | None, ...], tuple[Any, ...] | None] = {}
+    for i, key in enumerate(
         shaped_ops.select(*columns, *(["input_types"] if typed else [])).iter_rows()
     ):
-        dims = decode(dims_text)
-        concrete = decode(concrete_text) if concrete_text else None
-        found = op_flops(name, dims, concrete)
+        if key not in known:
+            known[key] = _op_figures(*key)
+        found = known[key]
         if found is not None:
-            types = decode(types_text[0]) if types_text and types_text[0] else None
-            moved = op_bytes(name, dims, types, concrete) if types else None
-            rows.append((i, *found, *(moved or (None, None))))
+            rows.append((i, *found))
     counted = pl.DataFrame(
         rows,
         schema={
@@ -108,6 +107,22 @@ def _with_flops(shaped_ops: pl.DataFrame) -> pl.DataFrame:
         orient="row",
     )
     return shaped_ops.with_row_index("op").join(counted, on="op")
+
+
+def _op_figures(
+    name: str, dims_text: str, concrete_text: str | None, types_text: str | None = None
+) -> tuple[Any, ...] | None:
+    """(flops, family, causal, bytes, dtype) of one op's recorded shapes; None when they do
+    not fit a formula."""
+    decode = msgspec.json.decode
+    dims = decode(dims_text)
+    concrete = decode(concrete_text) if concrete_text else None
+    found = op_flops(name, dims, concrete)
+    if found is None:
+        return None
+    types = decode(types_text) if types_text else None
+    moved = op_bytes(name, dims, types, concrete) if types else None
+    return (*found, *(moved or (None, None)))
 
 
 def _outermost(ops: pl.DataFrame) -> pl.DataFrame:

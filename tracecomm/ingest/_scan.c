@@ -67,7 +67,8 @@ typedef struct {
 typedef struct {
     Slot *slots;
     size_t cap, used;
-    PyObject *values; /* list of bytes, in code order */
+    Slot *order;      /* the distinct strings in code order (spans of the scanned buffer) */
+    size_t order_cap;
 } Dict;
 
 /* Length and the first and last 16 bytes: kernel names differ at their ends as often as at
@@ -96,23 +97,43 @@ static int dict_grow(Dict *d) {
     return 0;
 }
 
+/* The code of a string, a new one for a string not seen before. No Python object is made
+ * here (the scan runs without the GIL): the table of values is built after it. */
 static int64_t dict_code(Dict *d, const unsigned char *s, size_t len) {
     if ((d->used + 1) * 2 > d->cap && dict_grow(d) < 0) return -1;
+    if (d->used == d->order_cap) {
+        size_t cap = d->order_cap ? d->order_cap * 2 : 256;
+        Slot *order = realloc(d->order, cap * sizeof(Slot));
+        if (!order) return -1;
+        d->order = order;
+        d->order_cap = cap;
+    }
     size_t j = hash_bytes(s, len) & (d->cap - 1);
     while (d->slots[j].s) {
         if (d->slots[j].len == len && memcmp(d->slots[j].s, s, len) == 0) return d->slots[j].code;
         j = (j + 1) & (d->cap - 1);
     }
-    PyObject *value = PyBytes_FromStringAndSize((const char *)s, (Py_ssize_t)len);
-    if (!value || PyList_Append(d->values, value) < 0) {
-        Py_XDECREF(value);
-        return -1;
-    }
-    Py_DECREF(value);
     d->slots[j].s = s ? s : (const unsigned char *)"";
     d->slots[j].len = len;
     d->slots[j].code = (uint32_t)d->used;
+    d->order[d->used] = d->slots[j];
     return d->used++;
+}
+
+/* The distinct strings as a list of bytes, in code order (with the GIL). */
+static PyObject *dict_values(Dict *d) {
+    PyObject *list = PyList_New((Py_ssize_t)d->used);
+    if (!list) return NULL;
+    for (size_t i = 0; i < d->used; i++) {
+        PyObject *v = PyBytes_FromStringAndSize((const char *)d->order[i].s,
+                                                (Py_ssize_t)d->order[i].len);
+        if (!v) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+    }
+    return list;
 }
 
 /* ---- JSON pieces ---------------------------------------------------------------------- */
@@ -514,8 +535,8 @@ static void out_free(Out *out) {
     free(out->flags.data);
     free(out->cats.slots);
     free(out->names.slots);
-    Py_XDECREF(out->cats.values);
-    Py_XDECREF(out->names.values);
+    free(out->cats.order);
+    free(out->names.order);
 }
 
 static PyObject *col_bytes(Col *c) {
@@ -543,14 +564,55 @@ static PyObject *result(Out *out) {
         bad = !v || PyDict_SetItemString(d, names[i], v) < 0;
         Py_XDECREF(v);
     }
-    if (!bad)
-        bad = PyDict_SetItemString(d, "cat_values", out->cats.values) < 0 ||
-              PyDict_SetItemString(d, "name_values", out->names.values) < 0;
+    Dict *tables[2] = {&out->cats, &out->names};
+    const char *table_names[2] = {"cat_values", "name_values"};
+    for (int i = 0; i < 2 && !bad; i++) {
+        PyObject *v = dict_values(tables[i]);
+        bad = !v || PyDict_SetItemString(d, table_names[i], v) < 0;
+        Py_XDECREF(v);
+    }
     if (bad) {
         Py_DECREF(d);
         return NULL;
     }
     return d;
+}
+
+/* The events of the buffer into ``out``: 0, or UNSUPPORTED / SYNTAX (the general reader's
+ * job) or NOMEM. Touches no Python object: it runs without the GIL. */
+static int scan_events(const unsigned char *base, size_t len, int bare, Out *out) {
+    /* about one complete event per 400 bytes of Kineto JSON: most columns never grow */
+    size_t guess = len / 400 + 1024;
+    Col *all[2 * N_INT + 3];
+    for (int i = 0; i < N_INT; i++) all[2 * i] = &out->ints[i], all[2 * i + 1] = &out->valid[i];
+    all[2 * N_INT] = &out->cat, all[2 * N_INT + 1] = &out->name, all[2 * N_INT + 2] = &out->flags;
+    for (int i = 0; i < 2 * N_INT + 3; i++)
+        if (col_reserve(all[i], guess) < 0) return NOMEM;
+    Cur c = {base, base + len, 0};
+    Row row;
+    if (!bare && expect(&c, '[') < 0) return UNSUPPORTED;
+    ws(&c);
+    if (bare && c.p == c.end) {
+        /* no events */
+    } else if (!bare && c.p < c.end && *c.p == ']') {
+        c.p++;
+    } else {
+        for (;;) {
+            if (scan_event(&c, base, out, &row) < 0) return c.error == NOMEM ? NOMEM : UNSUPPORTED;
+            if (!row.has_ph || row.ph == 'B' || row.ph == 'E') return UNSUPPORTED;
+            if (row.odd) row.flags |= FLAG_BAD; /* fatal only if the caller keeps the row */
+            if (row.ph == 'X' && emit(out, &row) < 0) return NOMEM;
+            ws(&c);
+            if (c.p < c.end && *c.p == ',') {
+                c.p++;
+                continue;
+            }
+            if (!bare && expect(&c, ']') < 0) return UNSUPPORTED;
+            break;
+        }
+    }
+    ws(&c);
+    return c.p == c.end ? 0 : UNSUPPORTED;
 }
 
 static PyObject *scan(PyObject *self, PyObject *args) {
@@ -565,53 +627,21 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     }
     out.cat.item = out.name.item = sizeof(uint32_t);
     out.flags.item = 1;
-    out.cats.values = PyList_New(0);
-    out.names.values = PyList_New(0);
+    int status;
+    /* the buffer is read-only and held by ``view``: other threads (other ranks' parses) run
+     * while this one scans */
+    Py_BEGIN_ALLOW_THREADS
+    status = scan_events(view.buf, (size_t)view.len, bare, &out);
+    Py_END_ALLOW_THREADS
     PyObject *ret = NULL;
-    if (!out.cats.values || !out.names.values) goto done;
-    /* about one complete event per 400 bytes of Kineto JSON: most columns never grow */
-    size_t guess = (size_t)view.len / 400 + 1024;
-    Col *all[2 * N_INT + 3];
-    for (int i = 0; i < N_INT; i++) all[2 * i] = &out.ints[i], all[2 * i + 1] = &out.valid[i];
-    all[2 * N_INT] = &out.cat, all[2 * N_INT + 1] = &out.name, all[2 * N_INT + 2] = &out.flags;
-    for (int i = 0; i < 2 * N_INT + 3; i++)
-        if (col_reserve(all[i], guess) < 0) goto nomem;
-    const unsigned char *base = view.buf;
-    Cur c = {base, base + view.len, 0};
-    Row row;
-    if (!bare && expect(&c, '[') < 0) goto unsupported;
-    ws(&c);
-    if (bare && c.p == c.end) {
-        /* no events */
-    } else if (!bare && c.p < c.end && *c.p == ']') {
-        c.p++;
+    if (status == 0) {
+        ret = result(&out);
+    } else if (status == NOMEM) {
+        PyErr_NoMemory();
     } else {
-        for (;;) {
-            if (scan_event(&c, base, &out, &row) < 0) goto unsupported;
-            if (!row.has_ph || row.ph == 'B' || row.ph == 'E') goto unsupported;
-            if (row.odd) row.flags |= FLAG_BAD; /* fatal only if the caller keeps the row */
-            if (row.ph == 'X' && emit(&out, &row) < 0) goto nomem;
-            ws(&c);
-            if (c.p < c.end && *c.p == ',') {
-                c.p++;
-                continue;
-            }
-            if (!bare && expect(&c, ']') < 0) goto unsupported;
-            break;
-        }
+        ret = Py_None;
+        Py_INCREF(ret);
     }
-    ws(&c);
-    if (c.p != c.end) goto unsupported;
-    ret = result(&out);
-    goto done;
-nomem:
-    PyErr_NoMemory();
-    goto done;
-unsupported:
-    if (PyErr_Occurred()) goto done;
-    ret = Py_None;
-    Py_INCREF(ret);
-done:
     out_free(&out);
     PyBuffer_Release(&view);
     return ret;

@@ -23,7 +23,7 @@ from tracecomm.ingest.frames import (
     decode_args,
     int_series,
     json_text,
-    repair_times,
+    time_warnings,
     typed_series,
 )
 from tracecomm.ingest.model import DEVICE_KINDS
@@ -81,8 +81,9 @@ def columns(
         rows = rows[~as_op[rows]]
     if (flags[rows] & FLAG_BAD).any():
         return None  # a kept event with a string pid, an exponent…: the general path reads it
+    rows, start, end, warnings, repaired = _times(got, rows, path)
     kind, cat_codes, name_codes, flags = kind[rows], cat_codes[rows], name_codes[rows], flags[rows]
-    ints = {name: _ints(got, name, rows) for name in ("pid", "tid", "ts_ns", "dur_ns", *_LINKS)}
+    ints = {name: _ints(got, name, rows) for name in ("pid", "tid", *_LINKS)}
     at = np.frombuffer(got["args_at"], dtype=np.int64)[rows]
     size = np.frombuffer(got["args_len"], dtype=np.int64)[rows]
     has_args = np.frombuffer(got["args_at_valid"], dtype=np.uint8)[rows].astype(bool)
@@ -94,8 +95,6 @@ def columns(
             _gather("kind", list(_KINDS), np.where(kind < 0, len(_KINDS), kind)),
             ints["pid"],
             ints["tid"],
-            ints["ts_ns"],
-            ints["dur_ns"],
             links["correlation"],
             links["external_id"].fill_null(links["external_id_lc"]),
             links["arg_device"],
@@ -106,8 +105,30 @@ def columns(
     shaped = named[name_codes, 1] & (flags & FLAG_DIMS > 0) & has_args
     frame = _with_meta(frame, carrier, shaped, flags, text, at, size, has_args)
     frame = _with_graphs(frame, flags, text, at, size, has_args)
-    events, warnings, repaired = repair_times(frame, path)
+    # the columns, in their order, that ``frames.repair_times`` leaves: no query per chunk
+    events = frame.hstack(
+        [pl.Series("start_ns", start, dtype=pl.Int64), pl.Series("end_ns", end, dtype=pl.Int64)]
+    )
     return events, warnings, repaired, ops
+
+
+def _times(
+    got: dict[str, Any], rows: np.ndarray, path: Path
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], int]:
+    """``frames.repair_times`` on the scanner's arrays: the rows that have a start, their
+    start and end (a missing or negative duration read as 0), the warnings and the count."""
+    ts = np.frombuffer(got["ts_ns"], dtype=np.int64)[rows]
+    has_ts = np.frombuffer(got["ts_ns_valid"], dtype=np.uint8)[rows].astype(bool)
+    dur = np.frombuffer(got["dur_ns"], dtype=np.int64)[rows]
+    has_dur = np.frombuffer(got["dur_ns_valid"], dtype=np.uint8)[rows].astype(bool)
+    no_ts, no_dur = int((~has_ts).sum()), int((~has_dur).sum())
+    neg_dur = int((has_dur & (dur < 0)).sum())
+    if no_dur or neg_dur:
+        dur = np.where(has_dur, np.maximum(dur, 0), 0)
+    if no_ts:
+        rows, ts, dur = rows[has_ts], ts[has_ts], dur[has_ts]
+    warnings = time_warnings(path, no_ts, no_dur, neg_dur)
+    return rows, ts, ts + dur, warnings, no_ts + no_dur + neg_dur
 
 
 _KINDS = (*dict.fromkeys(KIND_OF_CAT.values()), LAUNCH_OP_KIND)
@@ -190,17 +211,14 @@ def _with_graphs(
     the rows whose args say so); null elsewhere, as for a 0 (not from a graph)."""
     rows = np.flatnonzero((flags & FLAG_GRAPH > 0) & has_args)
     if rows.size == 0:
-        return frame.with_columns(
-            pl.lit(None, pl.Int64).alias("graph_id"), pl.lit(None, pl.Int64).alias("graph_node")
-        )
-    empty = pl.repeat(None, frame.height, dtype=pl.Int64, eager=True)
+        return frame.hstack([_nulls(name, pl.Int64, frame) for name in ("graph_id", "graph_node")])
     decoded = [a if a is not None else NO_ARGS for a in _args(text, at, size, rows)]
     columns = []
     for name in ("graph_id", "graph_node"):
         values = int_series(name, [getattr(a, name) for a in decoded])
         values = values.replace(0, None)
-        columns.append(empty.scatter(rows, values).alias(name))
-    return frame.with_columns(columns)
+        columns.append(_spread(values, rows, frame))
+    return frame.hstack(columns)
 
 
 def _strings(raw: list[bytes]) -> list[str] | None:
@@ -261,11 +279,14 @@ def _with_meta(
     meta_rows = np.flatnonzero(carrier & (flags & FLAG_META > 0) & has_args)
     dims_rows = np.flatnonzero(shaped)
     if meta_rows.size == 0 and dims_rows.size == 0:
-        return frame.with_columns(
-            *(pl.lit(None, dtype).alias(field) for field, dtype in META_SCHEMA.items()),
-            pl.lit(None, pl.String).alias("input_dims"),
-            pl.lit(None, pl.String).alias("concrete_inputs"),
-            pl.lit(None, pl.String).alias("input_types"),
+        return frame.hstack(
+            [
+                *(_nulls(field, dtype, frame) for field, dtype in META_SCHEMA.items()),
+                *(
+                    _nulls(f, pl.String, frame)
+                    for f in ("input_dims", "concrete_inputs", "input_types")
+                ),
+            ]
         )
     decoded = [a if a is not None else NO_ARGS for a in _args(text, at, size, meta_rows)]
     columns = [
@@ -278,12 +299,17 @@ def _with_meta(
     for field in ("input_dims", "concrete_inputs", "input_types"):
         texts = pl.Series(field, [json_text(getattr(dims[i], field)) for i in keep], pl.String)
         columns.append(_spread(texts, at_rows, frame))
-    return frame.with_columns(columns)
+    return frame.hstack(columns)
 
 
 def _spread(values: pl.Series, rows: np.ndarray, frame: pl.DataFrame) -> pl.Series:
     """``values`` at ``rows`` of a column as tall as ``frame``, null elsewhere (a scatter:
     no join of the whole frame on a row number)."""
-    # a null repeated without a query (pl.repeat runs one per column of every rank)
-    column = pl.Series(values.name, [None], dtype=values.dtype).new_from_index(0, frame.height)
+    column = _nulls(values.name, values.dtype, frame)
     return column.scatter(rows, values) if rows.size else column
+
+
+def _nulls(name: str, dtype: Any, frame: pl.DataFrame) -> pl.Series:
+    """A null column as tall as ``frame``, made without a query (``pl.repeat`` and
+    ``pl.lit`` in ``with_columns`` run one per column of every chunk)."""
+    return pl.Series(name, [None], dtype=dtype).new_from_index(0, frame.height)

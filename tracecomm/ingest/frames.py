@@ -398,15 +398,6 @@ def repair_times(frame: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[st
         pl.col("dur_ns").is_null().sum().alias("no_dur"),
         (pl.col("dur_ns") < 0).sum().alias("neg_dur"),
     ).row(0, named=True)
-    warnings = []
-    if counts["no_ts"]:
-        warnings.append(f"{path}: {counts['no_ts']} events without a timestamp were dropped")
-    if counts["no_dur"]:
-        warnings.append(f"{path}: {counts['no_dur']} events without a duration were read as 0 µs")
-    if counts["neg_dur"]:
-        warnings.append(
-            f"{path}: {counts['neg_dur']} events with a negative duration were read as 0 µs"
-        )
     if counts["no_ts"]:
         frame = frame.filter(pl.col("ts_ns").is_not_null())
     dur = pl.col("dur_ns")
@@ -417,7 +408,20 @@ def repair_times(frame: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, list[st
         pl.col("ts_ns").alias("start_ns"),
         (pl.col("ts_ns") + dur).alias("end_ns"),
     )
-    return frame, warnings, counts["no_ts"] + counts["no_dur"] + counts["neg_dur"]
+    no_ts, no_dur, neg_dur = counts["no_ts"], counts["no_dur"], counts["neg_dur"]
+    return frame, time_warnings(path, no_ts, no_dur, neg_dur), no_ts + no_dur + neg_dur
+
+
+def time_warnings(path: Path, no_ts: int, no_dur: int, neg_dur: int) -> list[str]:
+    """What ``repair_times`` (or the scanner's path, ``fast``) did to a chunk's times."""
+    warnings = []
+    if no_ts:
+        warnings.append(f"{path}: {no_ts} events without a timestamp were dropped")
+    if no_dur:
+        warnings.append(f"{path}: {no_dur} events without a duration were read as 0 µs")
+    if neg_dur:
+        warnings.append(f"{path}: {neg_dur} events with a negative duration were read as 0 µs")
+    return warnings
 
 
 def _device_frame(events: pl.LazyFrame) -> pl.LazyFrame:
