@@ -224,3 +224,31 @@ def test_whole_file_and_stream_agree_on_a_big_generated_rank(
     monkeypatch.setattr(stream, "CHUNK_BYTES", 256 << 10)
     assert_same(load_rank(path), whole)
     assert whole.device.height == pl.Series(whole.device["dev_row"]).n_unique()
+
+
+def test_a_head_buffer_reads_as_events_before_the_text() -> None:
+    """``scan(body, True, head)``: the rows of ``head + "," + body`` scanned whole, with args
+    offsets counted from head's start and body's from head's end (the separator is not in
+    either buffer); the frames ``fast.columns`` builds are the same."""
+    from tracecomm.ingest import _scan
+
+    events = [json.dumps(e).encode() for e in simple_events()] * 3
+    events.append(json.dumps(kernel("ncclKernel_AllReduce", 50, 5, 9, **{"Seq": 4})).encode())
+    head, body = b", ".join(events[:4]), b", ".join(events[4:])
+    split = _scan.scan(body, True, head)
+    whole = _scan.scan(head + b"," + body, True)
+    assert split is not None and whole is not None
+    at, at_whole = (np.frombuffer(d["args_at"], dtype=np.int64) for d in (split, whole))
+    in_body = at_whole > len(head)
+    assert in_body.any() and (~in_body).any()
+    assert (at[in_body] == at_whole[in_body] - 1).all() and (
+        at[~in_body] == at_whole[~in_body]
+    ).all()
+    for key in set(whole) - {"args_at"}:
+        assert split[key] == whole[key], key
+    read = ReadOptions()
+    parts = fast.columns(body, Path("t"), None, read.shaped_ops, True, head)
+    joined = fast.columns(head + b"," + body, Path("t"), None, read.shaped_ops, True)
+    assert parts is not None and joined is not None
+    assert_frame_equal(parts[0], joined[0])
+    assert parts[0]["Seq" if "Seq" in parts[0].columns else "seq"].drop_nulls().to_list() == [4]

@@ -91,3 +91,50 @@ def _last_match(buf: bytes) -> tuple[int, int] | None:
 )
 def test_the_last_event_boundary_is_the_last_within_a_mib(buf: bytes) -> None:
     assert stream._last_boundary(buf) == _last_match(buf)
+
+
+@pytest.mark.parametrize("chunk", [4099, 50_000])
+def test_pretty_printed_trace_cut_anywhere(
+    chunk: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whitespace around the boundaries (a boundary may straddle two reads), and strings
+    holding ``}, {`` (a boundary the search may find inside an event, where the stream gives
+    way to the whole-file reader): the same columns as the file read whole."""
+    import gzip
+    import json
+
+    doc = json.loads(gzip.decompress(next(SAMPLE_RUN.iterdir()).read_bytes()))
+    events = doc["traceEvents"]
+    for i in range(0, len(events), 997):
+        events[i]["name"] = 'odd"}, {"name'
+    path = tmp_path / "pretty.json"
+    path.write_text(json.dumps(doc, indent=2))
+    whole = _load_rank(path, READ)
+    monkeypatch.setattr(stream, "STREAM_FROM_BYTES", 0)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", chunk)
+    chunked = _load_rank(path, READ)
+    for frame in FRAMES:
+        assert_frame_equal(getattr(chunked, frame), getattr(whole, frame))
+    assert whole.device.height > 500
+
+
+def test_chunks_are_the_file_bytes_and_bodies_are_views(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every run's head + sep + body, joined by the boundaries' own separators, then the
+    remainder: the array as written. A body is a view of its read (not copied)."""
+    sep = b",\n  "
+    events = sep.join(
+        b'{"ph": "X", "name": "k%d", "ts": %d, "dur": 1}' % (i, i) for i in range(40_000)
+    )
+    trailer = b'], "x": 1}'
+    path = tmp_path / "t.json"
+    path.write_bytes(b'{"traceEvents": [' + events + trailer)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)
+    with path.open("rb") as handle:
+        _, rest = stream._header(handle, path)
+        pieces = list(stream._chunks(handle, rest, path, READ))
+    assert len(pieces) > 50
+    assert pieces[-1].final and not any(p.final for p in pieces[:-1])
+    assert sep.join(p.text() for p in pieces) == events + trailer
+    assert any(isinstance(p.body, memoryview) and len(p.body) > 500 for p in pieces)

@@ -26,6 +26,7 @@ enum { UNSUPPORTED = 1, SYNTAX = 2, NOMEM = 3 };
 typedef struct {
     const unsigned char *p, *end;
     int error;
+    int64_t shift; /* added to args offsets: where this buffer starts in the caller's text */
 } Cur;
 
 /* ---- growable columns ---------------------------------------------------------------- */
@@ -381,7 +382,7 @@ static int scan_args(Cur *c, const unsigned char *base, Row *row) {
     ws(c);
     if (is_null(c)) return 0;
     if (c->p >= c->end || *c->p != '{') return skip_value(c);
-    row->v[C_ARGS_AT] = c->p - base;
+    row->v[C_ARGS_AT] = (c->p - base) + c->shift;
     row->ok[C_ARGS_AT] = 1;
     const unsigned char *start = c->p;
     c->p++;
@@ -579,16 +580,11 @@ static PyObject *result(Out *out) {
 }
 
 /* The events of the buffer into ``out``: 0, or UNSUPPORTED / SYNTAX (the general reader's
- * job) or NOMEM. Touches no Python object: it runs without the GIL. */
-static int scan_events(const unsigned char *base, size_t len, int bare, Out *out) {
-    /* about one complete event per 400 bytes of Kineto JSON: most columns never grow */
-    size_t guess = len / 400 + 1024;
-    Col *all[2 * N_INT + 3];
-    for (int i = 0; i < N_INT; i++) all[2 * i] = &out->ints[i], all[2 * i + 1] = &out->valid[i];
-    all[2 * N_INT] = &out->cat, all[2 * N_INT + 1] = &out->name, all[2 * N_INT + 2] = &out->flags;
-    for (int i = 0; i < 2 * N_INT + 3; i++)
-        if (col_reserve(all[i], guess) < 0) return NOMEM;
-    Cur c = {base, base + len, 0};
+ * job) or NOMEM. Touches no Python object: it runs without the GIL. ``shift``: the offset of
+ * the buffer in the caller's text (args offsets count from there). */
+static int scan_events(const unsigned char *base, size_t len, int bare, int64_t shift,
+                       Out *out) {
+    Cur c = {base, base + len, 0, shift};
     Row row;
     if (!bare && expect(&c, '[') < 0) return UNSUPPORTED;
     ws(&c);
@@ -616,9 +612,9 @@ static int scan_events(const unsigned char *base, size_t len, int bare, Out *out
 }
 
 static PyObject *scan(PyObject *self, PyObject *args) {
-    Py_buffer view;
+    Py_buffer view, head = {0};
     int bare = 0; /* events separated by commas, without the array's brackets */
-    if (!PyArg_ParseTuple(args, "y*|p", &view, &bare)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*|py*", &view, &bare, &head)) return NULL;
     Out out;
     memset(&out, 0, sizeof out);
     for (int i = 0; i < N_INT; i++) {
@@ -627,11 +623,20 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     }
     out.cat.item = out.name.item = sizeof(uint32_t);
     out.flags.item = 1;
-    int status;
-    /* the buffer is read-only and held by ``view``: other threads (other ranks' parses) run
-     * while this one scans */
+    /* about one complete event per 400 bytes of Kineto JSON: most columns never grow */
+    size_t guess = (size_t)(view.len + head.len) / 400 + 1024;
+    Col *all[2 * N_INT + 3];
+    for (int i = 0; i < N_INT; i++) all[2 * i] = &out.ints[i], all[2 * i + 1] = &out.valid[i];
+    all[2 * N_INT] = &out.cat, all[2 * N_INT + 1] = &out.name, all[2 * N_INT + 2] = &out.flags;
+    int status = 0;
+    for (int i = 0; i < 2 * N_INT + 3 && !status; i++)
+        if (col_reserve(all[i], guess) < 0) status = NOMEM;
+    /* the buffers are read-only and held by the views: other threads (other ranks' parses)
+     * run while this one scans. ``head`` (bare): events before the text's, at offset 0 */
     Py_BEGIN_ALLOW_THREADS
-    status = scan_events(view.buf, (size_t)view.len, bare, &out);
+    if (!status && head.buf && head.len)
+        status = scan_events(head.buf, (size_t)head.len, 1, 0, &out);
+    if (!status) status = scan_events(view.buf, (size_t)view.len, bare, head.len, &out);
     Py_END_ALLOW_THREADS
     PyObject *ret = NULL;
     if (status == 0) {
@@ -643,15 +648,17 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         Py_INCREF(ret);
     }
     out_free(&out);
+    if (head.buf) PyBuffer_Release(&head);
     PyBuffer_Release(&view);
     return ret;
 }
 
 static PyMethodDef METHODS[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(json_array, bare=False) -> dict of column bytes and string tables, or None when "
-     "the array holds something only the general reader handles. bare: the events without "
-     "the array's brackets."},
+     "scan(json_array, bare=False, head=b'') -> dict of column bytes and string tables, or "
+     "None when the array holds something only the general reader handles. bare: the events "
+     "without the array's brackets. head: events (bare) that come before the array's, "
+     "scanned first; args offsets count from head's start, the array's after head's end."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, METHODS};

@@ -12,7 +12,7 @@ import json
 from collections.abc import Collection
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
@@ -55,13 +55,17 @@ def columns(
     cpu_only: bool | None,
     shaped_ops: Collection[str],
     bare: bool = False,
+    head: bytes = b"",
 ) -> tuple[pl.DataFrame, list[str], int, pl.DataFrame | None] | None:
-    """``text``: a JSON array of events (``bare``: without its brackets). None: take the
-    general path. Besides the events, the CPU ops a launch may name (``frames._op_frame``'s
-    columns: kept apart, two columns, as they are most of a trace's events)."""
+    """``text``: a JSON array of events (``bare``: without its brackets); ``head``: events
+    (bare) before them, from another buffer (a streamed chunk's first event, whose start
+    ended the previous read). None: take the general path. Besides the events, the CPU ops a
+    launch may name (``frames._op_frame``'s columns: kept apart, two columns, as they are
+    most of a trace's events)."""
     if _scan is None:
         return None
-    got = _scan.scan(text, bare)
+    got = _scan.scan(text, bare, head) if head else _scan.scan(text, bare)
+    source = Source(head, text)
     if got is None:
         return None
     cats, names = _strings(got["cat_values"]), _strings(got["name_values"])
@@ -87,7 +91,7 @@ def columns(
     at = np.frombuffer(got["args_at"], dtype=np.int64)[rows]
     size = np.frombuffer(got["args_len"], dtype=np.int64)[rows]
     has_args = np.frombuffer(got["args_at_valid"], dtype=np.uint8)[rows].astype(bool)
-    links = _links(ints, flags, text, at, size, has_args)
+    links = _links(ints, flags, source, at, size, has_args)
     frame = pl.DataFrame(
         [
             _gather("cat", cats, cat_codes),
@@ -103,8 +107,8 @@ def columns(
     )
     carrier = (kind == _KINDS.index("kernel")) | named[name_codes, 0]
     shaped = named[name_codes, 1] & (flags & FLAG_DIMS > 0) & has_args
-    frame = _with_meta(frame, carrier, shaped, flags, text, at, size, has_args)
-    frame = _with_graphs(frame, flags, text, at, size, has_args)
+    frame = _with_meta(frame, carrier, shaped, flags, source, at, size, has_args)
+    frame = _with_graphs(frame, flags, source, at, size, has_args)
     # the columns, in their order, that ``frames.repair_times`` leaves: no query per chunk
     events = frame.hstack(
         [pl.Series("start_ns", start, dtype=pl.Int64), pl.Series("end_ns", end, dtype=pl.Int64)]
@@ -129,6 +133,18 @@ def _times(
         rows, ts, dur = rows[has_ts], ts[has_ts], dur[has_ts]
     warnings = time_warnings(path, no_ts, no_dur, neg_dur)
     return rows, ts, ts + dur, warnings, no_ts + no_dur + neg_dur
+
+
+class Source(NamedTuple):
+    """The scanned text: ``head``, then ``body``; the scanner's args offsets count from the
+    start of ``head`` (an event lies wholly in one of the two)."""
+
+    head: bytes
+    body: bytes | memoryview
+
+    def piece(self, at: int, size: int) -> bytes:
+        h = len(self.head)
+        return self.head[at : at + size] if at < h else bytes(self.body[at - h : at - h + size])
 
 
 _KINDS = (*dict.fromkeys(KIND_OF_CAT.values()), LAUNCH_OP_KIND)
@@ -202,7 +218,7 @@ def _op_names(
 def _with_graphs(
     frame: pl.DataFrame,
     flags: np.ndarray,
-    text: bytes | memoryview,
+    text: Source,
     at: np.ndarray,
     size: np.ndarray,
     has_args: np.ndarray,
@@ -235,18 +251,16 @@ def _ints(got: dict[str, Any], name: str, rows: np.ndarray) -> pl.Series:
     return series if valid.all() else series.scatter(np.flatnonzero(~valid), None)
 
 
-def _args(
-    text: bytes | memoryview, at: np.ndarray, size: np.ndarray, which: np.ndarray
-) -> list[Any]:
+def _args(text: Source, at: np.ndarray, size: np.ndarray, which: np.ndarray) -> list[Any]:
     """The args of rows ``which``, decoded as events.Args (None where there are none)."""
     spans = zip(at[which].tolist(), size[which].tolist(), strict=True)
-    return decode_args([msgspec.Raw(bytes(text[a : a + n])) for a, n in spans])
+    return decode_args([msgspec.Raw(text.piece(a, n)) for a, n in spans])
 
 
 def _links(
     ints: dict[str, pl.Series],
     flags: np.ndarray,
-    text: bytes | memoryview,
+    text: Source,
     at: np.ndarray,
     size: np.ndarray,
     has_args: np.ndarray,
@@ -269,7 +283,7 @@ def _with_meta(
     carrier: np.ndarray,
     shaped: np.ndarray,
     flags: np.ndarray,
-    text: bytes | memoryview,
+    text: Source,
     at: np.ndarray,
     size: np.ndarray,
     has_args: np.ndarray,

@@ -66,9 +66,12 @@ def rank_from_columns(
     return rank_from_frames(path, meta, frames, warnings, truncated, repaired)
 
 
-def split_frames(events: pl.DataFrame, kinds: set[str] | None = None) -> dict[str, pl.DataFrame]:
+def split_frames(
+    events: pl.DataFrame, kinds: set[str] | None = None, dev_row_from: int = 0
+) -> dict[str, pl.DataFrame]:
     """The kept events' columns, one frame per use (a streamed chunk is split at once).
     ``kinds``: the kinds the events hold; frames that draw on none of them are left out.
+    ``dev_row_from``: the number of the chunk's first device row (rows count across chunks).
 
     One query for all of them (each frame a plan over the rows of its kinds): polars filters
     only the columns a frame keeps, where a filter of the whole chunk per frame copied every
@@ -79,7 +82,25 @@ def split_frames(events: pl.DataFrame, kinds: set[str] | None = None) -> dict[st
         for name, build in _FRAME_BUILDERS.items()
         if kinds is None or kinds & _FRAME_KINDS[name]
     }
+    if dev_row_from:
+        plans = {
+            name: plan.with_columns(pl.col("dev_row") + dev_row_from) if name in _DEV_ROWS else plan
+            for name, plan in plans.items()
+        }
     return dict(zip(plans, pl.collect_all(plans.values(), engine="in-memory"), strict=True))
+
+
+_DEV_ROWS = ("device", "device_meta")
+
+
+def concat_chunks(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """One frame of a streamed trace's chunks, kept as chunks (a rechunked copy would double
+    the largest frame at the peak). The chunks' schemas are the same but where one was read
+    by the general path (a column all null there): those are joined to their supertypes."""
+    try:
+        return pl.concat(frames, how="vertical", rechunk=False)  # no query
+    except pl.exceptions.SchemaError:
+        return pl.concat(frames, how="vertical_relaxed", rechunk=False)
 
 
 def rank_from_frames(

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 from operator import attrgetter
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import msgspec
 import polars as pl
@@ -33,7 +33,13 @@ from tracecomm.ingest.events import (
     Trace,
     trace_meta,
 )
-from tracecomm.ingest.frames import columns, rank_from_frames, split_frames, with_begin_end
+from tracecomm.ingest.frames import (
+    columns,
+    concat_chunks,
+    rank_from_frames,
+    split_frames,
+    with_begin_end,
+)
 from tracecomm.ingest.inflate import inflater
 from tracecomm.ingest.limits import BoundedReader, refuse_event
 from tracecomm.ingest.model import DEVICE_KINDS, RankEvents, ReadOptions
@@ -64,13 +70,15 @@ def stream_rank(path: Path, read: ReadOptions) -> RankEvents:
         gpu_listed = bool(header.deviceProperties)
         state = {"device": gpu_listed}
         tail = b""
-        for chunk, last in _chunks(handle, rest, path, read):
-            if last:
-                tail = bytes(chunk)
+        for chunk in _chunks(handle, rest, path, read):
+            if chunk.final:
+                tail = chunk.head
                 break
-            scanned = fast.columns(chunk, path, not state["device"], read.shaped_ops, bare=True)
+            scanned = fast.columns(
+                chunk.body, path, not state["device"], read.shaped_ops, True, chunk.head
+            )
             if scanned is None:
-                text = b"[" + chunk + b"]"
+                text = b"[" + chunk.text() + b"]"
                 repaired += _take(
                     _decode(text), path, read, state, parts, pending, warnings, begin_end
                 )
@@ -92,10 +100,7 @@ def stream_rank(path: Path, read: ReadOptions) -> RankEvents:
         _split(frame, parts)
     if gpu_listed and not any(f.height for f in parts.get("device", [])):
         raise Fallback("no device work in a trace that lists GPUs")  # CPU timeline: read whole
-    # chunks stay chunks: a rechunked copy would double the largest frame at the peak
-    frames = {
-        name: pl.concat(fs, how="vertical_relaxed", rechunk=False) for name, fs in parts.items()
-    }
+    frames = {name: concat_chunks(fs) for name, fs in parts.items()}
     doc = _merge(header, trailer)
     return rank_from_frames(str(path), trace_meta(doc), frames, warnings, False, repaired)
 
@@ -149,9 +154,7 @@ def _split(frame: pl.DataFrame, parts: dict[str, list[pl.DataFrame]]) -> None:
             parts[name] = [empty]
     offset = sum(f.height for f in parts["device"])
     kinds = set(frame["kind"].drop_nulls().unique().to_list())
-    for name, part in split_frames(frame, kinds).items():
-        if name in ("device", "device_meta") and offset:
-            part = part.with_columns(pl.col("dev_row") + offset)
+    for name, part in split_frames(frame, kinds, offset).items():
         parts.setdefault(name, []).append(part)
 
 
@@ -189,28 +192,51 @@ def _header(handle: IO[bytes], path: Path) -> tuple[Trace, bytes]:
     raise Fallback("no traceEvents array near the start")
 
 
-def _chunks(
-    handle: IO[bytes], rest: bytes, path: Path, read: ReadOptions
-) -> Iterator[tuple[bytes | memoryview, bool]]:
-    """Runs of whole events (without the surrounding brackets); the last item is the array's
-    remainder with the trailer, flagged ``True``. A run of more than ``max_event_bytes``
+class Chunk(NamedTuple):
+    """A run of whole events as the file has them: ``head`` + ``sep`` + ``body``. ``head``
+    holds the event the previous read cut (its start, then its end from this read: a small
+    copy); ``body`` is a view of this read, not copied (a copy of every chunk cost twice the
+    inflation on a real trace)."""
+
+    head: bytes
+    sep: bytes
+    body: bytes | memoryview
+    final: bool = False  # the array's remainder and the trailer, in ``head``
+
+    def text(self) -> bytes:
+        return self.head + self.sep + bytes(self.body)
+
+
+def _chunks(handle: IO[bytes], rest: bytes, path: Path, read: ReadOptions) -> Iterator[Chunk]:
+    """Runs of whole events (without the surrounding brackets); the last one (``body``
+    empty) is the array's remainder with the trailer. A run of more than ``max_event_bytes``
     without an event boundary is refused (one giant event or string: unbounded memory)."""
-    buf, offset = rest, 0
+    tail, offset = rest, 0  # the bytes after the last boundary read so far, and where
     while True:
         more = _read(handle, CHUNK_BYTES)
-        buf += more
         if not more:
-            yield buf, True
+            yield Chunk(tail, b"", b"", final=True)
             return
-        cut = _last_boundary(buf)
-        if cut is None:
-            if buf.isspace():  # whitespace between events holds nothing: keep none of it
-                offset, buf = offset + len(buf), b""
-            elif len(buf) > read.max_event_bytes + CHUNK_BYTES:
+        last = _last_boundary(more)
+        first = EVENT_BOUNDARY.search(more) if last is not None else None
+        if last is None or first is None:  # no boundary wholly in this read: keep reading
+            tail += more
+            if tail.isspace():  # whitespace between events holds nothing: keep none of it
+                offset, tail = offset + len(tail), b""
+            elif len(tail) > read.max_event_bytes + CHUNK_BYTES:
                 raise refuse_event(path, offset, read)
             continue
-        yield memoryview(buf)[: cut[0]], False  # no copy of the chunk
-        offset, buf = offset + cut[1], buf[cut[1] :]
+        head_end, body_start = first.start() + 1, first.end() - 1
+        if body_start < last[0]:
+            yield Chunk(
+                tail + more[:head_end],
+                more[head_end:body_start],
+                memoryview(more)[body_start : last[0]],
+            )
+        else:  # one boundary in this read: the head is the whole run
+            yield Chunk(tail + more[:head_end], b"", b"")
+        offset += len(tail) + last[1]
+        tail = more[last[1] :]
 
 
 def _last_boundary(buf: bytes) -> tuple[int, int] | None:
