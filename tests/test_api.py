@@ -114,7 +114,7 @@ def test_the_readme_example_runs_in_a_notebook_kernel() -> None:
 def test_a_run_under_a_gib_is_parsed_on_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     """The API's worker processes would be fresh interpreters (polars is loaded: no fork), each
     importing polars before its first rank: below 1 GiB, where the CLI's forked pool starts
-    from 64 MB, the ranks go to threads; ``jobs=N`` still asks for processes."""
+    from 32 MB, the ranks go to threads; ``jobs=N`` still asks for processes."""
     from tracecomm.run import pool
 
     started: list[int] = []

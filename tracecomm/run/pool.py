@@ -21,8 +21,12 @@ from typing import Any
 
 from tracecomm.ingest.discover import json_size
 
-# Below this much input a pool costs more (interpreter + polars start) than it saves.
-POOL_MIN_BYTES = 64 * 2**20
+# Below this much input a forked pool (the CLI's) saves nothing over threads of this process,
+# which use less CPU. Measured on two cores (issue 33, interleaved medians of 5): 8 ranks of
+# 10 MB 1.74 s pooled / 1.82 s threaded, 16 of 34 MB in all 2.57 / 2.63 s; above, the pool
+# wins: 64 ranks of 47 MB in all 6.6 / 9.4 s, 8 x 35 MB 2.9 / 3.3 s (the Python between
+# polars calls holds the GIL, and small ranks are mostly that).
+POOL_MIN_BYTES = 32 * 2**20
 # ... for a pool of fresh interpreters, which the Python API starts (polars is loaded there, so
 # no fork): each worker starts Python and imports polars and the per-rank code (0.42-0.5 CPU-s)
 # before its first rank, where threads of the caller start at once. On two busy cores (best
