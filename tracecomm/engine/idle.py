@@ -51,7 +51,8 @@ class HostActivity:
         names = names or LaunchNames.of(rank)
         syncs = rank.launches.filter(is_named(names.sync_call))
         loaders = rank.cpu.filter(pl.col("name").str.starts_with(DATALOADER_PREFIX))
-        return cls(*(f.select(list(_SPANS)).cast(_SPANS) for f in (syncs, loaders)))  # type: ignore[arg-type]
+        spans = [pl.col(c).cast(t) for c, t in _SPANS.items()]
+        return cls(*(f.select(spans) for f in (syncs, loaders)))
 
     @classmethod
     def empty(cls) -> HostActivity:

@@ -318,7 +318,8 @@ def _figures_for(
             timeline, None, (), comm_kernels, device_events, unlinked, tuple(notes)
         )
     included = _select_steps(steps, opts, notes)
-    types = [t for t in COLL_TYPES if t in set(work["coll_type"].drop_nulls().to_list())]
+    present = set(work["coll_type"].unique().to_list())  # once: a column of every kernel
+    types = [t for t in COLL_TYPES if t in present]
     events = _Events.of(work, types)
     step_spans = [
         [(row["start_ns"], row["end_ns"])] if row["events"] and row["start_ns"] is not None else []

@@ -40,19 +40,26 @@ class LaunchNames:
 
     @classmethod
     def of(cls, rank: RankEvents) -> LaunchNames:
-        names = rank.launches.select(pl.col("name").unique().drop_nulls()).to_series()
-
-        def matching(pattern: str) -> tuple[str, ...]:
-            return tuple(sorted(names.filter(names.str.contains(pattern)).to_list()))
-
-        return cls(
-            matching(GRAPH_LAUNCH_PATTERN),
-            matching(CAPTURE_BEGIN_PATTERN),
-            matching(CAPTURE_END_PATTERN),
-            matching(DEVICE_LAUNCH_PATTERN),
-            matching(KERNEL_LAUNCH_PATTERN),
-            matching(SYNC_CALL),
+        patterns = (
+            GRAPH_LAUNCH_PATTERN,
+            CAPTURE_BEGIN_PATTERN,
+            CAPTURE_END_PATTERN,
+            DEVICE_LAUNCH_PATTERN,
+            KERNEL_LAUNCH_PATTERN,
+            SYNC_CALL,
         )
+        name = pl.col("name")
+        found = (  # one query for every pattern
+            rank.launches.lazy()
+            .select(name.unique().drop_nulls())
+            .select(
+                name.filter(name.str.contains(p)).implode().alias(str(i))
+                for i, p in enumerate(patterns)
+            )
+            .collect(engine="in-memory")
+            .row(0)
+        )
+        return cls(*(tuple(sorted(names)) for names in found))
 
 
 def is_named(names: tuple[str, ...]) -> pl.Expr:

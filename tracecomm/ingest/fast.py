@@ -92,18 +92,25 @@ def columns(
     size = np.frombuffer(got["args_len"], dtype=np.int64)[rows]
     has_args = np.frombuffer(got["args_at_valid"], dtype=np.uint8)[rows].astype(bool)
     links = _links(ints, flags, source, at, size, has_args)
-    frame = pl.DataFrame(
+    frame = pl.DataFrame(  # the strings from their codes, and the ids: one query
         [
-            _gather("cat", cats, cat_codes),
-            _gather("name", names, name_codes),
-            _gather("kind", list(_KINDS), np.where(kind < 0, len(_KINDS), kind)),
+            pl.Series("cat", cat_codes),
+            pl.Series("name", name_codes),
+            pl.Series("kind", np.where(kind < 0, len(_KINDS), kind)),
             ints["pid"],
             ints["tid"],
-            links["correlation"],
-            links["external_id"].fill_null(links["external_id_lc"]),
-            links["arg_device"],
-            links["arg_stream"],
+            *links.values(),
         ]
+    ).select(
+        _lookup("cat", cats),
+        _lookup("name", names),
+        _lookup("kind", list(_KINDS)),
+        "pid",
+        "tid",
+        "correlation",
+        pl.col("external_id").fill_null(pl.col("external_id_lc")),
+        "arg_device",
+        "arg_stream",
     )
     carrier = (kind == _KINDS.index("kernel")) | named[name_codes, 0]
     shaped = named[name_codes, 1] & (flags & FLAG_DIMS > 0) & has_args
@@ -164,6 +171,12 @@ def _codes(raw: bytes, missing: int) -> np.ndarray:
 
 def _gather(name: str, values: list[str], codes: np.ndarray) -> pl.Series:
     return pl.Series(name, [*values, None], dtype=pl.String).gather(codes)
+
+
+def _lookup(column: str, values: list[str]) -> pl.Expr:
+    """``column``'s codes as the strings they index (the last code: null)."""
+    table = pl.Series(column, [*values, None], dtype=pl.String)
+    return pl.lit(table).gather(pl.col(column)).alias(column)
 
 
 def _wanted(

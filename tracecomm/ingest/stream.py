@@ -153,7 +153,7 @@ def _split(frame: pl.DataFrame, parts: dict[str, list[pl.DataFrame]]) -> None:
         for name, empty in split_frames(frame.clear()).items():
             parts[name] = [empty]
     offset = sum(f.height for f in parts["device"])
-    kinds = set(frame["kind"].drop_nulls().unique().to_list())
+    kinds = set(frame["kind"].unique().to_list()) - {None}
     for name, part in split_frames(frame, kinds, offset).items():
         parts.setdefault(name, []).append(part)
 
