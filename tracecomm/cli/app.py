@@ -5,6 +5,7 @@ written, and one error style (``tracecomm: error: …``, one line, exit 2) for u
 
 from __future__ import annotations
 
+import copy
 import importlib
 import sys
 from types import ModuleType
@@ -34,9 +35,24 @@ class Command(TyperCommand):
         for param in params:
             if getattr(param, "param_type_name", "") == "argument":
                 # its metavar (RUN...) says what to write; "<list[str]>" says nothing more
-                param.display_type_rich = lambda ctx: None
-                param._usage_display_name = _usage_name(param)
+                param.display_type_rich = lambda ctx: None  # typer 0.29's help
+                if hasattr(param, "type"):  # earlier releases' help (0.29 has no type)
+                    param.type = _quiet_type(param.type)
+                usage = _usage_name(param)
+                param._usage_display_name = usage  # typer 0.29's usage line
+                param.get_usage_pieces = lambda ctx, usage=usage: [usage()]  # any release's
         return params
+
+
+def _quiet_type(kind: Any) -> Any:
+    """A copy of an argument's type (click's are shared instances) whose help metavar is
+    empty: typer before 0.29 prints ``<str>`` / ``<path>`` beside an argument otherwise."""
+    if getattr(kind, "_tracecomm_quiet", False):
+        return kind
+    quiet = copy.copy(kind)
+    quiet.get_metavar = lambda *args, **kwargs: ""
+    quiet._tracecomm_quiet = True
+    return quiet
 
 
 def _usage_name(param: Any) -> Any:
