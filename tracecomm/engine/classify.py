@@ -262,8 +262,14 @@ def _with_metadata(comm: pl.DataFrame, meta: pl.DataFrame) -> pl.DataFrame:
 def _builtin_comm_names(work: pl.DataFrame) -> pl.Series:
     """The distinct names the built-in communication pattern matches: a few hundred names
     among a rank's hundred thousand kernels, each tested once."""
-    names = work["name"].drop_nulls().unique()
-    return names.filter(names.str.contains(COMM_NAME_PATTERN))
+    name = pl.col("name")
+    return (
+        work.lazy()
+        .select(name.drop_nulls().unique())
+        .filter(name.str.contains(COMM_NAME_PATTERN))
+        .collect(engine="in-memory")
+        .to_series()
+    )
 
 
 def _cls(
@@ -340,7 +346,8 @@ def _launch_context_type(comm: pl.DataFrame, rank: RankEvents) -> pl.DataFrame:
     if comm.height == 0 or launches.height == 0 or "correlation" not in comm.columns:
         return comm.with_columns(pl.lit(None, dtype=pl.String).alias("launch_type"))
     launch = (
-        launches.filter(pl.col("correlation").is_in(comm["correlation"].drop_nulls().implode()))
+        launches.lazy()
+        .filter(pl.col("correlation").is_in(comm["correlation"].drop_nulls().implode()))
         .unique("correlation", keep="first")
         .select(
             "correlation",
@@ -349,8 +356,11 @@ def _launch_context_type(comm: pl.DataFrame, rank: RankEvents) -> pl.DataFrame:
             pl.col("op").alias("_l_op") if "op" in launches.columns else pl.lit(None, pl.String),
         )
     )
-    keyed = comm.with_row_index("_ctx_row").join(
-        launch, on="correlation", how="left", maintain_order="left"
+    keyed = (
+        comm.lazy()
+        .with_row_index("_ctx_row")
+        .join(launch, on="correlation", how="left", maintain_order="left")
+        .collect(engine="in-memory")
     )
     context = _enclosing_collective(keyed, rank.cpu)
     op_type = pl.when(pl.col("_l_op").str.contains(_CONTEXT_NAME)).then(
@@ -401,14 +411,18 @@ def _fill_metadata_from_cpu_op(device: pl.DataFrame, comm_ops: pl.DataFrame) -> 
         return device.with_columns(pl.lit(None, dtype=pl.String).alias("cpu_collective_name"))
     meta_cols = [c for c in comm_ops.columns if c not in ("external_id", "start_ns")]
     cpu = (
-        comm_ops.filter(pl.col("external_id").is_not_null())
+        comm_ops.lazy()
+        .filter(pl.col("external_id").is_not_null())
         .unique("external_id", keep="first")
         .select("external_id", *(pl.col(c).alias(f"cpu_{c}") for c in meta_cols))
     )
-    joined = device.join(cpu, on="external_id", how="left", maintain_order="left")
     filled = [c for c in meta_cols if c != "collective_name"]
-    return joined.with_columns(pl.coalesce(c, f"cpu_{c}").alias(c) for c in filled).drop(
-        f"cpu_{c}" for c in filled
+    return (  # one query
+        device.lazy()
+        .join(cpu, on="external_id", how="left", maintain_order="left")
+        .with_columns(pl.coalesce(c, f"cpu_{c}").alias(c) for c in filled)
+        .drop(f"cpu_{c}" for c in filled)
+        .collect(engine="in-memory")
     )
 
 
@@ -486,7 +500,13 @@ def _short(name: str) -> str:
 def comm_libraries(device: pl.DataFrame) -> tuple[str, ...]:
     """The communication libraries whose kernels the rank ran: "NCCL" for NCCL's family,
     then the others by name (metrics.md §1a)."""
-    names = device.filter(pl.col("cls") == "comm")["name"].drop_nulls().unique().to_list()
+    names = (
+        device.lazy()
+        .filter(pl.col("cls") == "comm")
+        .select(pl.col("name").drop_nulls().unique())
+        .collect(engine="in-memory")["name"]
+        .to_list()
+    )
     found = {library_of(n) or ("NCCL" if re.search(_NCCL_FAMILY, n) else "other") for n in names}
     return tuple(sorted(found, key=lambda lib: (lib != "NCCL", lib)))
 
@@ -507,16 +527,22 @@ def all_to_all_use(device: pl.DataFrame, cpu: pl.DataFrame) -> str | None:
     when the rank runs all-to-alls and its kernel or annotation names say which; else None."""
     if "coll_type" not in device.columns or not (device["coll_type"] == "AllToAll").any():
         return None
-    names = pl.concat(
-        [
-            device["name"].drop_nulls().unique(),
-            cpu.filter(pl.col("kind") == "annotation")["name"].drop_nulls().unique()
-            if cpu.height and "kind" in cpu.columns
-            else pl.Series("name", [], dtype=pl.String),
-        ]
-    ).unique()
-    expert = bool(names.str.contains(_EXPERT_NAMES).any())
-    embedding = bool(names.str.contains(_EMBEDDING_NAMES).any())
+    name = pl.col("name")
+    sources = [device.lazy().select(name.drop_nulls().unique())]
+    if cpu.height and "kind" in cpu.columns:
+        annotations = cpu.lazy().filter(pl.col("kind") == "annotation")
+        sources.append(annotations.select(name.drop_nulls().unique()))
+    expert, embedding = (  # one query: the distinct names of both, tested for each
+        pl.concat(sources)
+        .unique()
+        .select(
+            name.str.contains(_EXPERT_NAMES).any().alias("expert"),
+            name.str.contains(_EMBEDDING_NAMES).any().alias("embedding"),
+        )
+        .collect(engine="in-memory")
+        .row(0)
+    )
+    expert, embedding = bool(expert), bool(embedding)
     if expert == embedding:
         return None  # neither, or both: the trace does not say
     return "expert" if expert else "embedding"

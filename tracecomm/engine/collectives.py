@@ -300,8 +300,13 @@ def work_since(kernels: pl.DataFrame, work: pl.DataFrame | None) -> np.ndarray:
     starts = kernels["start_ns"].to_numpy().astype(np.int64)
     if work is None or "cls" not in work.columns:
         return starts
-    compute = work.select("cls", "start_ns", "end_ns").filter(pl.col("cls") == "compute")
-    compute = compute.sort("start_ns")
+    compute = (
+        work.lazy()
+        .select("cls", "start_ns", "end_ns")
+        .filter(pl.col("cls") == "compute")
+        .sort("start_ns")
+        .collect(engine="in-memory")
+    )
     if compute.height == 0:
         return starts
     run_starts, run_ends = _busy_runs(

@@ -158,9 +158,11 @@ def _per_name(keyed: pl.DataFrame) -> pl.DataFrame:
         pl.col("dur").max().alias("max_ns"),
     )
     hashed = (
-        keyed.with_columns(pl.col("name").hash().alias("_h"))
+        keyed.lazy()
+        .with_columns(pl.col("name").hash().alias("_h"))
         .group_by("cls", "coll_type", "_h")
         .agg(pl.col("name").min(), pl.col("name").max().alias("_other"), *aggs)
+        .collect(engine="in-memory")
     )
     if (hashed["name"] == hashed["_other"]).all():
         return hashed.drop("_h", "_other")
@@ -168,24 +170,32 @@ def _per_name(keyed: pl.DataFrame) -> pl.DataFrame:
 
 
 def _short(work: pl.DataFrame, steps: int) -> ShortKernels:
-    kernels = work.select("cls", "dur").filter(pl.col("cls").is_in(["compute", "comm"]))
+    kernels = work.lazy().select("cls", "dur").filter(pl.col("cls").is_in(["compute", "comm"]))
     bounds = pl.lit(None, pl.Int64)
     for limit in reversed(BUCKETS_NS):
         bounds = pl.when(pl.col("dur") < limit).then(pl.lit(limit)).otherwise(bounds)
-    per_bucket = {
-        b: (n, ns)
-        for b, n, ns in kernels.group_by(bounds.alias("b"))
-        .agg(pl.len(), pl.col("dur").sum())
-        .iter_rows()
-    }
-    short = kernels.filter(pl.col("dur") < SHORT_KERNEL_NS)
+    is_short = pl.col("dur") < SHORT_KERNEL_NS
+    buckets, totals = pl.collect_all(  # one query for both
+        [
+            kernels.group_by(bounds.alias("b")).agg(pl.len(), pl.col("dur").sum()),
+            kernels.select(
+                is_short.sum().alias("short"),
+                pl.col("dur").filter(is_short).sum().alias("short_ns"),
+                pl.len().alias("all"),
+                pl.col("dur").sum().alias("all_ns"),
+            ),
+        ],
+        engine="in-memory",
+    )
+    per_bucket = {b: (n, ns) for b, n, ns in buckets.iter_rows()}
+    short, short_ns, all_kernels, all_ns = totals.row(0)
     return ShortKernels(
         threshold_ns=SHORT_KERNEL_NS,
-        kernels=short.height,
-        total_ns=int(short["dur"].sum()),
-        all_kernels=kernels.height,
-        all_ns=int(kernels["dur"].sum()),
-        per_step=short.height / steps,
+        kernels=int(short),
+        total_ns=int(short_ns),
+        all_kernels=int(all_kernels),
+        all_ns=int(all_ns),
+        per_step=int(short) / steps,
         buckets=tuple(
             DurationBucket(b, int(per_bucket.get(b, (0, 0))[0]), int(per_bucket.get(b, (0, 0))[1]))
             for b in (*BUCKETS_NS, None)
@@ -200,19 +210,25 @@ def _launches(
     complete step lost none; a graph launch counts once, a captured launch ran nothing)."""
     kernel = pl.col("cls").is_in(["compute", "comm"]) & pl.col("launch_corr").is_not_null()
     calls = (  # the columns first: a filter copies every column it is given
-        work.select("cls", "step", "launch_corr", "graph_via")
+        work.lazy()
+        .select("cls", "step", "launch_corr", "graph_via")
         .filter(kernel | pl.col("graph_via").is_not_null())
         .select("step", "launch_corr", pl.col("graph_via").is_not_null().alias("graph"))
     )
-    # a launch belongs to one step (the one its call lies in): distinct calls per step
-    per_step = dict(
-        calls.group_by("step").agg(pl.col("launch_corr").n_unique().alias("n")).iter_rows()
+    by_step, graphs, direct = pl.collect_all(  # one query
+        [
+            # a launch belongs to one step (the one its call lies in): distinct calls per step
+            calls.group_by("step").agg(pl.col("launch_corr").n_unique().alias("n")),
+            calls.filter(pl.col("graph")).select(pl.col("launch_corr").n_unique()),
+            work.lazy()
+            .select("start_ns", "launch_ns", "graph_via")
+            .filter(pl.col("launch_ns").is_not_null() & pl.col("graph_via").is_null()),
+        ],
+        engine="in-memory",
     )
+    per_step = dict(by_step.iter_rows())
     counts = sorted(per_step.get(s, 0) for s in steps)
-    graph_calls = calls.filter(pl.col("graph"))["launch_corr"].n_unique()
-    direct = work.select("start_ns", "launch_ns", "graph_via").filter(
-        pl.col("launch_ns").is_not_null() & pl.col("graph_via").is_null()
-    )
+    graph_calls = int(graphs.item())
     delays = np.sort(np.maximum(direct["start_ns"].to_numpy() - direct["launch_ns"].to_numpy(), 0))
     n = delays.size
     stats = (

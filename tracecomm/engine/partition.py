@@ -180,8 +180,11 @@ def lost_activity_notes(
     graph nodes launched them)."""
     names = names or LaunchNames.of(rank)
     kernel = is_named(names.kernel_launch)
-    launches = rank.launches.select("name", "correlation").filter(
-        kernel if in_capture is None else kernel & ~in_capture
+    launches = (
+        rank.launches.lazy()
+        .select("name", "correlation")
+        .filter(kernel if in_capture is None else kernel & ~in_capture)
+        .collect(engine="in-memory")
     )
     if launches.height == 0:
         return ()
