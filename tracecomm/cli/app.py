@@ -39,8 +39,7 @@ class Command(TyperCommand):
                 if hasattr(param, "type"):  # earlier releases' help (0.29 has no type)
                     param.type = _quiet_type(param.type)
                 usage = _usage_name(param)
-                param._usage_display_name = usage  # typer 0.29's usage line
-                param.get_usage_pieces = lambda ctx, usage=usage: [usage()]  # any release's
+                param.get_usage_pieces = lambda ctx, usage=usage: [usage()]  # the usage line
         return params
 
 

@@ -65,9 +65,9 @@ def columns(
     if _scan is None:
         return None
     got = _scan.scan(text, bare, head) if head else _scan.scan(text, bare)
-    source = Source(head, text)
     if got is None:
         return None
+    source = Source(head, text)
     cats, names = _strings(got["cat_values"]), _strings(got["name_values"])
     if cats is None or names is None:
         return None  # invalid UTF-8: the general path replaces it and says so
