@@ -16,6 +16,14 @@ T = TypeVar("T")
 DASH = "–"  # a figure that does not exist (never 0, which is a measurement)
 
 
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(text: object) -> list[object]:
+    """rank2 before rank10, node2 before node10: the order a person reads."""
+    return [int(tok) if tok.isdigit() else tok for tok in _DIGITS.split(str(text))]
+
+
 def compact_ranges(numbers: Iterable[int]) -> str:
     """[1, 2, 3, 7, 9, 10] -> '1–3, 7, 9–10'."""
     parts: list[str] = []

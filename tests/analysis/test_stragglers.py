@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from typer.testing import CliRunner
 from tests.conftest import SAMPLE_RUN, analyze_json
 from tracecomm.cli import app
 from tracecomm.synth import expected_run, fsdp_run, write_run
+from tracecomm.synth.schedule import RunSpec
 
 
 @pytest.mark.parametrize("slowdown", [0.05, 0.2, 0.5])
@@ -265,3 +267,36 @@ def test_top_limits_the_ranked_list() -> None:
     result = CliRunner().invoke(app, ["analyze", str(SAMPLE_RUN), "--top", "1"])
     table = result.stdout.split("Stragglers")[1].split("where the delay")[0]
     assert "│    3 │" in table and sum(line.startswith("│") for line in table.splitlines()) == 1
+
+
+def _renumbered(spec: RunSpec, first: int) -> RunSpec:
+    """The same run, its ProfilerSteps numbered from ``first`` (long jobs profile step 1204)."""
+    ranks = tuple(
+        replace(r, steps=tuple(replace(s, number=first + i) for i, s in enumerate(r.steps)))
+        for r in spec.ranks
+    )
+    return replace(spec, ranks=ranks)
+
+
+@pytest.mark.parametrize("columns", [100, 140])
+def test_heat_map_keeps_step_numbers_whole_and_fits_the_width(tmp_path: Path, columns: int) -> None:
+    spec = fsdp_run(world_size=8, steps=30, layers=1, seed=2, slow_rank=3, slowdown=0.3)
+    write_run(_renumbered(spec, 1195), tmp_path)
+    out = CliRunner().invoke(app, ["analyze", str(tmp_path)], env={"COLUMNS": str(columns)})
+    lines = out.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("root delay per step"))
+    heat = lines[start : next(i for i in range(start, len(lines)) if "█ =" in lines[i])]
+    labels = next(line for line in heat if line.startswith("  step ")).split()
+    assert labels[0] == "step" and labels[1:4] == ["1195", "1196", "1197"]  # never "195"
+    assert all(len(line) <= columns for line in heat)
+    shown = len(labels) - 1
+    assert shown < 30 and f"the first {shown} of 30" in " ".join(heat)
+    row = next(line for line in heat if line.split()[0] == "3")
+    assert row.split()[1:] == ["████"] * shown  # rank 3 is dark in every step shown
+
+
+def test_hosts_in_natural_order() -> None:
+    from tracecomm.text import natural_key
+
+    hosts = ["node10", "node2", "node1", "gpu-a11", "gpu-a9"]
+    assert sorted(hosts, key=natural_key) == ["gpu-a9", "gpu-a11", "node1", "node2", "node10"]

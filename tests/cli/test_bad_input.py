@@ -49,6 +49,37 @@ def test_bad_steps_option_is_a_usage_error(tmp_path: Path) -> None:
     assert code == EXIT_USAGE and "first step is after the last one" in err
 
 
+def test_steps_written_with_a_dash_are_a_range() -> None:
+    from tracecomm.run.request import parse_steps
+
+    assert parse_steps("5-7") == parse_steps("5:7") == parse_steps(" 5 \u2013 7 ") == (5, 7)
+    assert parse_steps("5") == (5, 5)
+
+
+def test_steps_outside_the_trace_name_the_steps_it_has(tmp_path: Path) -> None:
+    # the sample's ranks have steps 0-3 (4 complete) and an incomplete last one
+    import shutil
+
+    from tests.conftest import SAMPLE_RUN
+
+    shutil.copytree(SAMPLE_RUN, tmp_path / "run")
+    steps = {
+        s["step"]
+        for s in json.loads(run(str(tmp_path / "run"), "-f", "json")[1])["ranks"][0]["steps"]
+    }
+    lo, hi = min(steps), max(steps)
+    for asked, shown in (
+        (f"{hi + 90}:{hi + 91}", f"{hi + 90}:{hi + 91}"),
+        (f"{hi + 5}-{hi + 9}", f"{hi + 5}:{hi + 9}"),
+    ):
+        code, out, err = run(str(tmp_path / "run"), "--steps", asked)
+        assert code == EXIT_NO_INPUT and out == ""
+        assert err.splitlines() == [
+            f"tracecomm: error: --steps {shown}: no step of the trace is in that range; the "
+            f"traces have steps {lo}\u2013{hi} ({len(steps)} steps)"
+        ]
+
+
 @pytest.mark.parametrize(
     ("write", "reason"),
     [

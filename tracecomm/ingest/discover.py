@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracecomm.errors import UsageError
+from tracecomm.text import natural_key
 
 # Nsight Systems exports and reports (ingest.nsys)
 NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 # what a folder is searched for: Kineto traces, and Nsight Systems files
 TRACE_SUFFIXES = (".json", ".json.gz", *NSYS_SUFFIXES)
 _RANK_IN_NAME = re.compile(r"(?:^|[_\-./])(?:rank|worker)[_\-]?(\d+)(?=[_\-.]|$)", re.IGNORECASE)
-_DIGITS = re.compile(r"(\d+)")
 
 
 def json_size(path: Path | str) -> int:
@@ -61,11 +61,6 @@ def _dedupe(paths: list[Path]) -> list[Path]:
             seen.add(key)
             unique.append(path)
     return unique
-
-
-def natural_key(path: Path | str) -> list[object]:
-    # rank2 before rank10: the file-order fallback must follow what a person reads.
-    return [int(tok) if tok.isdigit() else tok for tok in _DIGITS.split(str(path))]
 
 
 def rank_from_filename(path: Path | str) -> int | None:

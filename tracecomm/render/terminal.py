@@ -21,7 +21,15 @@ from tracecomm.render.mfu_panel import mfu_panel
 from tracecomm.render.nccl_section import nccl_section
 from tracecomm.render.projection_section import projection_section
 from tracecomm.render.whatif_section import whatif_section
-from tracecomm.text import compact_ranges, map_strings, ms, pct, rank_list, visible
+from tracecomm.text import (
+    compact_ranges,
+    map_strings,
+    ms,
+    natural_key,
+    pct,
+    rank_list,
+    visible,
+)
 
 if TYPE_CHECKING:
     from tracecomm.nccl.diagnose import NcclSummary
@@ -104,7 +112,7 @@ def _report(
         console.print()
         console.print(_straggler_table(report, straggler_rows or MAX_STRAGGLER_ROWS))
         console.print(_group_type_delays(report))
-        console.print(_heat_map(report))
+        console.print(_heat_map(report, console.width))
         fix = whatif_section(report.stragglers)
         if fix is not None:
             console.print(fix)
@@ -383,45 +391,65 @@ MAX_CLOCK_ROWS = 16
 MAX_HEAT_STEPS = 40
 
 
-def _heat_map(report: Report) -> Text:
+def _heat_map(report: Report, width: int = 160) -> Text:
     """Ranks × steps, shaded by the root delay of each rank in each step (what it caused
     itself, metrics.md §6): a bad rank shows as a row, a bad host as a stripe, and the ranks
     that only waited for it stay pale. Large runs show hosts (their worst rank)."""
     st = report.stragglers
     assert st is not None
     heat = st.root_delay_by_step
-    steps = sorted({s for row in heat.values() for s in row})[:MAX_HEAT_STEPS]
+    every = sorted({s for row in heat.values() for s in row})
     peak = max((d for row in heat.values() for d in row.values()), default=0)
-    if not steps or peak == 0:
+    if not every or peak == 0:
         return Text("root delay per step: none\n")
-    if len(report.rank_reports) <= MAX_HEAT_ROWS:
+    by_host = len(report.rank_reports) > MAX_HEAT_ROWS
+    rows = sorted(st.delay_by_host_step.items(), key=lambda kv: -sum(kv[1].values()))
+    label = max(4, *(len(h) for h, _ in rows[:MAX_HEAT_ROWS])) if by_host and rows else 4
+    # as many steps as fit the width (a wrapped row reads as two ranks)
+    room = (width - 3 - label) // (_cell_width(every) + 1)
+    steps = every[: max(1, min(MAX_HEAT_STEPS, room))]
+    shown = (
+        ""
+        if len(steps) == len(every)
+        else f"; steps {steps[0]}\u2013{steps[-1]}, the first {len(steps)} of {len(every)}"
+    )
+    if not by_host:
         text = Text(
             "root delay per step (what the rank caused itself; darker = more), ranks grouped "
-            "by host:\n"
+            f"by host{shown}:\n"
         )
-        text.append(f"  step {' '.join(str(s)[-3:].rjust(3) for s in steps)}\n")
+        text.append(f"  step {_step_labels(steps)}\n")
         host: str | None = None
-        for r in sorted(report.rank_reports, key=lambda r: (r.host or "", r.rank)):
+        for r in sorted(report.rank_reports, key=lambda r: (natural_key(r.host or ""), r.rank)):
             if r.host and r.host != host:
                 host = r.host
                 text.append(f"  {host}\n", style="dim")
             cells = _cells(heat.get(r.rank, {}), steps, peak)
             text.append(f"  {str(r.rank).rjust(4)} {cells}\n")
     else:
-        rows = sorted(st.delay_by_host_step.items(), key=lambda kv: -sum(kv[1].values()))
         text = Text(
             f"root delay per step by host (its worst rank; {min(len(rows), MAX_HEAT_ROWS)} of "
-            f"the {len(rows)} hosts that caused any, most delay first):\n"
+            f"the {len(rows)} hosts that caused any, most delay first{shown}):\n"
         )
-        width = max(len(h) for h, _ in rows[:MAX_HEAT_ROWS])
-        text.append(f"  {'step'.ljust(width)} {' '.join(str(s)[-3:].rjust(3) for s in steps)}\n")
+        text.append(f"  {'step'.ljust(label)} {_step_labels(steps)}\n")
         for host_name, row in rows[:MAX_HEAT_ROWS]:
-            text.append(f"  {host_name.ljust(width)} {_cells(row, steps, peak)}\n")
+            text.append(f"  {host_name.ljust(label)} {_cells(row, steps, peak)}\n")
     return text.append(f"  █ = {ms(peak)} ms\n")
 
 
+def _cell_width(steps: list[int]) -> int:
+    """Every step number whole (1204 is not "204"): the cells are as wide as the longest."""
+    return max(3, *(len(str(s)) for s in steps))
+
+
+def _step_labels(steps: list[int]) -> str:
+    width = _cell_width(steps)
+    return " ".join(str(s).rjust(width) for s in steps)
+
+
 def _cells(row: dict[int, int], steps: list[int], peak: int) -> str:
-    return " ".join(_SHADES[min(4, round(4 * row.get(s, 0) / peak))] * 3 for s in steps)
+    width = _cell_width(steps)
+    return " ".join(_SHADES[min(4, round(4 * row.get(s, 0) / peak))] * width for s in steps)
 
 
 def _cross_rank(report: Report) -> Text:

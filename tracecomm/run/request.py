@@ -28,6 +28,7 @@ COMPAT = ("hta", "hta-0.6", "hta-0.5")  # compat.hta.MODES
 RANK_FROM = ("pid", "process_name")
 
 _STEPS = re.compile(r"^\s*(-?\d+)?\s*(:)?\s*(-?\d+)?\s*$")
+_STEPS_DASHED = re.compile(r"^\s*(\d+)\s*[-\u2013]\s*(\d+)\s*$")  # 5-7 or 5–7
 
 
 class AnalyzeOptions(TypedDict, total=False):
@@ -194,10 +195,13 @@ def cache_folder(value: object) -> Path | None:
 
 
 def parse_steps(text: str | None) -> tuple[int | None, int | None]:
-    """``3:7`` (inclusive), ``3:``, ``:7`` or ``5`` to (first, last) step numbers."""
+    """``3:7`` (inclusive; ``3-7`` too), ``3:``, ``:7`` or ``5`` to (first, last) step
+    numbers."""
     if text is None:
         return None, None
-    match = _STEPS.match(text)
+    dashed = _STEPS_DASHED.match(text)
+    # step numbers are never negative: "5-7" is a range, not 5 and -7
+    match = _STEPS.match(f"{dashed.group(1)}:{dashed.group(2)}" if dashed else text)
     if not match or (match.group(1) is None and match.group(3) is None):
         raise UsageError(f"--steps {text!r}: expected A:B, A:, :B or A (ProfilerStep numbers)")
     first, colon, last = match.groups()

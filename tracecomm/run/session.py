@@ -132,6 +132,7 @@ def run_analysis(
     if not report.rank_reports:
         reasons = "; ".join(m.reason for m in report.missing[:3])
         raise NoUsableInput(f"no usable rank: {reasons}")
+    _check_step_range(report, request.breakdown)
     if all(r.breakdown.window is None for r in report.rank_reports) and not report.missing:
         notes = "; ".join(f"{r.path}: {r.breakdown.notes[-1]}" for r in report.rank_reports[:3])
         raise NoUsableInput(f"nothing to analyze: {notes}")
@@ -161,6 +162,27 @@ def _cache_warnings(cache: Path | None, results: Sequence[RankResult]) -> tuple[
 
     problems = [r.cache_problem for r in results if r.cache_problem]
     return (unusable_warning(cache, problems),) if cache is not None and problems else ()
+
+
+def _check_step_range(report: Report, opts: BreakdownOptions) -> None:
+    """``--steps`` naming no step that any rank has: one line naming the steps there are
+    (each rank's own note would say "no complete step", once per rank, which misleads)."""
+    if opts.first_step is None and opts.last_step is None:
+        return
+    lo = opts.first_step if opts.first_step is not None else -(2**62)
+    hi = opts.last_step if opts.last_step is not None else 2**62
+    present = {s.step for r in report.rank_reports for s in r.breakdown.steps}
+    if not present or any(lo <= step <= hi for step in present):
+        return
+    asked = f"{'' if opts.first_step is None else opts.first_step}:" + (
+        "" if opts.last_step is None else str(opts.last_step)
+    )
+    if opts.first_step == opts.last_step:
+        asked = str(opts.first_step)
+    raise NoUsableInput(
+        f"--steps {asked}: no step of the trace is in that range; the traces have steps "
+        f"{min(present)}\u2013{max(present)} ({len(present)} steps)"
+    )
 
 
 def _check_chosen_ranks(

@@ -18,6 +18,10 @@
     while (b >= 1024 && i < units.length - 1) { b /= 1024; i++; }
     return (b >= 10 || i === 0 ? b.toFixed(0) : b.toFixed(1)) + " " + units[i];
   }
+  // node2 before node10, as the terminal orders them
+  function naturally(a, b) {
+    return String(a).localeCompare(String(b), undefined, { numeric: true });
+  }
   function byId(list, key) {
     var out = {};
     (list || []).forEach(function (x) { out[x[key]] = x; });
@@ -183,7 +187,7 @@
       });
       var hosts = [];
       data.forEach(function (d) { if (hosts.indexOf(d.host) < 0) hosts.push(d.host); });
-      hosts.sort();
+      hosts.sort(naturally);
       var out = [];
       hosts.forEach(function (h) {
         var group = data.filter(function (d) { return d.host === h; });
