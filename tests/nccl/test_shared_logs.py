@@ -174,3 +174,29 @@ def test_vllm_ray_prefix_and_lost_colour_codes() -> None:
     assert len(alarms(s)) == 1
     assert s.transports == {"P2P": 1} and s.hosts == ("[pod-name]",) and s.processes == 4
     assert s.ranks == {"[pod-name]:5310": 7}
+
+
+def test_several_files_keep_each_line_to_its_own_file_and_process(tmp_path: Path) -> None:
+    # three jobs' logs in one folder, each printing the bare (≤2.21, rank 0) version line; only
+    # pytorch_22531 names its process (ZBOX-EN1080K:10379): the other two versions are not it
+    names = {
+        "NVIDIA_nccl_179.log": "2.3.7+cuda9.0",
+        "NVIDIA_nccl_224.log": "2.4.2+cuda10.0",
+        "pytorch_pytorch_22531.log": "2.4.2+cuda10.0",
+        "pytorch_pytorch_54232.log": "2.7.8+cuda10.2",
+    }
+    for name in names:
+        (tmp_path / name).write_bytes((LOGS / name).read_bytes())
+    result = CliRunner().invoke(app, ["nccl", str(tmp_path), "-f", "json"])
+    assert result.exit_code == EXIT_OK, result.stderr
+    doc = json.loads(result.stdout)
+    jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
+    seen = {v["version"]: v for v in doc["nccl"]["versions"]}
+    for version in set(names.values()):
+        files = sorted(Path(f).name for f in seen[version]["files"])
+        assert files == sorted(n for n, v in names.items() if v == version)
+    assert seen["2.4.2+cuda10.0"]["processes"] == ["ZBOX-EN1080K:10379"]
+    assert seen["2.3.7+cuda9.0"]["processes"] == seen["2.7.8+cuda10.2"]["processes"] == []
+    text = CliRunner().invoke(app, ["nccl", str(tmp_path)], env={"COLUMNS": "200"}).stdout
+    flat = " ".join(text.split())
+    assert "in NVIDIA_nccl_179.log" in flat and "in pytorch_pytorch_54232.log" in flat

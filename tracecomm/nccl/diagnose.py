@@ -47,6 +47,7 @@ class VersionSeen:
     processes: tuple[str, ...]  # host:pid
     ranks: tuple[int, ...]  # global ranks
     sources: tuple[str, ...]  # bare, info, torch, banner
+    files: tuple[str, ...] = ()  # the log files that print it
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ def _ranges(numbers: Iterable[int]) -> str:
 
 
 def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+    return f"{n} {word}" if n == 1 else f"{n} {word}{'es' if word.endswith('s') else 's'}"
 
 
 # --- versions --------------------------------------------------------------------------------
@@ -203,11 +204,13 @@ def versions_seen(log: NcclLog, ranks: dict[Proc, int]) -> tuple[VersionSeen, ..
             elif v.rank is not None:
                 who.add(v.rank)
             elif v.source == "bare":
-                # ≤2.21 prints the bare line only in the process that holds comm rank 0
+                # ≤2.21 prints the bare line only in the process that holds comm rank 0: of
+                # its own file (a folder of logs holds several jobs' or nodes' rank 0)
                 who.add(0)
-                if len(rank0) == 1:
-                    procs.add(rank0[0])
-                    hosts.add(rank0[0][0])
+                here = [p for p in rank0 if log.proc_files.get(p) == v.file]
+                if len(here) == 1:
+                    procs.add(here[0])
+                    hosts.add(here[0][0])
         out.append(
             VersionSeen(
                 version=version,
@@ -216,6 +219,11 @@ def versions_seen(log: NcclLog, ranks: dict[Proc, int]) -> tuple[VersionSeen, ..
                 processes=tuple(f"{h}:{p}" for h, p in sorted(procs)),
                 ranks=tuple(sorted(who)),
                 sources=tuple(sorted({v.source for v in records})),
+                files=tuple(
+                    log.paths[i]
+                    for i in sorted({v.file for v in records if v.file is not None})
+                    if i < len(log.paths)
+                ),
             )
         )
     return tuple(out)
@@ -272,6 +280,7 @@ def _only(log: NcclLog, records: list[VersionRecord]) -> NcclLog:
     view = NcclLog()
     view.versions = records
     view.inits = log.inits
+    view.paths, view.proc_files = log.paths, log.proc_files
     return view
 
 

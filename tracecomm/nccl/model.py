@@ -109,6 +109,7 @@ class VersionRecord:
     pid: int | None = None
     rank: int | None = None  # global rank, when the line says
     line: str = ""
+    file: int | None = None  # which of the log's files printed it (an index into NcclLog.paths)
 
     @property
     def base(self) -> str:
@@ -224,6 +225,9 @@ class NcclLog:
     nccl_lines: int = 0  # lines of NCCL / PyTorch-NCCL families (known + unknown)
     unknown: int = 0  # NCCL lines of no family we read: counted, never fatal
     procs: Counter[Proc] = field(default_factory=Counter)  # NCCL lines per process
+    # the file each process first printed in (an index into ``paths``): a line without a
+    # process of its own is attributed only to the processes of its own file
+    proc_files: dict[Proc, int] = field(default_factory=dict)
     versions: list[VersionRecord] = field(default_factory=list)
     inits: list[CommInit] = field(default_factory=list)
     nodes: dict[Proc, tuple[int, int]] = field(default_factory=dict)  # nNodes, localRanks

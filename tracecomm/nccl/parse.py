@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -420,6 +420,7 @@ def _line(log: NcclLog, state: _State, line: str, lines: pl.Series, at: int, n: 
             proc = (quote(host, 128) if host else "?", int(pid))
             log.nccl_lines += 1
             log.procs[proc] += 1
+            log.proc_files.setdefault(proc, len(log.paths))  # the file being read
             record = line if len(heads) == 1 else line[m.start() : end].rstrip()
             _dispatch(log, state, proc, int(tid), src, level, line[m.end() : end], record)
         return at
@@ -456,8 +457,9 @@ def _line(log: NcclLog, state: _State, line: str, lines: pl.Series, at: int, n: 
 
 
 def _version(log: NcclLog, record: VersionRecord) -> None:
+    """``paths`` holds the files read before this one: its length is this file's index."""
     if len(log.versions) < KEEP:
-        log.versions.append(record)
+        log.versions.append(replace(record, file=len(log.paths)))
 
 
 def _torch_info(log: NcclLog, text: str) -> None:

@@ -4,6 +4,8 @@ reaches the terminal)."""
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 from rich.text import Text
 
 from tracecomm.nccl.diagnose import NcclSummary, VersionSeen
@@ -19,8 +21,11 @@ def _plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n:,} {many or word + '(s)'}"
 
 
-def _version(v: VersionSeen) -> str:
+def _version(v: VersionSeen, several_files: bool = False) -> str:
     where = []
+    if several_files and v.files:  # which log says so, by name (their folders are the run's)
+        names = [PurePath(f).name for f in v.files]
+        where.append("in " + ", ".join(names[:3]) + (", …" if len(names) > 3 else ""))
     if v.hosts:
         where.append(", ".join(v.hosts[:4]) + (", …" if len(v.hosts) > 4 else ""))
     if v.ranks:
@@ -42,7 +47,8 @@ def nccl_section(s: NcclSummary) -> Text:
     if s.flight_recorder_dumps:
         text.append(f", {_plural(s.flight_recorder_dumps, 'Flight Recorder dump')}")
     if s.versions:
-        text.append("\n  versions " + "; ".join(_version(v) for v in s.versions))
+        several = len(s.files) > 1
+        text.append("\n  versions " + "; ".join(_version(v, several) for v in s.versions))
     if s.networks:
         text.append(
             "\n  network "
