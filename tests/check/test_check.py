@@ -300,3 +300,16 @@ def test_a_baseline_rank_field_it_does_not_know_is_refused(
     path.write_text(json.dumps(doc))
     code, out = check(run_path(runs), path)
     assert code == EXIT_USAGE and "unknown rank field 'step_time_ns'" in out
+
+
+def test_a_gate_across_world_sizes_says_so(runs: Path, tmp_path: Path, baseline: Path) -> None:
+    # a 16-rank run against the 8-rank baseline: gated on the ranks both have, with a warning
+    bigger = tmp_path / "sixteen"
+    write_run(fsdp_run(world_size=16, steps=4, seed=0, jitter=0.0), bigger)
+    code, out = check(bigger, baseline, "-f", "json")
+    assert code in (EXIT_OK, EXIT_REGRESSION)  # the gate still runs
+    notes = json.loads(out)["notes"]
+    assert notes[0].startswith("the runs differ in world size (baseline 8 ranks, current run 16)")
+    text = check(bigger, baseline)[1]
+    assert "the runs differ in world size" in " ".join(text.split())
+    assert "differ in world size" not in " ".join(check(run_path(runs), baseline)[1].split())

@@ -166,6 +166,13 @@ def _amount(value: float, unit: str) -> str:
 
 def _notes(base: RunFigures, current: RunFigures, shared: Sequence[int]) -> list[str]:
     notes = [*base.notes, *current.notes]
+    if base.world_size and current.world_size and base.world_size != current.world_size:
+        notes.insert(
+            0,
+            f"the runs differ in world size (baseline {base.world_size} ranks, current run "
+            f"{current.world_size}): the gate compares the ranks both have, of two different "
+            "jobs; gate a run against a baseline of its own size",
+        )
     for side, run, other in (("baseline", base, current), ("current run", current, base)):
         only = sorted(set(run.ranks) - set(other.ranks))
         if only:
