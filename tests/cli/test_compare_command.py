@@ -112,7 +112,7 @@ def test_summaries_first_are_not_projected(runs: dict[str, Path]) -> None:
 
 def test_a_run_compared_with_itself(runs: dict[str, Path]) -> None:
     doc = compared(runs["n4"], runs["n4"])
-    assert [r["label"] for r in doc["runs"]] == [str(runs["n4"]), f"{runs['n4']} #2"]
+    assert [r["label"] for r in doc["runs"]] == ["n4", "n4 #2"]  # the folder's own name
     (pair,) = doc["pairs"]
     assert pair["delta_step_time_ns"] == 0 and pair["decomposition"]["delta_step_ns"] == 0
     assert all(c["delta"] == 0 for c in doc["runs"][1]["changes"].values())
@@ -304,3 +304,36 @@ def test_saved_reports_of_other_steps_and_another_model(runs: dict[str, Path]) -
     assert any("differ in model" in n for n in doc["notes"])
     assert doc["runs"][1]["scaling_efficiency"] is None
     assert doc["runs"][1]["scaling_efficiency_missing"] == "the runs differ in model"
+
+
+def test_labels_drop_what_every_input_shares() -> None:
+    from tracecomm.run.compare import _labels
+
+    assert _labels(["/data/runs/exp-8/report.json", "/data/runs/exp-64/report.json"]) == [
+        "exp-8",
+        "exp-64",
+    ]
+    assert _labels(["runs/a/", "runs/b"]) == ["a", "b"]
+    assert _labels(["/x/b/run8", "/x/c/run8"]) == ["b", "c"]
+    assert _labels(["s3://bucket/r8/", "s3://bucket/r64/"]) == ["r8", "r64"]
+    assert _labels(["run", "run"]) == ["run", "run #2"]
+
+
+def test_changes_on_a_near_zero_base_are_differences(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tracecomm.analysis.compare as compare
+    from tracecomm.render.compare import _change
+
+    figures = {
+        "first": {"idle.host_bound": 1_000.0, "step_time_ns": 10e6, "idle_ns": 0.0},
+        "run": {"idle.host_bound": 2_028_577.0, "step_time_ns": 11e6, "idle_ns": 5e6},
+    }
+    monkeypatch.setattr(compare, "_flat", lambda r: figures[r])
+    changes = compare._changes("first", "run")  # type: ignore[arg-type]
+    # +202,757.7 % of a near-zero idle is a difference, not a percentage
+    assert changes["idle.host_bound"] == compare.Change(2_027_577.0, None)
+    assert changes["idle_ns"] == compare.Change(5e6, None)  # none at all in the first run
+    assert changes["step_time_ns"].relative == pytest.approx(0.1)
+    assert _change(changes["idle.host_bound"], None, "idle.host_bound") == "+2.028 ms"
+    assert _change(changes["step_time_ns"], None, "step_time_ns") == "+10.0 %"
+    assert _change(compare.Change(-5.0, None), None, "tokens_per_s") == "−5"
+    assert _change(compare.Change(0.0, None), None, "idle_ns") == ""

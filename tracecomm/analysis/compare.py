@@ -32,10 +32,14 @@ KERNELS_MISSING = (
 _SAME_MODEL_TOLERANCE = 0.005  # FLOPs per token within 0.5 %: the same model
 
 
+RELATIVE_LIMIT = 10.0  # ±1,000 %: past it a relative change is left out (Change)
+
+
 @dataclass(frozen=True)
 class Change:
     """One figure of a run against the first run: ``delta`` = run − first, ``relative`` =
-    delta / first (None when the first is 0)."""
+    delta / first (None when the first is 0, or so near 0 that the ratio passes ±1,000 %:
+    +202,857.7 % of a near-zero idle says only that the first run had almost none)."""
 
     delta: float
     relative: float | None
@@ -462,7 +466,10 @@ def _changes(first: ComparedRun, run: ComparedRun) -> dict[str, Change]:
                 continue
             x, y = x or 0.0, y or 0.0
         assert x is not None and y is not None
-        out[name] = Change(y - x, (y - x) / x if x else None)
+        relative = (y - x) / x if x else None
+        if relative is not None and abs(relative) > RELATIVE_LIMIT:
+            relative = None  # a first run with (almost) none of it: the difference says more
+        out[name] = Change(y - x, relative)
     return dict(sorted(out.items()))
 
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import orjson
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from tracecomm._version import __version__
@@ -27,6 +26,7 @@ from tracecomm.analysis.compare import (
     TypicalStep,
 )
 from tracecomm.render import View
+from tracecomm.render.fit import FitTable
 from tracecomm.text import DASH, json_safe, map_strings, markdown_safe, visible
 
 COMPARE_SCHEMA_VERSION = 1
@@ -113,15 +113,21 @@ def _share(ns: int, pct: float | None) -> str:
     return f"{_ms(ns)} · {pct:.1f} %" if pct is not None else _ms(ns)
 
 
-def _change(change: Change | None, points: float | None) -> str:
-    """Relative change in %; a share's change in percentage points (``points`` scales it)."""
+def _change(change: Change | None, points: float | None, name: str | None = None) -> str:
+    """Relative change in %; a share's change in percentage points (``points`` scales it); the
+    difference itself where the first run's figure is (nearly) zero (``Change.relative``)."""
     if change is None:
         return ""
     if points is not None:
         d = change.delta * points
         return "±0 pt" if abs(d) < 0.05 else f"{'+' if d > 0 else MINUS}{abs(d):.1f} pt"
-    if change.relative is None:
-        return "new" if change.delta else ""
+    if change.relative is None:  # the first run had none (or almost none) of it
+        if not change.delta:
+            return ""
+        sign = "+" if change.delta > 0 else MINUS
+        if name is not None and (name.endswith("_ns") or name.startswith(("exposed_", "idle."))):
+            return f"{sign}{_ms(abs(change.delta))} ms"
+        return f"{sign}{_num(abs(change.delta))}"
     r = 100 * change.relative
     return "±0 %" if abs(r) < 0.05 else f"{'+' if r > 0 else MINUS}{abs(r):.1f} %"
 
@@ -243,7 +249,7 @@ def _cells(c: Comparison, row: Row) -> list[str]:
     for i, r in enumerate(c.runs):
         out.append(value(r))
         if i:
-            out.append(_change(r.changes.get(name), points) if name else "")
+            out.append(_change(r.changes.get(name), points, name) if name else "")
     return out
 
 
@@ -398,7 +404,7 @@ def render_terminal(c: Comparison, view: View) -> bytes:
         markup=False,
     )
     rows_shown = view.top or DEFAULT_ROWS
-    table = Table(title=_title(c), title_justify="left")
+    table = FitTable(title=_title(c), title_justify="left")
     table.add_column("Figure")
     for i, r in enumerate(c.runs):
         table.add_column(r.label, justify="right")
@@ -412,7 +418,7 @@ def render_terminal(c: Comparison, view: View) -> bytes:
         style="dim",
     )
     console.print()
-    where = Table(
+    where = FitTable(
         title="Where the time went: the typical step's difference, part by part (ms)",
         title_justify="left",
         caption="the parts add up to Δ typical step exactly; Δ step time is §8's",
@@ -426,7 +432,7 @@ def render_terminal(c: Comparison, view: View) -> bytes:
     for p in c.pairs:
         console.print()
         level = "type, group, size" if p.collectives.level == "instance" else "type"
-        diff = Table(
+        diff = FitTable(
             title=f"Largest changes by collective ({level}): {_pair_name(c, p)}",
             title_justify="left",
             caption="per step and member rank; time: kernel time (waiting included); "
@@ -457,7 +463,7 @@ def _projection_terminal(c: Comparison, console: Console) -> None:
     if not p.rows:
         console.print(Text(f"Projection against measurement: none ({p.missing})", style="yellow"))
         return
-    table = Table(
+    table = FitTable(
         title=f"Projection against measurement: {c.runs[0].label} projected ({p.scaling} "
         "scaling, metrics.md §11) to the other runs' world sizes",
         title_justify="left",

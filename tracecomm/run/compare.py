@@ -100,11 +100,26 @@ def _projected(
 
 
 def _labels(inputs: Sequence[str]) -> list[str]:
-    """Each input as given, made unique (the same run twice: '#2')."""
+    """Each input by what sets it apart: the path parts every input shares, leading and
+    trailing, dropped (``/data/runs/exp-8/report.json`` and ``…/exp-64/report.json`` are
+    ``exp-8`` and ``exp-64``); made unique (the same run twice: '#2')."""
     seen: dict[str, int] = {}
     out = []
-    for given in inputs:
-        label = given.rstrip("/") or given
+    for label in _distinct_parts(inputs):
         seen[label] = seen.get(label, 0) + 1
         out.append(label if seen[label] == 1 else f"{label} #{seen[label]}")
     return out
+
+
+def _distinct_parts(inputs: Sequence[str]) -> list[str]:
+    parts = [[p for p in given.split("/") if p] or [given] for given in inputs]
+    if len(parts) < 2:
+        return [given.rstrip("/") or given for given in inputs]
+    shortest = min(len(p) for p in parts)
+    head = 0
+    while head < shortest - 1 and len({p[head] for p in parts}) == 1:
+        head += 1
+    tail = 0
+    while tail < shortest - head - 1 and len({p[len(p) - 1 - tail] for p in parts}) == 1:
+        tail += 1
+    return ["/".join(p[head : len(p) - tail]) for p in parts]

@@ -21,13 +21,17 @@
   }
   function pct(x) { return has(x) ? x.toFixed(1) + " %" : "–"; }
   function num(x, d) { return has(x) ? x.toLocaleString("en-US", { maximumFractionDigits: d || 0 }) : "–"; }
-  function change(c, points) {
+  function change(c, points, name) {
     if (!c) return "";
     if (points) {
       var d = c.delta * points;
       return Math.abs(d) < 0.05 ? "±0 pt" : (d > 0 ? "+" : "−") + Math.abs(d).toFixed(1) + " pt";
     }
-    if (!has(c.relative)) return c.delta ? "new" : "";
+    if (!has(c.relative)) {  // none (or almost none) in the first run: the difference itself
+      if (!c.delta) return "";
+      var ns = name && (/_ns$/.test(name) || /^(exposed_|idle\.)/.test(name));
+      return ns ? signedMs(c.delta) + " ms" : (c.delta > 0 ? "+" : "−") + num(Math.abs(c.delta));
+    }
     var r = 100 * c.relative;
     return Math.abs(r) < 0.05 ? "±0 %" : (r > 0 ? "+" : "−") + Math.abs(r).toFixed(1) + " %";
   }
@@ -89,7 +93,8 @@
     var cards = [
       ["Scaling efficiency", has(last.scaling_efficiency) ? pct(100 * last.scaling_efficiency) : "–",
         last.label ? "at " + last.world_size + " GPUs (" + last.label + ")" : ""],
-      ["Step time", ms(last.step_time_ns) + " ms", change((last.changes || {}).step_time_ns)],
+      ["Step time", ms(last.step_time_ns) + " ms",
+        change((last.changes || {}).step_time_ns, null, "step_time_ns")],
       ["Exposed comm", last.typical_step ? pct(last.typical_step.exposed_comm_pct) : "–",
         "of the typical step"]
     ];
@@ -116,7 +121,7 @@
       var cells = [label];
       runs.forEach(function (r, i) {
         cells.push(value(r));
-        if (i) cells.push(changeName ? change((r.changes || {})[changeName], points) : "");
+        if (i) cells.push(changeName ? change((r.changes || {})[changeName], points, changeName) : "");
       });
       rows.push({ cells: cells, attrs: { "data-figure": key } });
     }
