@@ -9,6 +9,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+import polars as pl
 import pytest
 from typer.testing import CliRunner
 
@@ -39,9 +40,8 @@ def test_real_trace_export_round_trips(shared_traces: Path, tmp_path: Path, fold
     for e in doc["traceEvents"]:
         if e["ph"] == "X" and e.get("cat") == "tracecomm" and e["name"].startswith("exposed "):
             exposed[(e["pid"], e["args"]["step"])] += round(e["dur"] * 1000)
-    again = {
-        ev.meta.rank: {s.step: s for s in breakdown(ev).steps} for ev in load_merged(out, "pid")
-    }
+    read_back = {ev.meta.rank: breakdown(ev) for ev in load_merged(out, "pid")}
+    again = {rank: {s.step: s for s in bd.steps} for rank, bd in read_back.items()}
     report = analyze(run)
     kept = {r["rank"] for r in doc["tracecomm"]["ranks"]}
     assert kept and set(again) == kept
@@ -55,3 +55,16 @@ def test_real_trace_export_round_trips(shared_traces: Path, tmp_path: Path, fold
             assert back.window.by_type == step.window.by_type
             assert back.window.idle_by_cause == step.window.idle_by_cause
             assert exposed[(rank.rank, step.step)] == step.window.figures.exposed_comm_ns
+        # the collectives read back are the same instances of the same groups (issue 34: the
+        # export kept "Collective name" only, and a re-read put every group in "world")
+        steps = [s.step for s in rank.breakdown.included_steps]
+        assert _groups(read_back[rank.rank].collectives, steps) == _groups(
+            rank.breakdown.collectives, steps
+        )
+
+
+def _groups(instances: pl.DataFrame | None, steps: list[int]) -> list[tuple[object, ...]]:
+    if instances is None:
+        return []
+    cols = ["pg", "pg_ranks", "group_size", "coll_type", "seq", "nelems", "bytes", "step"]
+    return sorted(instances.filter(pl.col("step").is_in(steps)).select(cols).rows())

@@ -21,10 +21,13 @@ from tracecomm.engine.idle import DATALOADER_PREFIX, HostActivity, idle_gaps
 from tracecomm.engine.intervals import coverage
 from tracecomm.engine.partition import BreakdownOptions, work_coverage
 from tracecomm.engine.steps import SYNC_CALL, LaunchNames, link_launches, step_windows
+from tracecomm.ingest.events import META_ARG_NAMES, META_SCHEMA
 from tracecomm.ingest.model import RankEvents
 
 # c10d collective names whose type (classify.coll_type_of) is each collective type: what the
 # exported kernels carry as ``Collective name``, so a re-read types them alike
+__all__ = ["COLLECTIVE_NAME", "META_ARG_NAMES", "RankExport", "rank_export"]
+
 COLLECTIVE_NAME = {
     "AllGather": "all_gather",
     "ReduceScatter": "reduce_scatter",
@@ -50,7 +53,8 @@ class ExportWindow:
 @dataclass(frozen=True)
 class RankExport:
     """``device``: kind, name, cls, coll_type, device, stream, start_ns, end_ns, correlation
-    (of the launch it is tied to; graph replays included), graph_id, graph_node, step.
+    (of the launch it is tied to; graph replays included), graph_id, graph_node, step, and
+    the collective metadata columns the trace has (``ingest.events.META_SCHEMA``).
     ``launches``: name, tid, start_ns, end_ns, correlation, external_id, op (the launches of
     that work, and the synchronize calls in the windows). ``loaders``: the data loader's
     annotations in the windows (tid, start_ns, end_ns, name). ``exposed``: step, start_ns,
@@ -71,7 +75,7 @@ def rank_export(
 ) -> RankExport:
     """The rank's events of ``steps`` (those it has a GPU window for)."""
     opts = opts or BreakdownOptions()
-    device, _ = classify_with_comm(rank, opts.comm_patterns, opts.compute_patterns)
+    device, comm = classify_with_comm(rank, opts.comm_patterns, opts.compute_patterns)
     names = LaunchNames.of(rank)
     linked = link_launches(device, rank, names)
     table = step_windows(linked, rank, names)
@@ -100,11 +104,19 @@ def rank_export(
     for w in windows:
         inside = inside | ((pl.col("end_ns") > w.start_ns) & (pl.col("start_ns") < w.end_ns))
     kept = work.filter(inside)
+    # the collective metadata the trace gave each comm kernel (or its CPU op): the export
+    # keeps every Kineto field of what it copies (process groups, sizes, dtype, Seq)
+    meta = [c for c in META_SCHEMA if c in comm.columns]
+    with_meta = (
+        kept.join(comm.select("_row", *meta), on="_row", how="left", maintain_order="left")
+        if meta and "_row" in kept.columns
+        else kept
+    )
     host = HostActivity.of(rank)
     return RankExport(
         rank=rank_id,
         windows=windows,
-        device=kept.select(
+        device=with_meta.select(
             "kind",
             "name",
             "cls",
@@ -116,6 +128,7 @@ def rank_export(
             pl.col("launch_corr").alias("correlation"),
             *(c for c in ("graph_id", "graph_node") if c in kept.columns),
             "step",
+            *(c for c in META_SCHEMA if c in with_meta.columns),
         ),
         launches=_launches(rank, kept, windows),
         loaders=_loaders(rank, windows),

@@ -184,6 +184,16 @@ META_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+def _meta_arg_names() -> dict[str, str]:
+    fields = {f.name: f.encode_name for f in msgspec.structs.fields(Args)}
+    return {column: fields[column] for column in META_SCHEMA}
+
+
+# the Kineto argument each metadata column is read from ("Process Group Name", ...): the
+# export writes them back under the same names
+META_ARG_NAMES: dict[str, str] = _meta_arg_names()
+
+
 class Envelope(Trace, gc=False):
     """The document with its event array left undecoded (the C scanner reads it). Empty when
     the document has none: msgspec cannot decode ``Raw | None`` (it would accept only null)."""

@@ -18,7 +18,7 @@ import orjson
 
 from tracecomm.analysis.export_model import ExportedRank, TraceExport
 from tracecomm.analysis.model import Report
-from tracecomm.engine.export import COLLECTIVE_NAME, RankExport
+from tracecomm.engine.export import COLLECTIVE_NAME, META_ARG_NAMES, RankExport
 from tracecomm.render import View
 from tracecomm.text import json_safe
 
@@ -146,11 +146,16 @@ def _metadata(r: ExportedRank, order: int) -> Iterator[dict[str, Any]]:
 
 def _device(rank: int, events: RankExport, shift: int) -> Iterator[dict[str, Any]]:
     cols = events.device.columns
+    meta = [c for c in META_ARG_NAMES if c in cols]
     for row in events.device.sort("start_ns").iter_rows(named=True):
         args: dict[str, Any] = {"device": row["device"], "stream": row["stream"]}
         if row["correlation"] is not None:
             args["correlation"] = row["correlation"]
-        if row["cls"] == "comm" and row["coll_type"] is not None:
+        for column in meta:  # every Kineto field the trace gave it, under its own name
+            if row[column] is not None:
+                args[META_ARG_NAMES[column]] = row[column]
+        if row["cls"] == "comm" and row["coll_type"] is not None and not row.get("collective_name"):
+            # none in the trace: the name a re-read types as the engine did
             args["Collective name"] = COLLECTIVE_NAME.get(row["coll_type"], "barrier")
         if "graph_id" in cols and row["graph_id"] is not None:
             args["graph id"] = row["graph_id"]
