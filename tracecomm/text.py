@@ -62,6 +62,21 @@ def pct(value: float | None, digits: int = 1) -> str:
     return DASH if value is None else f"{value:.{digits}f}"
 
 
+def time_unit(largest_ns: float) -> tuple[str, float]:
+    """The unit a column of durations reads best in, from its largest value: (name, ns per
+    unit). Seconds from 10 s, milliseconds from 1 ms, microseconds below."""
+    if largest_ns >= 10**10:
+        return "s", 1e9
+    if largest_ns >= 10**6:
+        return "ms", 1e6
+    return "µs", 1e3
+
+
+def in_unit(ns: float | None, per: float) -> str:
+    """A duration in the unit ``per`` (``time_unit``): three decimals, thousands separated."""
+    return DASH if ns is None else f"{ns / per:,.3f}"
+
+
 def duration(ns: float | None) -> str:
     """Seconds from 0.1 s up (four decimals), milliseconds below."""
     if ns is None:

@@ -91,3 +91,29 @@ def test_overrides_and_json(tmp_path: Path) -> None:
 
 def test_no_pipeline_without_send_recv() -> None:
     assert analyze([REPO / "fixtures" / "sample-run"]).pipelines == ()
+
+
+def test_pipelines_alike_are_shown_once(tmp_path: Path) -> None:
+    # 4 replicas of a 2-stage pipeline, one with a slow rank: two verdicts, two tables
+    write_run(dp_pp_run(dp=4, pp=2, microbatches=4, steps=2, slow_rank=5, slowdown=0.5), tmp_path)
+    views = analyze([tmp_path]).pipelines
+    shown = [v for v in views if v.shown_as is None]
+    assert len(views) == 4 and len(shown) == 2
+    slow = next(v for v in shown if v.slow_rank is not None)
+    assert slow.slow_rank == 5 and not any(v.shown_as == slow.group for v in views)
+    (balanced,) = (v for v in shown if v.slow_rank is None)
+    alike = [v for v in views if v.shown_as == balanced.group]
+    assert len(alike) == 2 and all(v.span_ns <= balanced.span_ns for v in alike)
+    text = runner.invoke(app, ["analyze", str(tmp_path)], env={"COLUMNS": "140"}).stdout
+    assert sum(line.startswith("Pipeline ") for line in text.splitlines()) == 2
+    assert "2 more pipelines like this" in text
+
+
+def test_the_se_jobs_32_pipelines_are_one_table() -> None:
+    se = REPO.parent / "shared" / "data" / "traces" / "bytedance-straggler-SE"
+    if not se.is_dir():
+        pytest.skip("../shared/data/traces is not present")
+    result = runner.invoke(app, ["analyze", str(se)], env={"COLUMNS": "140"})
+    lines = result.stdout.splitlines()
+    assert sum(line.startswith("Pipeline ") for line in lines) == 1
+    assert any(line.startswith("  31 more pipelines like this (") for line in lines)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from tracecomm.analysis.alltoall import all_to_all_view
 from tracecomm.analysis.bandwidth import bandwidth
 from tracecomm.analysis.crossrank import ranks_cross_rank
+from tracecomm.analysis.framework import detect_frameworks
 from tracecomm.analysis.kernels import kernel_view
 from tracecomm.analysis.model import RankFiles, Report, RunData
 from tracecomm.analysis.options import AnalysisOptions
@@ -130,6 +131,11 @@ def projection(report: Report, ctx: Context) -> Report:
     return replace(report, projection=found)
 
 
+def frameworks(report: Report, ctx: Context) -> Report:
+    """metrics.md §14a: which framework ran the job, for the findings' advice."""
+    return replace(report, frameworks=detect_frameworks(report.rank_reports))
+
+
 def bottom_line(report: Report, ctx: Context) -> Report:
     """After every figure a finding draws on (the projection is none of them)."""
     from tracecomm.analysis.findings import findings, step_parts
@@ -149,6 +155,7 @@ PROCESSORS: tuple[Processor, ...] = (
     hta_compat,
     nccl,
     timeline,
+    frameworks,
     bottom_line,  # the findings: every figure they draw on is in by now; export marks them
     export,
     projection,

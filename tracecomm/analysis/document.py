@@ -69,6 +69,10 @@ class MeanStep(_Doc, frozen=True):
     idle_ns: NonNegative
     exposed_comm_by_type_ns: dict[str, NonNegative]
     idle_by_cause_ns: dict[str, NonNegative] | None
+    comm_ns: Annotated[
+        NonNegative | None,
+        Meta(description="all communication per step, hidden or not; null in older documents"),
+    ] = None
 
 
 class TypeFigures(_Doc, frozen=True):
@@ -960,6 +964,9 @@ class NcclVersion(_Doc, frozen=True):
             )
         ),
     ]
+    files: Annotated[
+        list[str], Meta(description="the log files that print it (several logs read at once)")
+    ] = []
 
 
 class NcclRankTimeout(_Doc, frozen=True):
@@ -1223,6 +1230,15 @@ class Pipeline(_Doc, frozen=True):
             )
         ),
     ] = []
+    shown_as: Annotated[
+        str | None,
+        Meta(
+            description=(
+                "the pipeline whose view stands for this one (the same verdict, the longest "
+                "span): views show one pipeline per distinct verdict; null: it stands for itself"
+            )
+        ),
+    ] = None
 
 
 # The kernel view across ranks (metrics.md §15-§16).
@@ -1460,6 +1476,27 @@ class TokenImbalance(_Doc, frozen=True):
     gain_reason: str | None
 
 
+class DetectedFramework(_Doc, frozen=True):
+    key: Literal[
+        "vllm", "sglang", "torchtitan", "megatron", "deepspeed", "fsdp2", "fsdp1", "torchrec", "ddp"
+    ]
+    label: str
+    ranks: Annotated[int, Meta(ge=1, description="analyzed ranks whose trace holds a mark of it")]
+    names: Annotated[
+        list[str], Meta(description="the first names in the traces that only it writes")
+    ]
+
+
+class Frameworks(_Doc, frozen=True):
+    detected: Annotated[
+        list[DetectedFramework],
+        Meta(description="most specific first: the first with advice for a cause gives it"),
+    ]
+    inference: Annotated[
+        bool, Meta(description="a serving engine's trace (vLLM, SGLang): no training advice")
+    ]
+
+
 class AllToAll(_Doc, frozen=True):
     use: Annotated[
         Literal["expert", "embedding"] | None,
@@ -1625,6 +1662,16 @@ class ReportDocument(_Doc, frozen=True):
             description=(
                 "all-to-all and expert parallelism (metrics.md §7a): hidden share, wait vs "
                 "transfer per rank, token imbalance; null when no rank ran an all-to-all"
+            )
+        ),
+    ] = None
+    frameworks: Annotated[
+        Frameworks | None,
+        Meta(
+            description=(
+                "which framework ran the job (metrics.md §14a), from names only it writes "
+                "(annotations, kernel and process group names): the findings' advice is "
+                "its knobs; null when the traces name none"
             )
         ),
     ] = None

@@ -17,6 +17,12 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
+from tracecomm.analysis.advice import (
+    HOST_BOUND_GENERIC,
+    comm_advice,
+    host_bound_advice,
+    pipeline_advice,
+)
 from tracecomm.analysis.alltoall import TokenImbalance
 from tracecomm.analysis.crossrank import whole_group
 from tracecomm.analysis.finding import Finding, StepParts
@@ -299,6 +305,9 @@ def _exposed_comm(report: Report, basis: StepBasis, parts: StepParts) -> list[Fi
 
 
 def _advice_for(report: Report, coll: str) -> tuple[str, ...]:
+    own = comm_advice(report.frameworks, coll)
+    if own is not None:
+        return own
     view = report.all_to_all
     if coll == "AllToAll" and view is not None and view.use is not None:
         return _ALL_TO_ALL_ADVICE[view.use]
@@ -667,13 +676,7 @@ def _pipeline_bubble(
             group=", ".join(v.group for v in report.pipelines[:3]),
             hosts=(),
             evidence=tuple(evidence),
-            advice=(
-                "more micro-batches per step (the textbook bubble is (p − 1) / (m + p − 1)): a "
-                "smaller micro-batch at the same global batch",
-                "an interleaved schedule (virtual stages: Megatron "
-                "--num-layers-per-virtual-pipeline-stage, torchtitan Interleaved1F1B) or a "
-                "zero-bubble one (ZBV, ZB-H1)",
-            ),
+            advice=pipeline_advice(report.frameworks),
             section="metrics.md §10",
         )
     ]
@@ -687,12 +690,7 @@ _PIPELINE_IDLE = ("pipeline_fill", "pipeline_drain", "pipeline_wait")
 _IDLE = {
     "host_bound": (
         "the GPU waits for the CPU to launch kernels (host-bound)",
-        (
-            "capture the step in CUDA graphs (torch.compile mode='reduce-overhead', or "
-            "torch.cuda.graphs) or fuse small kernels (torch.compile): fewer launches",
-            "a larger micro-batch per launch; no .item(), .cpu() or printing of tensors inside "
-            "the step",
-        ),
+        HOST_BOUND_GENERIC,  # the framework's and the graphs' own: _idle_advice
     ),
     "dataloader": (
         "the GPU waits for the data loader",
@@ -737,11 +735,32 @@ def _idle_causes(report: Report, basis: StepBasis) -> list[Finding]:
                     f"{_ms(cost)} of idle GPU time per step (mean over ranks) is "
                     f"'{', '.join(names)}', in its steps and between them (metrics.md §10)",
                 ),
-                advice=advice,
+                advice=_idle_advice(report, cause, advice),
                 section="metrics.md §10",
             )
         )
     return out
+
+
+def _idle_advice(report: Report, cause: str, generic: tuple[str, ...]) -> tuple[str, ...]:
+    if cause == "host_bound":
+        return host_bound_advice(report.frameworks, graphs_in(report))
+    return generic
+
+
+def graphs_in(report: Report) -> str | None:
+    """ "replay" when a rank's steps replay CUDA / HIP graphs, "capture" when a rank records a
+    capture and none replays one, None without graphs (metrics.md §16)."""
+    stats = [
+        r.breakdown.kernels.graphs
+        for r in report.rank_reports
+        if r.breakdown.kernels is not None and r.breakdown.kernels.graphs is not None
+    ]
+    if any(g.graph_launches or g.replayed for g in stats):
+        return "replay"
+    if any(g.captures or g.captured_launches for g in stats):
+        return "capture"
+    return None
 
 
 def _idle_of(causes: Sequence[str]) -> Callable[[WindowFigures], int]:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, 
     from tracecomm.analysis.bandwidth import Bandwidth
     from tracecomm.analysis.crossrank import CrossRank
     from tracecomm.analysis.export_model import TraceExport
+    from tracecomm.analysis.framework import Frameworks
     from tracecomm.analysis.kernels import KernelView
     from tracecomm.analysis.pipeline_view import PipelineView
     from tracecomm.analysis.projection import Projection
@@ -114,6 +115,7 @@ class Report:
     kernels: KernelView | None = None  # §15–§16: top kernels, launches, graphs, roofline
     export: TraceExport | None = None  # §17: the chosen ranks' and steps' events (export)
     all_to_all: AllToAllView | None = None  # §7a: all-to-all / expert parallelism
+    frameworks: Frameworks | None = None  # §14a: which framework ran it, from the trace's names
 
     @property
     def partial(self) -> bool:

@@ -53,6 +53,9 @@ class PipelineView:
     # the slow ranks of other pipelines it waits for at the data-parallel collectives, when
     # its own stages are balanced: its bubble is that wait, not its schedule
     waits_for: tuple[int, ...] = ()
+    # the pipeline whose view stands for this one (the same verdict; None: it stands for
+    # itself): the views show one table per distinct verdict
+    shown_as: str | None = None
 
 
 def pipeline_views(
@@ -73,7 +76,26 @@ def pipeline_views(
             if view is not None:
                 views.append(view)
     judged = tuple(_slow_rank_verdict(v, views) for v in views)
-    return tuple(_waiting_verdict(v, judged) for v in judged)
+    return _folded(tuple(_waiting_verdict(v, judged) for v in judged))
+
+
+def _folded(views: tuple[PipelineView, ...]) -> tuple[PipelineView, ...]:
+    """Each pipeline names the one that stands for it in the views (``shown_as``): of the
+    pipelines whose verdicts say the same (the same stages, overloaded stage, a slow rank of
+    their own or not, balance, and whom they wait for), the one with the longest span. 32
+    data-parallel replicas of one pipeline are one table and a line, not 32 tables."""
+    groups: dict[tuple[object, ...], list[PipelineView]] = {}
+    for v in views:
+        key = (v.stages, v.overloaded_stage, v.slow_rank is not None, v.balanced, v.waits_for)
+        groups.setdefault(key, []).append(v)
+    shown = {
+        v.group: max(group, key=lambda g: g.span_ns).group
+        for group in groups.values()
+        for v in group
+    }
+    return tuple(
+        v if shown[v.group] == v.group else replace(v, shown_as=shown[v.group]) for v in views
+    )
 
 
 def _waiting_verdict(view: PipelineView, views: Sequence[PipelineView]) -> PipelineView:

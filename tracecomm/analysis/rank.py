@@ -67,6 +67,7 @@ class MeanStep:
     idle_ns: int
     exposed_comm_by_type_ns: dict[str, int]  # types may overlap (two streams), §3
     idle_by_cause_ns: dict[str, int] | None  # GPU timelines (§10)
+    comm_ns: int  # all communication, hidden behind compute or not (§3)
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,8 @@ def _rank_report(rank: int, source: str, result: RankResult) -> RankReport:
 def _devices(result: RankResult) -> tuple[str, ...]:
     """Names of the GPUs the rank's kernels ran on (deviceProperties lists every visible GPU:
     never all of them), else every listed name."""
-    names = result.meta.device_names
+    # a blank name (vLLM's capture traces list their GPU as "") names no device
+    names = {d: name for d, name in result.meta.device_names.items() if name.strip()}
     used = [names[d] for d in result.breakdown.devices if d in names]
     return tuple(dict.fromkeys(used)) if used else tuple(sorted(set(names.values())))
 
@@ -142,6 +143,7 @@ def _mean_step(window: WindowFigures | None, steps: int) -> MeanStep | None:
         idle_ns=per(f.idle_ns),
         exposed_comm_by_type_ns={t: per(ns) for t, ns in by_type.items()},
         idle_by_cause_ns=None if causes is None else {c: per(ns) for c, ns in causes.items()},
+        comm_ns=per(f.comm_ns),
     )
 
 

@@ -243,6 +243,15 @@ class KernelStats:
 
 
 @dataclass(frozen=True)
+class FrameworkMark:
+    """A name in the trace that only one framework writes (engine.framework, metrics.md §14a):
+    ``framework`` is its key (``megatron``, ``fsdp2``, ...), ``name`` the name as found."""
+
+    framework: str
+    name: str
+
+
+@dataclass(frozen=True)
 class RankBreakdown:
     """Everything the engine knows about one rank, before any cross-rank analysis."""
 
@@ -263,6 +272,7 @@ class RankBreakdown:
     kernels: KernelStats | None = None  # GPU timelines with an included step (§15)
     comm_libraries: tuple[str, ...] = ()  # "NCCL", "DeepEP", … whose kernels ran (§1a)
     all_to_all_use: str | None = None  # "expert" / "embedding": what its all-to-alls are for
+    frameworks: tuple[FrameworkMark, ...] = ()  # the names that say which framework ran it
 
     @property
     def included_steps(self) -> tuple[StepFigures, ...]:

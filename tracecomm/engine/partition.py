@@ -19,6 +19,7 @@ from tracecomm.engine.classify import (
 )
 from tracecomm.engine.collectives import collective_instances, split_note
 from tracecomm.engine.energy import window_energy
+from tracecomm.engine.framework import framework_marks
 from tracecomm.engine.idle import HostActivity, cause_sums, compute_bounds, idle_gaps
 from tracecomm.engine.intervals import Coverage, IntArray, coverage, measure
 from tracecomm.engine.kernels import kernel_stats
@@ -56,6 +57,14 @@ def breakdown(
 
     ``power``: this rank's host's GPU power samples by GPU index; the rank's own GPU (the
     one most of its kernels ran on) gives each window its energy."""
+    return replace(_breakdown(rank, opts, power), frameworks=framework_marks(rank))
+
+
+def _breakdown(
+    rank: RankEvents,
+    opts: BreakdownOptions | None,
+    power: Mapping[int, PowerSeries] | None,
+) -> RankBreakdown:
     opts = opts or BreakdownOptions()
     device, comm = classify_with_comm(rank, opts.comm_patterns, opts.compute_patterns)
     not_sync = pl.col("cls") != "sync"

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tracecomm.analysis.alltoall import AllToAllView
+from tracecomm.render.fit import FitTable
 from tracecomm.text import ms, pct
 
 MAX_ROWS = 8
@@ -62,7 +63,7 @@ def _imbalance_line(view: AllToAllView) -> Text:
 
 def _rank_table(view: AllToAllView) -> Table:
     rows = sorted(view.ranks, key=lambda r: (-(r.wait_ns or 0), -r.exposed_ns, r.rank))
-    table = Table(
+    table = FitTable(
         title=f"All-to-all per rank (ms over the window; {min(len(rows), MAX_ROWS)} of "
         f"{len(rows)}, most waiting first)",
         title_justify="left",

@@ -14,7 +14,7 @@ from tracecomm.analysis.finding import Finding, StepParts
 from tracecomm.analysis.model import Report
 from tracecomm.text import compact_ranges, duration
 
-SHOWN = 5  # findings on the first screen; the Findings section below lists them all
+SHOWN = 5  # findings on the first screen; the Findings section below has the rest
 
 
 def bottom_line(report: Report) -> Group:
@@ -39,22 +39,19 @@ def bottom_line(report: Report) -> Group:
 
 
 def findings_section(report: Report) -> Group | None:
-    """Every finding with its whole evidence and advice (the details), wrapped under its
-    label."""
-    if not report.findings:
-        return None
-    parts: list[RenderableType] = [Text("Findings, costliest first (metrics.md §14)", "bold")]
+    """What the bottom line did not print: each shown finding's further evidence and advice,
+    then the findings past the first screen whole; every line once, wrapped under its label."""
+    parts: list[RenderableType] = []
     for i, finding in enumerate(report.findings, 1):
-        parts.append(_head(i, finding, report))
-        grid = Table.grid(padding=(0, 1))
-        grid.add_column(style="dim", no_wrap=True)
-        grid.add_column(overflow="fold")
-        for e in finding.evidence:
-            grid.add_row("    why:", e)
-        for a in finding.advice:
-            grid.add_row("    try:", a)
-        parts.append(grid)
-    return Group(*parts)
+        skip = 1 if i <= SHOWN else 0
+        evidence, advice = finding.evidence[skip:], finding.advice[skip:]
+        if not evidence and not advice:
+            continue
+        parts += [_head(i, finding, report), _details(evidence, advice)]
+    if not parts:
+        return None
+    title = "Findings: the rest of the evidence and advice (metrics.md §14)"
+    return Group(Text(title, "bold"), *parts)
 
 
 def _identity(report: Report) -> Text:
@@ -67,11 +64,18 @@ def _identity(report: Report) -> Text:
         parts.append(f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}")
     if devices:
         parts.append(devices[0] + (f" (+{len(devices) - 1})" if len(devices) > 1 else ""))
+    elif "gpu" in s.timelines:
+        parts.append("device unknown (the trace names none)")
     if s.timelines != ("gpu",):
         parts.append(f"{'/'.join(s.timelines).upper()} timeline")
     parts.append(_steps(s.steps))
     text = Text(f"tracecomm {report.tool_version}", style="bold")
     text.append(" · " + " · ".join(parts))
+    if report.frameworks is not None:
+        fw = report.frameworks
+        text.append(f"\nframework: {fw.describe()}", style="not bold")
+        if fw.inference:
+            text.append(" · a serving engine: no training advice", style="not bold")
     if report.partial:
         text.append("\npartial result: some rank is missing or was cut short", style="bold yellow")
     return text
@@ -130,12 +134,21 @@ def _time_line(report: Report) -> Text:
     return text
 
 
-def _finding_lines(i: int, f: Finding, report: Report) -> list[Text]:
-    """The first screen's lines of one finding: its head, one line of why, one of what to try."""
-    lines = [_head(i, f, report)]
-    lines += [_detail("why", e) for e in f.evidence[:1]]
-    lines += [_detail("try", a) for a in f.advice[:1]]
-    return lines
+def _finding_lines(i: int, f: Finding, report: Report) -> list[RenderableType]:
+    """The first screen's lines of one finding: its head, its first why and first thing to
+    try, whole (wrapped, never cut: the numbers in them are the evidence)."""
+    return [_head(i, f, report), _details(f.evidence[:1], f.advice[:1])]
+
+
+def _details(evidence: Sequence[str], advice: Sequence[str]) -> Table:
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for e in evidence:
+        grid.add_row("    why:", e)
+    for a in advice:
+        grid.add_row("    try:", a)
+    return grid
 
 
 def _head(i: int, f: Finding, report: Report) -> Text:
@@ -148,15 +161,6 @@ def _head(i: int, f: Finding, report: Report) -> Text:
     if where:
         head.append(f" — {where}", style="dim")
     return head
-
-
-def _detail(label: str, body: str) -> Text:
-    """One line, cut with an ellipsis: the Findings section below has the whole text."""
-    text = Text(f"    {label}: ", style="dim")
-    text.append(body)
-    text.no_wrap = True
-    text.overflow = "ellipsis"
-    return text
 
 
 def _cost(f: Finding, parts: StepParts | None) -> str:

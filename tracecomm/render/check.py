@@ -9,10 +9,10 @@ from typing import Any
 
 import orjson
 from rich.console import Console
-from rich.table import Table
 
 from tracecomm.check.verdicts import CheckResult, FigureCheck
 from tracecomm.render import View
+from tracecomm.render.fit import FitTable
 from tracecomm.text import json_safe, map_strings, markdown_safe, visible, xml_safe
 
 CHECK_SCHEMA_VERSION = 1
@@ -62,7 +62,7 @@ def render_terminal(result: CheckResult, view: View) -> bytes:
         highlight=False,
         markup=False,
     )
-    table = Table(
+    table = FitTable(
         title=f"tracecomm check: {'PASS' if result.passed else 'REGRESSION'} "
         f"(baseline {result.baseline})",
         caption=f"medians over steps, then over the {len(result.shared_ranks)} shared ranks "

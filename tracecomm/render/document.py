@@ -72,6 +72,7 @@ def report_document(report: Report, top: int | None = None) -> dict[str, Any]:
         "findings": [plain(asdict(f)) for f in report.findings],
         "partial": report.partial,
         "all_to_all": None if report.all_to_all is None else plain(asdict(report.all_to_all)),
+        "frameworks": None if report.frameworks is None else plain(asdict(report.frameworks)),
     }
 
 

@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tracecomm.analysis.kernels import KernelView
+from tracecomm.render.fit import FitTable
 from tracecomm.text import ms, pct
 
 ROWS_PER_CLASS = 5
@@ -33,7 +34,7 @@ def _name(text: str) -> str:
 
 
 def _top_kernels(view: KernelView) -> Table:
-    table = Table(
+    table = FitTable(
         title=f"Inside the step: top kernels per class (metrics.md §15; {view.ranks} rank(s), "
         f"{view.steps} rank-steps)",
         caption="per step = per rank and included step; share of the class's kernel time; "
@@ -111,7 +112,7 @@ def _graph_lines(view: KernelView) -> Text:
 
 
 def _roofline(view: KernelView) -> Table:
-    table = Table(
+    table = FitTable(
         title="Roofline of the recorded ops (metrics.md §15: achieved over their kernels' time "
         "against the device's peaks; bytes are the least the op must move)",
         title_justify="left",

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from tracecomm.analysis.projection import Projection
+from tracecomm.render.fit import FitTable
 
 
 def projection_section(projection: Projection | str) -> Group | Text:
     if isinstance(projection, str):
         return Text(f"Scaling projection: none ({projection})", style="yellow")
     types = sorted({t for size in projection.sizes for t in size.exposed_comm_ns})
-    table = Table(
+    table = FitTable(
         title=(
             f"Scaling projection, {projection.scaling} scaling (an estimate): rank "
             f"{projection.rank}'s step {projection.step} replayed at each world size"

@@ -16,6 +16,7 @@ from tracecomm.compat.crosscheck import Crosscheck
 from tracecomm.render import View
 from tracecomm.render.alltoall_section import all_to_all_section
 from tracecomm.render.bottom_line import bottom_line, findings_section
+from tracecomm.render.fit import FitTable
 from tracecomm.render.kernel_section import kernel_section
 from tracecomm.render.mfu_panel import mfu_panel
 from tracecomm.render.nccl_section import nccl_section
@@ -23,11 +24,13 @@ from tracecomm.render.projection_section import projection_section
 from tracecomm.render.whatif_section import whatif_section
 from tracecomm.text import (
     compact_ranges,
+    in_unit,
     map_strings,
     ms,
     natural_key,
     pct,
     rank_list,
+    time_unit,
     visible,
 )
 
@@ -164,45 +167,50 @@ def _rank_rows(report: Report) -> tuple[list[RankReport], str | None]:
 
 
 def _rank_table(report: Report) -> Table:
+    """Each rank's mean step (its analysis window over its included steps, metrics.md §3):
+    figures a person compares across ranks and runs, in one unit chosen for their size."""
     rows, note = _rank_rows(report)
-    caption = "busy % = share of the window with any GPU activity; it is not MFU"
-    table = Table(
-        title="Per rank, ms over the analysis window (first to last included step)",
+    means = [r.step_summary.mean if r.step_summary else None for r in rows]
+    unit, per = time_unit(max((m.window_ns for m in means if m is not None), default=0))
+    caption = (
+        "mean step = the analysis window (first to last included step, the gaps between them "
+        "too) over its steps; compute + exposed comm + exposed mem + idle = step; busy % is "
+        "the share with any GPU activity: it is not MFU"
+    )
+    table = FitTable(
+        title=f"Per rank, its mean step ({unit})",
         caption=f"{note}\n{caption}" if note else caption,
         title_justify="left",
     )
-    for name in ("Rank", "Steps", "Window", "Median step window"):
-        table.add_column(name, justify="right")
     for name, style in (
+        ("Rank", None),
+        ("Steps", None),
+        ("Step", "bold"),
         ("Compute", "green"),
         ("Comm", None),
-        ("Overlapped", None),
         ("Exposed comm", "red"),
         ("Exposed mem", None),
         ("Idle", "yellow"),
         ("Overlap %", None),
         ("Busy %", None),
     ):
-        table.add_column(name, justify="right", style=style)
-    for rank in rows:
+        table.add_column(name, justify="right", style=style, overflow="fold")
+    for rank, mean in zip(rows, means, strict=True):
         window = rank.breakdown.window
         label = f"{rank.rank}{'*' if rank.partial else ''}"
-        if window is None:
-            table.add_row(label, "0", *(["–"] * 10))
+        if window is None or mean is None or rank.step_summary is None:
+            table.add_row(label, "0", *(["–"] * 8))
             continue
         f = window.figures
-        summary = rank.step_summary
         table.add_row(
             label,
-            str(summary.steps if summary else "–"),
-            ms(f.window_ns),
-            ms(summary.median.window_ns) if summary else "–",
-            ms(f.compute_ns),
-            ms(f.comm_ns),
-            ms(f.overlapped_comm_ns),
-            ms(f.exposed_comm_ns),
-            ms(f.exposed_memory_ns),
-            ms(f.idle_ns),
+            str(rank.step_summary.steps),
+            in_unit(mean.window_ns, per),
+            in_unit(mean.compute_ns, per),
+            in_unit(mean.comm_ns, per),
+            in_unit(mean.exposed_comm_ns, per),
+            in_unit(mean.exposed_memory_ns, per),
+            in_unit(mean.idle_ns, per),
             pct(f.overlap_pct),
             pct(f.busy_pct),
         )
@@ -210,7 +218,7 @@ def _rank_table(report: Report) -> Table:
 
 
 def _type_table(report: Report) -> Table:
-    table = Table(
+    table = FitTable(
         title="Per collective type (ms, sum over ranks)",
         caption="types on two streams can overlap:\nexposed times may sum past the total",
         title_justify="left",
@@ -251,28 +259,23 @@ def _idle_causes(report: Report) -> Text | None:
     return text
 
 
-MAX_PIPELINES = 4
-
-
 def _pipelines(views: Sequence[PipelineView]) -> list[Text]:
-    """Every pipeline when few; else the ones whose verdict names a cause, then one line for
-    the balanced rest (the JSON holds them all)."""
-    if len(views) <= MAX_PIPELINES:
-        return [_pipeline(v) for v in views]
-    named = [v for v in views if not v.balanced]
-    shown = named[:MAX_PIPELINES] if named else list(views[:1])
-    rest = [v for v in views if v not in shown]
-    out = [_pipeline(v) for v in shown]
-    if rest:
-        worst = max(s.bubble_pct for v in rest for s in v.per_stage)
-        out.append(
-            Text(
-                f"{len(rest)} more pipelines of {rest[0].stages} stages "
-                f"({', '.join(v.group for v in rest[:3])}{', …' if len(rest) > 3 else ''}): "
-                f"{'balanced, ' if all(v not in named for v in rest) else ''}"
-                f"{_waiting(rest)}bubble up to {worst:.1f} % (all in the JSON)"
+    """One pipeline per distinct verdict (analysis.pipeline_view: ``shown_as``), then a line
+    for the pipelines like it (the JSON holds them all)."""
+    out = []
+    for shown in (v for v in views if v.shown_as is None):
+        text = _pipeline(shown)
+        rest = [v for v in views if v.shown_as == shown.group]
+        if rest:
+            spans = [v.span_ns for v in rest]
+            worst = max(s.bubble_pct for v in rest for s in v.per_stage)
+            names = ", ".join(v.group for v in rest[:3]) + (", …" if len(rest) > 3 else "")
+            text.append(
+                f"\n  {len(rest)} more pipeline{'s' * (len(rest) > 1)} like this ({names}): "
+                f"{_waiting(rest)}span {ms(min(spans))}–{ms(max(spans))} ms per step, bubble "
+                f"up to {worst:.1f} % (all in the JSON)"
             )
-        )
+        out.append(text)
     return out
 
 
@@ -329,7 +332,7 @@ def _straggler_table(report: Report, rows: int) -> Table:
             f"({st.recoverable_pct:.1f}% back; "
             f"{'first-order estimate' if st.recoverable_basis == 'first-order' else 'by replay'})"
         )
-    table = Table(
+    table = FitTable(
         title="Stragglers, ms per step (gain = the step shortened by fixing the rank alone, "
         "by replay; root delay = max(compute, stage excess) + delay caused − inherited)",
         caption=caption,
@@ -509,7 +512,7 @@ def _notes(report: Report) -> Text:
 
 
 def _missing_table(report: Report) -> Table:
-    table = Table(title="Missing ranks", title_justify="left", title_style="bold yellow")
+    table = FitTable(title="Missing ranks", title_justify="left", title_style="bold yellow")
     table.add_column("Rank", justify="right")
     table.add_column("File")
     table.add_column("Why")
@@ -526,7 +529,7 @@ def _bandwidth_table(report: Report) -> Table:
     )
     if bw.without_size:
         caption += f"\n{bw.without_size} instance(s) without a message size in the trace"
-    table = Table(
+    table = FitTable(
         title="Bandwidth per collective (metrics.md §7)", caption=caption, title_justify="left"
     )
     columns = ["Type", "Size", "Instances", "Median bytes", "algbw", "busbw", "busbw incl. wait"]
@@ -552,7 +555,7 @@ def _bandwidth_table(report: Report) -> Table:
 
 def _hta_table(report: Report) -> Table:
     versions = sorted({f.hta_version for f in report.hta_compat or ()}) or ["(no rank)"]
-    table = Table(
+    table = FitTable(
         title=f"HTA-compatible figures (--compat: HolisticTraceAnalysis {', '.join(versions)}'s "
         "definitions)",
         caption="µs; overlap % = comm time overlapped by compute, HTA's kernel-name rules",
@@ -575,7 +578,7 @@ def _hta_table(report: Report) -> Table:
 def render_crosscheck(check: Crosscheck, view: View) -> bytes:
     """``tracecomm crosscheck``: tracecomm's --compat figures beside HTA's own, per rank."""
     check = map_strings(check, visible)
-    table = Table(
+    table = FitTable(
         title=f"tracecomm --compat {check.mode} against HTA {check.version} run live on "
         f"{check.run}",
         caption="µs; overlap in %; agreement to the printed precision",

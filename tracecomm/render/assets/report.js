@@ -66,6 +66,14 @@
       sum.ranks_analyzed + " ranks analyzed" +
       (sum.world_size ? " of " + sum.world_size : "") +
       ", steps " + (sum.steps || []).join(", ") + " · " + (doc.inputs || []).join(", ")));
+    var fw = doc.frameworks;
+    if (fw && fw.detected.length) {
+      s.appendChild(el("p", { class: "sub framework" }, "Framework (from the trace's names, " +
+        "metrics.md §14a): " + fw.detected.map(function (f) {
+          return f.label + " (" + f.names.join(", ") + (f.ranks > 1 ? " on " + f.ranks +
+            " ranks" : "") + ")";
+        }).join("; ") + (fw.inference ? " · a serving engine: no training advice" : "")));
+    }
     var hasMfu = tp.mfu !== null && tp.mfu !== undefined;
     var top = found.length ? found[0] : null;
     var cards = [
@@ -233,9 +241,13 @@
     select.addEventListener("change", function () { draw(select.value); });
     draw("rank");
     idleTable(s);
-    (doc.pipelines || []).forEach(function (v) { pipelineTable(s, v); });
+    var pipes = doc.pipelines || [];
+    pipes.filter(function (v) { return !v.shown_as; }).forEach(function (v) {
+      pipelineTable(s, v, pipes.filter(function (o) { return o.shown_as === v.group; }));
+    });
   }
-  function pipelineTable(s, v) {
+  // one table per distinct verdict, then the pipelines like it (metrics.md §10: shown_as)
+  function pipelineTable(s, v, alike) {
     s.appendChild(el("h3", null, "Pipeline " + v.group + ": " + v.stages + " stages, " +
       (v.microbatches ? v.microbatches + " micro-batches" : "micro-batches unknown") +
       (v.textbook_bubble_pct !== null ? "; textbook 1F1B bubble " + pct(v.textbook_bubble_pct) : "")));
@@ -249,6 +261,17 @@
     });
     s.appendChild(table);
     s.appendChild(el("p", { class: "explain" }, v.verdict));
+    if (alike.length) {
+      var worst = 0;
+      alike.forEach(function (o) {
+        o.per_stage.forEach(function (st) { worst = Math.max(worst, st.bubble_pct); });
+      });
+      s.appendChild(el("p", { class: "explain alike", "data-alike": alike.length },
+        alike.length + " more pipeline" + (alike.length > 1 ? "s" : "") + " like this (" +
+        alike.slice(0, 3).map(function (o) { return o.group; }).join(", ") +
+        (alike.length > 3 ? ", …" : "") + "): bubble up to " + pct(worst) +
+        " (all in the JSON)"));
+    }
   }
   var CAUSES = {
     pipeline_fill: "pipeline fill", pipeline_drain: "pipeline drain",

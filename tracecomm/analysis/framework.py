@@ -1,0 +1,89 @@
+"""Which framework ran the job, from the ranks' marks (engine.framework), and the knobs each
+framework gives for what a finding found (metrics.md §14a). A finding's advice is the first
+detected framework's that has advice for its cause; with none detected, the generic advice."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tracecomm.analysis.rank import RankReport
+
+# The order a framework is named in when several are seen (the more specific first:
+# torchtitan runs FSDP2, Megatron-DeepSpeed writes both, a DLRM job runs TorchRec and DDP).
+PRIORITY = (
+    "vllm",
+    "sglang",
+    "torchtitan",
+    "megatron",
+    "deepspeed",
+    "fsdp2",
+    "fsdp1",
+    "torchrec",
+    "ddp",
+)
+LABELS = {
+    "vllm": "vLLM",
+    "sglang": "SGLang",
+    "torchtitan": "torchtitan",
+    "megatron": "Megatron-LM",
+    "deepspeed": "DeepSpeed",
+    "fsdp2": "FSDP2 (fully_shard)",
+    "fsdp1": "FSDP1 (FullyShardedDataParallel)",
+    "torchrec": "TorchRec",
+    "ddp": "DDP",
+}
+INFERENCE = frozenset({"vllm", "sglang"})
+EVIDENCE_NAMES = 3
+
+
+@dataclass(frozen=True)
+class DetectedFramework:
+    """One framework the traces name: ``key`` (``megatron``, ``fsdp2``, ...), its label, how
+    many analyzed ranks hold a mark of it, and the first names that say so."""
+
+    key: str
+    label: str
+    ranks: int
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Frameworks:
+    """What ran the job (metrics.md §14a): the frameworks detected, most specific first."""
+
+    detected: tuple[DetectedFramework, ...]
+    inference: bool  # a serving engine's trace: no training advice
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(f.key for f in self.detected)
+
+    def describe(self) -> str:
+        """ "Megatron-LM (forward-compute, dp_stage0 on 64 of 64 ranks)"."""
+        return "; ".join(
+            f"{f.label} ({', '.join(f.names)}{'' if f.ranks == 1 else f' on {f.ranks} ranks'})"
+            for f in self.detected
+        )
+
+
+def detect_frameworks(ranks: Sequence[RankReport]) -> Frameworks | None:
+    """The frameworks whose marks any analyzed rank holds; None when no rank holds one."""
+    holders: Counter[str] = Counter()
+    names: dict[str, dict[str, None]] = {}
+    for r in ranks:
+        seen = {m.framework for m in r.breakdown.frameworks}
+        holders.update(seen)
+        for m in r.breakdown.frameworks:
+            names.setdefault(m.framework, {})[m.name] = None
+    if not holders:
+        return None
+    detected = tuple(
+        DetectedFramework(
+            key, LABELS[key], holders[key], tuple(sorted(names[key]))[:EVIDENCE_NAMES]
+        )
+        for key in PRIORITY
+        if key in holders
+    )
+    return Frameworks(detected, inference=any(f.key in INFERENCE for f in detected))
