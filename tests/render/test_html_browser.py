@@ -332,3 +332,31 @@ def test_all_to_all_section_of_an_imbalanced_moe_run(browser: str, tmp_path: Pat
         assert line.startswith(
             f"Token imbalance: rank {imb['busiest_rank']} receives {imb['ratio']:.2f}×"
         )
+
+
+def test_alike_pipelines_fold_and_hosts_sort_naturally(browser: str, tmp_path: Path) -> None:
+    """Issue 34: one pipeline table per distinct verdict (3 balanced replicas and one with a
+    slow rank: two tables, 'N more pipelines like this'), hosts in the order a person reads."""
+    from tracecomm.synth.pp import dp_pp_run
+
+    run = tmp_path / "run"
+    hosts = ["node10", "node2", "node1", "node10", "node2", "node1", "node10", "node2"]
+    spec = dp_pp_run(dp=4, pp=2, microbatches=4, steps=2, slow_rank=5, slowdown=0.5, gzip=False)
+    for path in write_run(spec, run):
+        doc = json.loads(path.read_text())
+        rank = doc["distributedInfo"]["rank"]
+        text = path.read_text().replace('"host_name": "node0"', f'"host_name": "{hosts[rank]}"')
+        path.write_text(text)
+    html = report_of(run, tmp_path / "pp.html")
+    with chromium_page() as page:
+        assert open_report(page, html) == []
+        assert count(page, "table.pipeline") == 2
+        alike = page.evaluate(
+            "[...document.querySelectorAll('p.alike')].map(p => [p.dataset.alike, p.textContent])"
+        )
+        assert len(alike) == 1 and alike[0][0] == "2"
+        assert alike[0][1].startswith("2 more pipelines like this (")
+        shown = page.evaluate(
+            "[...document.querySelectorAll('#ranks .host text')].map(e => e.textContent)"
+        )
+        assert shown == ["node1", "node2", "node10"]
