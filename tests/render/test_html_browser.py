@@ -360,3 +360,31 @@ def test_alike_pipelines_fold_and_hosts_sort_naturally(browser: str, tmp_path: P
             "[...document.querySelectorAll('#ranks .host text')].map(e => e.textContent)"
         )
         assert shown == ["node1", "node2", "node10"]
+
+
+def test_report_export_writes_the_trace_beside_the_page_and_links_it(
+    browser: str, tmp_path: Path
+) -> None:
+    """Issue 34: `report --export` writes PAGE.trace.json.gz next to the page, the page links
+    it with how to open it in Perfetto, and the trace reads back as the export does."""
+    page_path = tmp_path / "out" / "sample.html"
+    page_path.parent.mkdir()
+    report_of(SAMPLE_RUN, page_path, "--export", "--export-ranks", "0,3")
+    trace = tmp_path / "out" / "sample.trace.json.gz"
+    doc = json.loads(gzip.decompress(trace.read_bytes()))
+    assert sorted(r["rank"] for r in doc["tracecomm"]["ranks"]) == [0, 3]
+    with chromium_page() as page:
+        assert open_report(page, page_path) == []
+        link = page.evaluate(
+            "[document.querySelector('#trace a.trace-file').getAttribute('href'),"
+            " document.querySelector('#trace a.trace-file').textContent]"
+        )
+        assert link == ["./sample.trace.json.gz", "sample.trace.json.gz"]
+        assert "ui.perfetto.dev" in page.evaluate("document.querySelector('#trace').textContent")
+    # without --export: no trace, no section; the selection flags alone are a usage error
+    plain = report_of(SAMPLE_RUN, tmp_path / "plain.html")
+    assert 'id="tracecomm-trace"' not in plain.read_text()
+    result = runner.invoke(
+        app, ["report", str(SAMPLE_RUN), "-o", str(tmp_path / "x.html"), "--export-ranks", "0"]
+    )
+    assert result.exit_code == 2 and "--export" in result.stderr

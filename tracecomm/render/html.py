@@ -32,17 +32,21 @@ _JSON_ESCAPES = {
 }
 
 
-def render_report(report: Report, view: View) -> bytes:
-    """The HTML report: the document of ``analyze --format json --detail timeline``."""
-    return render_html(report_document(report)).encode()
+def render_report(report: Report, view: View, trace_file: str | None = None) -> bytes:
+    """The HTML report: the document of ``analyze --format json --detail timeline``;
+    ``trace_file``: the exported trace written beside the page, which it links to."""
+    return render_html(report_document(report), trace_file).encode()
 
 
-def render_html(document: dict[str, Any]) -> str:
+def render_html(document: dict[str, Any], trace_file: str | None = None) -> str:
     """One HTML page holding ``document`` and the code that draws it."""
-    return render_page(document, "report.js", _title(document))
+    extra = {"tracecomm-trace": trace_file} if trace_file else {}
+    return render_page(document, "report.js", _title(document), extra)
 
 
-def render_page(document: dict[str, Any], script_name: str, title: str) -> str:
+def render_page(
+    document: dict[str, Any], script_name: str, title: str, extra: dict[str, Any] | None = None
+) -> str:
     """One HTML page holding ``document`` and the script (an asset) that draws it; the
     compare page (``render.compare``) is drawn by its own script in the same shell."""
     script = _asset("dom.js") + _asset(script_name)  # the shared builders, then the page
@@ -62,7 +66,11 @@ def render_page(document: dict[str, Any], script_name: str, title: str) -> str:
         '<main id="report"><noscript>This report draws its charts with JavaScript.</noscript>'
         "</main>\n"
         f'<script type="application/json" id="tracecomm-data">{embed_json(document)}</script>\n'
-        f"<script>{script}</script>\n</body>\n</html>\n"
+        + "".join(
+            f'<script type="application/json" id="{name}">{embed_json(value)}</script>\n'
+            for name, value in (extra or {}).items()
+        )
+        + f"<script>{script}</script>\n</body>\n</html>\n"
     )
 
 

@@ -11,15 +11,33 @@ import typer
 from tracecomm.cli import flow
 from tracecomm.cli.app import app
 from tracecomm.cli.exits import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, fail, stderr
-from tracecomm.cli.options import ANALYZE_RUN, PROJECT, RUNS, WEAK, command, output_option
+from tracecomm.cli.options import (
+    ANALYZE_RUN,
+    EXPORT_RANKS,
+    EXPORT_STEPS,
+    PROJECT,
+    RUNS,
+    WEAK,
+    command,
+    option,
+    output_option,
+)
 
 if TYPE_CHECKING:
     from tracecomm.run.saved import SavedReport
 
 OUTPUT = output_option("The HTML file to write: one self-contained page that opens offline.")
+WITH_TRACE = option(
+    "export",
+    bool,
+    False,
+    help="Also write the exported trace (as `tracecomm export` does, metrics.md §17) next to the "
+    "page as PAGE.trace.json.gz, linked from the page with how to open it in Perfetto "
+    "(--export-ranks and --export-steps choose what it holds).",
+)
 
 
-@command(app, (OUTPUT,), ANALYZE_RUN, (PROJECT, WEAK))
+@command(app, (OUTPUT, WITH_TRACE, EXPORT_RANKS, EXPORT_STEPS), ANALYZE_RUN, (PROJECT, WEAK))
 def report(run: RUNS, *, options: dict[str, Any]) -> None:
     """A self-contained HTML report of the run: headline, per-rank bars, straggler heat map,
     one-step timeline, collective bandwidth and the scaling view.
@@ -30,18 +48,47 @@ def report(run: RUNS, *, options: dict[str, Any]) -> None:
 
     Exit codes as for analyze: 0, 2, 3, 4 (written, but a rank is missing), 70.
     """
-    from tracecomm.render.tables import REPORT
+    from tracecomm.render.html import render_report
 
     output, quiet = options.pop("output"), options["quiet"]
+    with_trace = options.pop("export")
+    if not with_trace and (options.get("export_ranks") or options.get("export_steps")):
+        fail("--export-ranks and --export-steps choose what --export writes", EXIT_USAGE)
     saved = _saved(run, options)
     if saved is not None:
+        if with_trace:
+            fail("--export reads the traces: give the run folder, not a saved document", EXIT_USAGE)
         _draw_saved(saved, output, quiet)
+    if with_trace:
+        options["export_ranks"] = options.get("export_ranks") or ""  # "": the default ranks
+        options["export_steps"] = options.get("export_steps") or None
     result = flow.report_for(flow.request(run, options, detail=["timeline"]), show_progress=True)
     if not quiet:
         flow.print_lines(flow.warning_lines(result))
-    page = REPORT["html"](result, flow.view())
+    trace = _write_trace(result, output, quiet) if with_trace else None
+    page = render_report(result, flow.view(), trace)
     _write(output, page, quiet)
     raise typer.Exit(EXIT_PARTIAL if result.partial else EXIT_OK)
+
+
+def _write_trace(result: Any, output: Path, quiet: bool) -> str | None:
+    """The exported trace beside the page (its name, for the page's link); None with the
+    reason on stderr when there is nothing to export (the page is still written)."""
+    import gzip
+
+    from tracecomm.render.tables import EXPORT
+
+    found = result.export
+    if found is None or not any(r.events is not None for r in found.ranks):
+        if not quiet:
+            stderr(f"warning: no trace written beside the page: {found.reason if found else ''}")
+        return None
+    path = output.with_name(f"{output.name.removesuffix('.html')}.trace.json.gz")
+    data = gzip.compress(EXPORT["chrome"](result, flow.view()), compresslevel=6, mtime=0)
+    flow.write_file(path, data, "the trace")
+    if not quiet:
+        stderr(f"wrote {path} ({len(data) / 1e6:.2f} MB): open it in https://ui.perfetto.dev")
+    return path.name
 
 
 def _saved(run: list[str], options: dict[str, Any]) -> SavedReport | None:

@@ -4,6 +4,9 @@
   "use strict";
 
   var doc = JSON.parse(document.getElementById("tracecomm-data").textContent);
+  // the exported trace written beside the page (`tracecomm report --export`), else absent
+  var traceData = document.getElementById("tracecomm-trace");
+  var traceFile = traceData ? JSON.parse(traceData.textContent) : null;
   var root = document.getElementById("report");
   var D = tracecommDom;
   var COMPUTE = "#4e79a7", MEMORY = "#b07aa1", IDLE = "#d9dde2", EXPOSED = "#d62728";
@@ -701,6 +704,23 @@
     s.appendChild(table);
   }
 
+  // the trace beside the page: a link, and how to open it where the timeline can be read
+  function traceLink() {
+    if (!traceFile) return;
+    var s = section("trace", "The trace, on a timeline",
+      "The exported trace (metrics.md §17) of the ranks and steps above, with tracecomm's own " +
+      "tracks: exposed communication by type, idle by cause, waits in collectives, findings.");
+    s.appendChild(el("p", null, "Written beside this page: ",
+      // a relative link to the file beside the page, whatever its name holds
+      el("a", { href: "./" + encodeURIComponent(traceFile), download: traceFile,
+        class: "trace-file" }, traceFile), "."));
+    s.appendChild(el("ol", { class: "explain" },
+      el("li", null, "Open https://ui.perfetto.dev (it runs in the browser; the trace is " +
+        "read from your disk, never uploaded), or chrome://tracing."),
+      el("li", null, "Choose \u201cOpen trace file\u201d and pick " + traceFile + "."),
+      el("li", null, "Each rank is a process; the tracecomm tracks sit under its GPU streams.")));
+  }
+
   function footer() {
     var tool = doc.tool || {};
     root.appendChild(el("footer", null, "Made by " + tool.name + " " + tool.version +
@@ -708,7 +728,8 @@
       "--format json --detail timeline` gives the same figures."));
   }
 
-  [headline, rankBars, heatmap, timeline, bandwidth, allToAll, scaling].forEach(function (draw) {
+  [headline, rankBars, heatmap, timeline, bandwidth, allToAll, scaling, traceLink].forEach(
+    function (draw) {
     try {
       draw();
     } catch (err) {
