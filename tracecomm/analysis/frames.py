@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 
 from tracecomm.analysis.crossrank import CrossRank
+from tracecomm.analysis.kernels import KernelView
 from tracecomm.analysis.rank import RankReport
 from tracecomm.analysis.stragglers import Stragglers
 from tracecomm.engine.model import Figures, WindowFigures
@@ -75,6 +76,17 @@ def collectives_frame(cr: CrossRank | None) -> pl.DataFrame:
     return cr.aligned if cr is not None else pl.DataFrame()
 
 
+def kernels_frame(view: KernelView | None) -> pl.DataFrame:
+    """The top kernels of each class (and collective type) over the ranks (metrics.md §15):
+    one row per kernel name."""
+    rows = [
+        {"cls": g.cls, "coll_type": g.coll_type, **asdict(k)}
+        for g in (view.groups if view is not None else ())
+        for k in g.top
+    ]
+    return pl.DataFrame(rows, schema=_KERNEL_SCHEMA, orient="row")
+
+
 def _window_row(window: WindowFigures | None) -> dict[str, Any]:
     figures = window.figures if window else None
     return {
@@ -133,4 +145,18 @@ _STRAGGLER_SCHEMA: dict[str, Any] = {
     "compute_ratio": pl.Float64,
     "root_delay_ns": pl.Int64,
     "flagged": pl.Boolean,
+}
+_KERNEL_SCHEMA: dict[str, Any] = {
+    "cls": pl.String,
+    "coll_type": pl.String,
+    "name": pl.String,
+    "ranks": pl.Int64,
+    "count": pl.Int64,
+    "total_ns": pl.Int64,
+    "share_pct": pl.Float64,
+    "count_per_step": pl.Float64,
+    "ns_per_step": pl.Float64,
+    "median_ns": pl.Int64,
+    "p95_ns": pl.Int64,
+    "max_ns": pl.Int64,
 }

@@ -79,17 +79,17 @@ def _close_pool(pool: Any) -> None:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def view(top: int | None = None, brief: bool = False) -> View:
+def view(top: int | None = None, brief: bool = False, table: str = "ranks") -> View:
     """What stdout can show: a terminal's width and colours, or none of them."""
     from tracecomm.render import View
 
     if sys.stdout.isatty():
         columns = shutil.get_terminal_size().columns
-        return View(width=columns, color=True, top=top, brief=brief)
+        return View(width=columns, color=True, top=top, brief=brief, table=table)
     # a pipe has no width: COLUMNS, when set, says which one to lay out for
     columns_env = os.environ.get("COLUMNS", "")
     width = int(columns_env) if columns_env.isdigit() and 40 <= int(columns_env) <= 1000 else None
-    return View(width=width, top=top, brief=brief)
+    return View(width=width, top=top, brief=brief, table=table)
 
 
 def warning_lines(report: Report) -> list[str]:

@@ -18,3 +18,4 @@ class View:
     color: bool | None = None  # True: a terminal, colours on; None: as the environment says
     top: int | None = None  # straggler rows to list (terminal default 8; JSON: all)
     brief: bool = False  # the bottom line alone (terminal)
+    table: str = "ranks"  # which table CSV writes (analyze --table)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
 import orjson
+import polars as pl
 
 from tracecomm.analysis.model import MedianFigures, Report
 from tracecomm.engine.model import Figures
@@ -40,7 +41,10 @@ def render_nccl_json(found: tuple[NcclSummary, Sequence[str]], view: View) -> by
 
 
 def render_csv(report: Report, view: View) -> bytes:
-    """One row per analyzed rank: the analysis window's figures, then the median step's."""
+    """The table ``view.table`` names (``render.tables.CSV_TABLES``): by default one row per
+    analyzed rank, the analysis window's figures, then the median step's."""
+    if view.table != "ranks":
+        return _frame_csv(_table(report, view.table))
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     median_columns = [f"step_median_{c}" for c in _FIGURE_COLUMNS]
@@ -83,3 +87,35 @@ def _values(figures: Figures | MedianFigures | None) -> list[object]:
 
 def _pct(value: float | None) -> str:
     return "" if value is None else f"{value:.2f}"
+
+
+def _table(report: Report, name: str) -> pl.DataFrame:
+    """The Report's own frames (analysis.frames): the same figures as the JSON document."""
+    from tracecomm.analysis.frames import kernels_frame
+
+    frames: dict[str, Callable[[], pl.DataFrame]] = {
+        "steps": lambda: report.steps,
+        "types": lambda: report.by_type,
+        "stragglers": lambda: report.straggler_ranks,
+        "instances": lambda: report.collectives,
+        "kernels": lambda: kernels_frame(report.kernels),
+    }
+    return frames[name]()
+
+
+def _frame_csv(frame: pl.DataFrame) -> bytes:
+    """A frame as CSV; its text made visible and never read as a spreadsheet formula, nested
+    values as JSON text."""
+    safe = frame.with_columns(
+        pl.col(c).map_elements(csv_safe, return_dtype=pl.String)
+        for c, dtype in frame.schema.items()
+        if dtype == pl.String
+    ).with_columns(
+        pl.col(c).map_elements(
+            lambda v: orjson.dumps(v.to_list() if isinstance(v, pl.Series) else v).decode(),
+            return_dtype=pl.String,
+        )
+        for c, dtype in frame.schema.items()
+        if isinstance(dtype, (pl.List, pl.Struct, pl.Array))
+    )
+    return safe.write_csv().encode()

@@ -13,6 +13,8 @@ from typing import Any
 from tracecomm.render import View
 
 Renderer = Callable[[Any, View], bytes]
+# the tables ``analyze -f csv --table`` writes (render.formats.render_csv)
+CSV_TABLES = ("ranks", "steps", "types", "stragglers", "instances", "kernels")
 
 
 def _lazy(module: str, name: str) -> Renderer:

@@ -18,16 +18,28 @@ from tracecomm.cli.options import (
     RUNS,
     TOP,
     WEAK,
+    choice,
     command,
     format_option,
+    option,
 )
+from tracecomm.render.tables import CSV_TABLES as TABLES
 
 FORMAT = format_option(
-    "terminal", "json", "csv", help="terminal report, one JSON document, or per-rank CSV."
+    "terminal", "json", "csv", help="terminal report, one JSON document, or CSV (--table)."
+)
+TABLE = option(
+    "table",
+    choice(*TABLES),
+    "ranks",
+    metavar="|".join(TABLES),
+    help="The table -f csv writes: one row per rank (default), per rank and step, per "
+    "collective type, per straggler candidate, per matched collective instance (two or more "
+    "ranks), or per top kernel.",
 )
 
 
-@command(app, (FORMAT, BRIEF, DETAIL, TOP, COMPAT), ANALYZE_RUN, (PROJECT, WEAK))
+@command(app, (FORMAT, TABLE, BRIEF, DETAIL, TOP, COMPAT), ANALYZE_RUN, (PROJECT, WEAK))
 def analyze(
     ctx: typer.Context,
     run: RUNS,
@@ -42,11 +54,13 @@ def analyze(
     from tracecomm.render.tables import REPORT
 
     fmt, top, quiet = options.pop("output_format"), options.pop("top"), options["quiet"]
-    brief = options.pop("brief")
+    brief, table = options.pop("brief"), options.pop("table")
+    if table != "ranks" and fmt != "csv":
+        fail(f"--table {table}: a table is written as CSV (-f csv)", EXIT_USAGE)
     if top is not None and top < 1:
         fail(f"--top {top}: list at least 1 rank", EXIT_USAGE)
     kept = flow.memo(options["cache"], "analyze", ctx.params)
     report = flow.report_for(flow.request(run, options), show_progress=fmt == "terminal")
     lines = [] if quiet else flow.warning_lines(report)
     code = EXIT_PARTIAL if report.partial else EXIT_OK
-    flow.finish(kept, REPORT[fmt](report, flow.view(top, brief)), lines, code)
+    flow.finish(kept, REPORT[fmt](report, flow.view(top, brief, table)), lines, code)
