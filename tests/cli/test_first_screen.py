@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +103,23 @@ def test_the_readmes_bottom_line_is_the_real_output() -> None:
     ]
     brief = tracecomm("analyze", str(SAMPLE_RUN), "--brief")
     assert block.splitlines() == [line.rstrip() for line in brief.splitlines()]
+
+
+@pytest.mark.parametrize("props", [[{"id": 0, "name": ""}], []])
+def test_the_header_names_the_device_or_says_it_is_unknown(tmp_path: Path, props: list) -> None:
+    """Issue 34: a vLLM capture trace lists its GPU with an empty name; the header said
+    '1 rank of 1 ·  · no ProfilerStep'."""
+    from tests.conftest import simple_events, trace_doc, write_trace
+
+    write_trace(
+        tmp_path / "rank0.json", trace_doc(simple_events(), world=1, deviceProperties=props)
+    )
+    first = tracecomm("analyze", str(tmp_path), "--brief").splitlines()[0]
+    assert "device unknown (the trace names none)" in first and "·  ·" not in first
+    doc = analyze_json(tmp_path)
+    assert doc["ranks"][0]["devices"] == []
+    named = [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
+    write_trace(
+        tmp_path / "rank0.json", trace_doc(simple_events(), world=1, deviceProperties=named)
+    )
+    assert "NVIDIA H100 80GB HBM3" in tracecomm("analyze", str(tmp_path), "--brief")
