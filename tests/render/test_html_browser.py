@@ -388,3 +388,21 @@ def test_report_export_writes_the_trace_beside_the_page_and_links_it(
         app, ["report", str(SAMPLE_RUN), "-o", str(tmp_path / "x.html"), "--export-ranks", "0"]
     )
     assert result.exit_code == 2 and "--export" in result.stderr
+
+
+def test_the_slowest_instances_table(browser: str, tmp_path: Path) -> None:
+    """Issue 34: the slowest collective instances (which call, who came last, wait vs
+    transfer) as the JSON has them, slowest first."""
+    html = report_of(SAMPLE_RUN, tmp_path / "sample.html")
+    doc = json.loads(runner.invoke(app, ["analyze", str(SAMPLE_RUN), "-f", "json"]).stdout)
+    slowest = doc["stragglers"]["slowest_instances"]
+    assert len(slowest) == 10
+    spans = [i["arrival_skew_ns"] + i["transfer_ns"] for i in slowest]
+    assert spans == sorted(spans, reverse=True)
+    assert all(i["last_rank"] == 3 for i in slowest)  # the sample's slow rank
+    with chromium_page() as page:
+        assert open_report(page, html) == []
+        keys = page.evaluate(
+            "[...document.querySelectorAll('table.slowest tr[data-key]')].map(r => r.dataset.key)"
+        )
+        assert keys == [i["key"] for i in slowest]

@@ -784,6 +784,16 @@ class Stragglers(_Doc, frozen=True, kw_only=True):
         Meta(description="every matched collective instance (empty unless --detail instances)"),
     ]
     delay_by_step: list[StepDelay]
+    slowest_instances: Annotated[
+        list[Instance],
+        Meta(
+            description=(
+                "the 10 instances that took longest from the first member's arrival to the "
+                "earliest end (the wait for the last member, arrival_skew_ns, plus the "
+                "transfer, transfer_ns), slowest first"
+            )
+        ),
+    ] = []
 
 
 # Step time, MFU and energy (metrics.md §8).

@@ -94,6 +94,7 @@ class Stragglers:
     delay_by_step: dict[int, dict[int, int]]  # rank -> step -> delay caused (the heat map)
     by_group_type: tuple[GroupTypeDelay, ...] = ()
     instances: tuple[InstanceRecord, ...] = ()  # only when asked for (they grow with the run)
+    slowest: tuple[InstanceRecord, ...] = ()  # the longest, first arrival to earliest end
     # the heat map: per rank and step the delay it caused itself (root delay: its compute
     # over its peers' or the other stages' that step, whichever is larger, plus the delay it
     # alone caused less what it had inherited), and per host its worst rank's
@@ -173,6 +174,7 @@ def stragglers(
         delay_by_step=by_rank,
         by_group_type=_by_group_type(in_steps),
         instances=_instance_records(per_instance) if keep_instances else (),
+        slowest=_slowest(in_steps),  # the included steps, as the other figures
         delay_by_host_step=_by_host(root, hosts or {}),
         root_delay_by_step=root,
     )
@@ -281,7 +283,19 @@ def _by_host(
     return dict(sorted(out.items()))
 
 
-def _instance_records(per_instance: pl.DataFrame) -> tuple[InstanceRecord, ...]:
+SLOWEST_INSTANCES = 10
+
+
+def _slowest(per_instance: pl.DataFrame) -> tuple[InstanceRecord, ...]:
+    """The instances that took longest from the first member's arrival to the earliest end
+    (wait for the last member + transfer): which call, which ranks, wait vs transfer."""
+    return _instance_records(per_instance, SLOWEST_INSTANCES)
+
+
+def _instance_records(
+    per_instance: pl.DataFrame, slowest: int | None = None
+) -> tuple[InstanceRecord, ...]:
+    """Every instance in time order; ``slowest``: only that many, the slowest first."""
     rows = (
         per_instance.group_by("pg", "key", "coll_type")
         .agg(
@@ -295,6 +309,9 @@ def _instance_records(per_instance: pl.DataFrame) -> tuple[InstanceRecord, ...]:
         )
         .sort("first_arrival", "pg", "key")
     )
+    if slowest is not None:
+        span = pl.col("skew") + pl.col("transfer").clip(0)
+        rows = rows.sort(span, "first_arrival", descending=[True, False]).head(slowest)
     return tuple(
         InstanceRecord(
             r["pg"],

@@ -115,6 +115,8 @@ def _report(
         console.print()
         console.print(_straggler_table(report, straggler_rows or MAX_STRAGGLER_ROWS))
         console.print(_group_type_delays(report))
+        if report.stragglers.slowest:
+            console.print(_slowest_instances(report))
         console.print(_heat_map(report, console.width))
         fix = whatif_section(report.stragglers)
         if fix is not None:
@@ -363,6 +365,32 @@ def _straggler_table(report: Report, rows: int) -> Table:
             f"{r.times_last} ({pct(_share_pct(r.times_last_share))}%)",
             ms(r.wait_per_step_ns),
             "–" if r.compute_ratio is None else f"{r.compute_ratio:.3f}",
+        )
+    return table
+
+
+def _slowest_instances(report: Report) -> Table:
+    """The collective instances that took longest (metrics.md §6): which call, how many ranks,
+    who came last, and how much of it was waiting for them against moving data."""
+    st = report.stragglers
+    assert st is not None
+    table = FitTable(
+        title="Slowest collective instances, ms (first arrival to the earliest end = wait for "
+        "the last member + transfer)",
+        title_justify="left",
+    )
+    for name in ("Group", "Type", "Seq / key", "Step", "Ranks", "Last", "Wait", "Transfer"):
+        table.add_column(name, justify="left" if name in ("Group", "Type") else "right")
+    for i in st.slowest:
+        table.add_row(
+            i.group,
+            i.coll_type,
+            i.key,
+            "–" if i.step is None else str(i.step),
+            str(i.ranks),
+            "–" if i.last_rank is None else str(i.last_rank),
+            ms(i.arrival_skew_ns),
+            ms(i.transfer_ns),
         )
     return table
 

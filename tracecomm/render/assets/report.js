@@ -428,6 +428,25 @@
       ms(st.step_if_no_straggler_replay_ns || st.step_if_no_straggler_ns) + "." :
       "No rank is flagged as a straggler."));
     if (st.replay) fixTable(s, st);
+    slowestTable(s, st.slowest_instances || []);
+  }
+
+  // the collective instances that took longest: which call, who came last, wait vs transfer
+  function slowestTable(s, rows) {
+    if (!rows.length) return;
+    s.appendChild(el("h3", null, "Slowest collective instances"));
+    s.appendChild(el("p", { class: "explain" }, "From the first member's arrival to the " +
+      "earliest end (metrics.md §6): the wait for the last member, then the transfer."));
+    var table = el("table", { class: "figures slowest" }, el("tr", null,
+      ["group", "type", "seq / key", "step", "ranks", "last", "wait", "transfer"].map(
+        function (h) { return el("th", null, h); })));
+    rows.forEach(function (i) {
+      table.appendChild(el("tr", { "data-key": i.key }, [i.group, i.coll_type, i.key,
+        i.step === null ? "–" : String(i.step), String(i.ranks),
+        i.last_rank === null ? "–" : String(i.last_rank), ms(i.arrival_skew_ns),
+        ms(i.transfer_ns)].map(function (v) { return el("td", null, v); })));
+    });
+    s.appendChild(table);
   }
 
   function heat(t) {  // white to red
