@@ -167,3 +167,18 @@ def test_host_bound_advice_by_framework_and_graphs() -> None:
     assert all(
         "capture the step in CUDA graphs" not in a for a in host_bound_advice(vllm, "replay")
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "label"),
+    [
+        ("DeepSpeedZeroOptimizer_Stage3.step", "DeepSpeed ZeRO-3"),
+        ("deepspeed/runtime/zero/stage_1_and_2.py(1770): step", "DeepSpeed ZeRO-1/2"),
+        ("DeepSpeedEngine.forward", "DeepSpeed"),
+    ],
+)
+def test_deepspeed_names_its_zero_stage(tmp_path: Path, name: str, label: str) -> None:
+    doc = run_with(tmp_path, [annotation(name)])
+    (found,) = doc["frameworks"]["detected"]
+    assert (found["key"], found["label"]) == ("deepspeed", label)
+    assert "overlap_comm" in exposed_advice(doc)[0]

@@ -81,9 +81,20 @@ def detect_frameworks(ranks: Sequence[RankReport]) -> Frameworks | None:
         return None
     detected = tuple(
         DetectedFramework(
-            key, LABELS[key], holders[key], tuple(sorted(names[key]))[:EVIDENCE_NAMES]
+            key, _label(key, names[key]), holders[key], tuple(sorted(names[key]))[:EVIDENCE_NAMES]
         )
         for key in PRIORITY
         if key in holders
     )
     return Frameworks(detected, inference=any(f.key in INFERENCE for f in detected))
+
+
+def _label(key: str, names: dict[str, None]) -> str:
+    """The framework's label; DeepSpeed's with its ZeRO stage when a name says it."""
+    if key == "deepspeed":
+        text = " ".join(names).lower()
+        if "stage3" in text:
+            return "DeepSpeed ZeRO-3"
+        if "stage_1_and_2" in text:
+            return "DeepSpeed ZeRO-1/2"
+    return LABELS[key]

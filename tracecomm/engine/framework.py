@@ -37,6 +37,8 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
     ),
     ("megatron", r"^dp_stage\d+$|megatron[/.]"),
     ("deepspeed", r"(?i)deepspeed|^DeepSpeedZeroOptimizer"),
+    # its ZeRO stage, from the optimizer's class or module (kept apart: the names above are many)
+    ("deepspeed", r"(?i)DeepSpeedZeroOptimizer_Stage3|zero[/.]stage3|zero[/.]stage_1_and_2"),
     ("fsdp2", r"^FSDP::"),
     ("fsdp1", r"^FullyShardedDataParallel\."),
     ("ddp", r"^DistributedDataParallel\.(?:forward|_pre_forward|_post_forward)$"),
