@@ -89,6 +89,15 @@ def _pct(value: float | None) -> str:
     return "" if value is None else f"{value:.2f}"
 
 
+def render_parquet(report: Report, view: View) -> bytes:
+    """The table ``view.table`` names as Parquet (ranks: the Report's ranks frame), columns
+    typed as the frame has them (times in ns)."""
+    frame = report.ranks if view.table == "ranks" else _table(report, view.table)
+    out = io.BytesIO()
+    frame.write_parquet(out)
+    return out.getvalue()
+
+
 def _table(report: Report, name: str) -> pl.DataFrame:
     """The Report's own frames (analysis.frames): the same figures as the JSON document."""
     from tracecomm.analysis.frames import kernels_frame

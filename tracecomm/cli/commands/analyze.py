@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -39,7 +40,16 @@ TABLE = option(
 )
 
 
-@command(app, (FORMAT, TABLE, BRIEF, DETAIL, TOP, COMPAT), ANALYZE_RUN, (PROJECT, WEAK))
+PARQUET = option(
+    "parquet",
+    Path | None,
+    None,
+    metavar="FILE",
+    help="Write the --table (default: ranks) to FILE as Parquet instead of printing a report.",
+)
+
+
+@command(app, (FORMAT, TABLE, PARQUET, BRIEF, DETAIL, TOP, COMPAT), ANALYZE_RUN, (PROJECT, WEAK))
 def analyze(
     ctx: typer.Context,
     run: RUNS,
@@ -54,13 +64,24 @@ def analyze(
     from tracecomm.render.tables import REPORT
 
     fmt, top, quiet = options.pop("output_format"), options.pop("top"), options["quiet"]
-    brief, table = options.pop("brief"), options.pop("table")
-    if table != "ranks" and fmt != "csv":
-        fail(f"--table {table}: a table is written as CSV (-f csv)", EXIT_USAGE)
+    brief, table, parquet = options.pop("brief"), options.pop("table"), options.pop("parquet")
+    if table != "ranks" and fmt != "csv" and parquet is None:
+        fail(
+            f"--table {table}: a table is written as CSV (-f csv) or Parquet (--parquet)",
+            EXIT_USAGE,
+        )
+    if parquet is not None and fmt != "terminal":
+        fail(f"--parquet {parquet}: the table goes to the file; -f {fmt} has no place", EXIT_USAGE)
     if top is not None and top < 1:
         fail(f"--top {top}: list at least 1 rank", EXIT_USAGE)
-    kept = flow.memo(options["cache"], "analyze", ctx.params)
+    kept = flow.memo(options["cache"], "analyze", ctx.params) if parquet is None else None
     report = flow.report_for(flow.request(run, options), show_progress=fmt == "terminal")
     lines = [] if quiet else flow.warning_lines(report)
     code = EXIT_PARTIAL if report.partial else EXIT_OK
+    if parquet is not None:
+        from tracecomm.render.formats import render_parquet
+
+        flow.write_file(parquet, render_parquet(report, flow.view(table=table)), "the table")
+        flow.print_lines(lines)
+        raise typer.Exit(code)
     flow.finish(kept, REPORT[fmt](report, flow.view(top, brief, table)), lines, code)
