@@ -86,6 +86,7 @@ def test_the_api_options_are_the_cli_flags_one_list() -> None:
     flags = set(_params("analyze")) - {"run"}
     every = {name for command in ANALYZING for name in _params(command)}
     printing = {"output_format", "output", "quiet", "brief", "top", "color", "width", "progress"}
+    printing |= {"table", "parquet"}  # which table, and to which file
     assert set(OPTIONS) == set(AnalyzeOptions.__annotations__)
     assert set(OPTIONS) <= every, sorted(set(OPTIONS) - every)
     assert flags - set(OPTIONS) <= printing, sorted(flags - set(OPTIONS) - printing)

@@ -133,7 +133,6 @@ def _stragglers(st: Stragglers | None, top: int | None) -> dict[str, Any] | None
         "candidates": [plain(asdict(c)) for c in (w.candidates if decided and w else ())][:top],
         "by_group_type": [asdict(g) for g in st.by_group_type],
         "instances": [asdict(i) for i in st.instances],
-        "slowest_instances": [asdict(i) for i in st.slowest],
         "delay_by_step": [
             {
                 "rank": rank,
@@ -146,6 +145,7 @@ def _stragglers(st: Stragglers | None, top: int | None) -> dict[str, Any] | None
                 {*st.delay_by_step.get(rank, {}), *st.root_delay_by_step.get(rank, {})}
             )
         ],
+        "slowest_instances": [asdict(i) for i in st.slowest],  # last, as the typed document
     }
 
 
