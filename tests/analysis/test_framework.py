@@ -110,6 +110,13 @@ def test_the_megatron_job_gets_megatron_advice() -> None:
             "--overlap-grad-reduce",
         ),
         (launched_by("vllm::unified_attention"), {}, "vllm", "custom all-reduce"),
+        # torchtitan's own mesh dim; it has no AllReduce knob of its own: the generic advice
+        (
+            [],
+            {"Process Group Name": "2", "Process Group Description": "mesh_dp_shard"},
+            "torchtitan",
+            "bucket_cap_mb",
+        ),
         (
             [kernel("void vllm::rms_norm_kernel<c10::BFloat16>", 1300, 5, None)],
             {},
@@ -130,6 +137,11 @@ def test_advice_is_the_detected_frameworks(
 def test_no_framework_keeps_the_generic_advice(tmp_path: Path) -> None:
     doc = run_with(tmp_path, [])
     assert doc["frameworks"] is None
+    # a DeviceMesh dim anyone names (mesh_dp) says no framework
+    mesh = run_with(
+        tmp_path, [], **{"Process Group Name": "1", "Process Group Description": "mesh_dp"}
+    )
+    assert mesh["frameworks"] is None
     assert exposed_advice(doc)[0].startswith("DDP: tune bucket_cap_mb")
 
 

@@ -18,8 +18,12 @@ from tracecomm.ingest.model import RankEvents
 
 # (framework, pattern over names): anchored where a loose word would match user code
 _PATTERNS: tuple[tuple[str, str], ...] = (
-    # DeviceMesh names a group "mesh_<dim>"; torchtitan's dims (dp_shard, dp_replicate, ...)
-    ("torchtitan", r"(?i)^mesh_(?:dp_shard|dp_replicate|dp_shard_cp|dp_cp|dp|tp|pp|cp|ep|etp)$"),
+    # DeviceMesh names a group "mesh_<dim>": torchtitan's own dim names (mesh_dp, mesh_tp are
+    # anyone's DeviceMesh, no framework)
+    (
+        "torchtitan",
+        r"(?i)^mesh_(?:dp_shard|dp_replicate|dp_shard_cp|dp_cp|dp_shard_mod_ep|dp_shard_in_ep)$",
+    ),
     ("torchtitan", r"(?i)torchtitan"),
     # Megatron-Core's group descriptions, its timers' names (forward-compute, ...), its module
     (
