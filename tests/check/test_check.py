@@ -313,3 +313,21 @@ def test_a_gate_across_world_sizes_says_so(runs: Path, tmp_path: Path, baseline:
     text = check(bigger, baseline)[1]
     assert "the runs differ in world size" in " ".join(text.split())
     assert "differ in world size" not in " ".join(check(run_path(runs), baseline)[1].split())
+
+
+def test_a_gate_across_models_says_so(runs: Path, tmp_path: Path) -> None:
+    """The same traces given other model FLOPs: the gate compares them, and says the runs
+    differ in model (their FLOPs per token), from a baseline file as from the run."""
+    base = tmp_path / "base.json"
+    model = ["--model-flops-per-step", "1.2e15", "--tokens-per-step", "1000000"]
+    other = ["--model-flops-per-step", "2.4e15", "--tokens-per-step", "1000000"]
+    made = CliRunner().invoke(app, ["baseline", str(run_path(runs)), "-o", str(base), *model])
+    assert made.exit_code == EXIT_OK, made.stderr
+    assert json.loads(base.read_text())["flops_per_token"] == 1_200_000_000
+    jsonschema.validate(json.loads(base.read_text()), _schema("baseline"))
+    _, out = check(run_path(runs), base, "-f", "json", *other)
+    assert json.loads(out)["notes"][0].startswith(
+        "the runs differ in model (FLOPs per token: baseline 1.2e+09, current run 2.4e+09)"
+    )
+    _, same = check(run_path(runs), base, "-f", "json", *model)
+    assert not any("differ in model" in n for n in json.loads(same)["notes"])

@@ -49,6 +49,8 @@ class RunFigures:
     source: str  # where the figures came from, for messages
     tool_version: str | None = None
     notes: tuple[str, ...] = field(default=())
+    # the model's FLOPs per token when the run was given them: a gate across models says so
+    flops_per_token: int | None = None
 
 
 def from_report(report: Report, source: str) -> RunFigures:
@@ -77,6 +79,7 @@ def from_report(report: Report, source: str) -> RunFigures:
         mfu=report.throughput.mfu if report.throughput is not None else None,
         source=source,
         tool_version=report.tool_version,
+        flops_per_token=_per_token(report.throughput.flops if report.throughput else None),
     )
 
 
@@ -118,7 +121,19 @@ def from_document(doc: ReportDocument, source: str) -> RunFigures:
         mfu=doc.throughput.mfu if doc.throughput is not None else None,
         source=source,
         tool_version=doc.tool.version,
+        flops_per_token=_per_token(doc.throughput.flops if doc.throughput else None),
     )
+
+
+def _per_token(flops: Any) -> int | None:
+    """A report's or a saved document's model FLOPs per token (None without them)."""
+    if flops is None:
+        return None
+    value = getattr(flops, "per_token", None)
+    step, tokens = getattr(flops, "per_step", None), getattr(flops, "tokens_per_step", None)
+    if value is None and isinstance(step, int) and isinstance(tokens, int) and tokens > 0:
+        value = round(step / tokens)  # --model-flops-per-step with --tokens-per-step
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _median_ns(values: Sequence[int]) -> int:
@@ -136,6 +151,7 @@ def baseline_document(figures: RunFigures) -> dict[str, Any]:
         "steps": list(figures.steps),
         "step_time_ns": figures.step_time_ns,
         "mfu": figures.mfu,
+        "flops_per_token": figures.flops_per_token,
         "ranks": [
             {
                 "rank": rank,
@@ -253,6 +269,7 @@ def _from_baseline(doc: Mapping[str, Any], path: Path) -> RunFigures:
             source=str(path),
             tool_version=tool if isinstance(tool, str) else None,
             notes=notes,
+            flops_per_token=_per_token_value(doc.get("flops_per_token")),
         ),
         path,
     )
@@ -262,3 +279,8 @@ def _rank_number(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"rank {value!r} is not a rank number")
     return value
+
+
+def _per_token_value(value: object) -> int | None:
+    """A baseline's ``flops_per_token`` (absent in older baselines): a positive int, else none."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

@@ -182,6 +182,13 @@ def _notes(base: RunFigures, current: RunFigures, shared: Sequence[int]) -> list
             f"steps differ (baseline {_ranges(base.steps)}, current {_ranges(current.steps)}): "
             "each run's own steps are summarized by their median"
         )
+    a, b = base.flops_per_token, current.flops_per_token
+    if a and b and abs(a - b) > 0.01 * a:
+        notes.insert(
+            0,
+            f"the runs differ in model (FLOPs per token: baseline {a:.4g}, current run {b:.4g}): "
+            "a gate compares a job with itself; gate a run against a baseline of its own model",
+        )
     if (base.mfu is None) != (current.mfu is None):
         side = "baseline" if base.mfu is None else "current run"
         notes.append(f"MFU is missing in the {side} (give the model FLOPs to both)")
