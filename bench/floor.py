@@ -29,42 +29,40 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Any
 
 STAGES = ("read", "scan", "ingest", "unit")
 JSON = ("-f", "json")
 HTA_E2E = ("_worker", "hta-e2e", "--dir")
 
 
-def _read(path: str) -> int:
+def _chunks(path: str) -> Iterator[Any]:
+    """The stream reader's chunks of one file (read and inflated, cut at event boundaries)."""
     from tracecomm.ingest import stream
     from tracecomm.ingest.options import ReadOptions
 
     read = ReadOptions()
-    n = 0
     with stream._open(Path(path), read) as handle:
         _, rest = stream._header(handle, Path(path))
-        for chunk in stream._chunks(handle, rest, Path(path), read):
-            n += len(chunk.head) + len(chunk.body)
-    return n
+        yield from stream._chunks(handle, rest, Path(path), read)
+
+
+def _read(path: str) -> int:
+    return sum(len(chunk.head) + len(chunk.body) for chunk in _chunks(path))
 
 
 def _scan(path: str) -> int:
     from tracecomm.ingest import _scan as scanner
-    from tracecomm.ingest import stream
-    from tracecomm.ingest.options import ReadOptions
 
-    read = ReadOptions()
     n = 0
-    with stream._open(Path(path), read) as handle:
-        _, rest = stream._header(handle, Path(path))
-        for chunk in stream._chunks(handle, rest, Path(path), read):
-            if not chunk.final:
-                out = scanner.scan(chunk.body, True, chunk.head)
-                n += 0 if out is None else len(out)
+    for chunk in _chunks(path):
+        if not chunk.final:
+            out = scanner.scan(chunk.body, True, chunk.head)
+            n += 0 if out is None else len(out)
     return n
 
 
