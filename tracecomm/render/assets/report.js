@@ -734,7 +734,7 @@
       el("a", { href: "./" + encodeURIComponent(traceFile), download: traceFile,
         class: "trace-file" }, traceFile), "."));
     s.appendChild(el("ol", { class: "explain" },
-      el("li", null, "Open https://ui.perfetto.dev (it runs in the browser; the trace is " +
+      el("li", null, "Open ui.perfetto.dev (it runs in the browser; the trace is " +
         "read from your disk, never uploaded), or chrome://tracing."),
       el("li", null, "Choose \u201cOpen trace file\u201d and pick " + traceFile + "."),
       el("li", null, "Each rank is a process; the tracecomm tracks sit under its GPU streams.")));
