@@ -41,6 +41,10 @@ def comparable(doc: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in doc.items() if k != "inputs"}
     if out.get("nccl"):
         out["nccl"] = {k: v for k, v in out["nccl"].items() if k != "files"}
+        out["nccl"]["versions"] = [
+            {k: v for k, v in version.items() if k != "files"}
+            for version in out["nccl"].get("versions", [])
+        ]
     return out
 
 
