@@ -141,8 +141,8 @@ def test_a_crafted_export_is_read_within_its_bounds(tmp_path: Path) -> None:
 
 
 # What an export cannot say: a process group's name (NCCL names a communicator by its id), and
-# so its Seq (instances are matched by order within the communicator).
-_ONLY_IN_KINETO = ("keyed_by", "group")
+# so its Seq (instances are matched, and keyed, by order within the communicator).
+_ONLY_IN_KINETO = ("keyed_by", "group", "key")
 
 
 def _differences(a: object, b: object, path: str = "") -> list[str]:
