@@ -337,3 +337,20 @@ def test_changes_on_a_near_zero_base_are_differences(monkeypatch: pytest.MonkeyP
     assert _change(changes["step_time_ns"], None, "step_time_ns") == "+10.0 %"
     assert _change(compare.Change(-5.0, None), None, "tokens_per_s") == "−5"
     assert _change(compare.Change(0.0, None), None, "idle_ns") == ""
+
+
+def test_runs_of_different_frameworks_are_said_to_be(tmp_path: Path) -> None:
+    from tests.conftest import simple_events, trace_doc, write_trace
+
+    def run(name: str, annotation: str) -> Path:
+        marker = {"ph": "X", "cat": "user_annotation", "name": annotation, "pid": 100,
+                  "tid": 100, "ts": 990, "dur": 300}  # fmt: skip
+        write_trace(tmp_path / name / "rank0.json", trace_doc([*simple_events(), marker], world=1))
+        return tmp_path / name
+
+    ddp, fsdp = run("ddp", "DistributedDataParallel.forward"), run("fsdp", "FSDP::pre_forward")
+    doc = compared(ddp, fsdp)
+    (note,) = [n for n in doc["notes"] if "different frameworks" in n]
+    assert note.startswith("the runs were written by different frameworks (ddp: DDP; fsdp: FSDP2")
+    again = compared(ddp, run("ddp2", "DistributedDataParallel.forward"))
+    assert not any("different frameworks" in n for n in again["notes"])

@@ -233,6 +233,7 @@ def compare(
     shared = _shared_steps(records, notes)
     typicals = [_typical(r, shared) for r in records]
     same_model = _same_model(records, notes)
+    _same_framework(records, notes)
     _token_notes(records, weak, notes)
     runs = [
         _run_figures(r, t, records[0], shared, weak, same_model)
@@ -357,6 +358,19 @@ def _typical_of(s: StepRecord) -> TypicalStep:
         idle_by_cause_pct=None
         if causes is None
         else {c: v for c, ns in causes.items() if (v := share(ns)) is not None},
+    )
+
+
+def _same_framework(records: Sequence[RunRecord], notes: list[str]) -> None:
+    """Runs whose traces name different frameworks (metrics.md §14a): a before / after of a
+    change of framework is a fair question, but it should be said."""
+    known = [(r.label, r.frameworks) for r in records if r.frameworks]
+    if len(known) < 2 or len({frameworks for _, frameworks in known}) == 1:
+        return
+    notes.append(
+        "the runs were written by different frameworks ("
+        + "; ".join(f"{label}: {' + '.join(frameworks)}" for label, frameworks in known)
+        + "): their findings advise different knobs (metrics.md §14a)"
     )
 
 

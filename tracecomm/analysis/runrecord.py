@@ -97,6 +97,7 @@ class RunRecord:
     projection: ProjectionRecord | str | None = None  # None: not asked for
     kernels: pl.DataFrame | None = None  # KERNEL_SCHEMA, once per-kernel tables exist
     warnings: tuple[str, ...] = ()
+    frameworks: tuple[str, ...] = ()  # the labels of the frameworks its traces name (§14a)
 
 
 def record_of_report(report: Report, label: str, source: str) -> RunRecord:
@@ -135,6 +136,7 @@ def record_of_report(report: Report, label: str, source: str) -> RunRecord:
             else pl.DataFrame(schema=COLLECTIVE_SCHEMA)
         ),
         projection=projection_record(report.projection),
+        frameworks=tuple(f.label for f in report.frameworks.detected) if report.frameworks else (),
         warnings=report.warnings
         + tuple(
             f"rank {m.rank if m.rank is not None else '?'} missing: {m.reason}"

@@ -174,6 +174,7 @@ def saved_record(saved: SavedReport, label: str) -> RunRecord:
         collectives=None,
         projection=_projection(doc.projection),
         warnings=tuple(doc.warnings),
+        frameworks=tuple(f.label for f in doc.frameworks.detected) if doc.frameworks else (),
     )
 
 
