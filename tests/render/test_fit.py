@@ -3,6 +3,7 @@ most that wide, and no figure ends in an ellipsis (rich's way of shrinking a tab
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 
@@ -22,9 +23,9 @@ PARTS = ("window_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "exposed_memor
 
 
 def rendered(table: FitTable, width: int) -> list[str]:
-    console = Console(width=width, no_color=True, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console = Console(width=width, no_color=True, file=io.StringIO())
     console.print(table)
-    return console.export_text().splitlines()
+    return console.file.getvalue().splitlines()  # type: ignore[attr-defined]
 
 
 def kernel_table() -> FitTable:

@@ -133,7 +133,7 @@ def _per_token(flops: Any) -> int | None:
     step, tokens = getattr(flops, "per_step", None), getattr(flops, "tokens_per_step", None)
     if value is None and isinstance(step, int) and isinstance(tokens, int) and tokens > 0:
         value = round(step / tokens)  # --model-flops-per-step with --tokens-per-step
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return _per_token_value(value)
 
 
 def _median_ns(values: Sequence[int]) -> int:

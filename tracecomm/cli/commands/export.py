@@ -47,15 +47,12 @@ def export(run: RUNS, *, options: dict[str, Any]) -> None:
     result = flow.report_for(flow.request(run, options), show_progress=True)
     if not quiet:
         flow.print_lines(flow.warning_lines(result))
-    found = result.export
-    if found is None or not any(r.events is not None for r in found.ranks):
-        why = found.reason if found is not None else None
-        if found is not None and found.ranks and why is None:
-            why = "; ".join(f"rank {r.rank}: {r.reason}" for r in found.ranks[:3])
-        stderr(f"error: nothing to export: {why or 'no analyzed rank'}")
+    found, why = result.export, nothing_to_export(result)
+    if why is not None or found is None:
+        stderr(f"error: nothing to export: {why}")
         raise typer.Exit(EXIT_NO_INPUT)
     data = EXPORT["chrome"](result, flow.view())
-    written = gzip.compress(data, compresslevel=6, mtime=0) if output.name.endswith(".gz") else data
+    written = gzipped(data) if output.name.endswith(".gz") else data
     flow.write_file(output, written, "the trace")
     if not quiet:
         for r in found.ranks:
@@ -74,3 +71,20 @@ def export(run: RUNS, *, options: dict[str, Any]) -> None:
                 "with trace_processor_shell --httpd"
             )
     raise typer.Exit(EXIT_PARTIAL if result.partial else EXIT_OK)
+
+
+def nothing_to_export(result: Any) -> str | None:
+    """Why the report's export holds no rank's events; None when it holds some (also for
+    ``report --export``)."""
+    found = result.export
+    if found is not None and any(r.events is not None for r in found.ranks):
+        return None
+    why = found.reason if found is not None else None
+    if found is not None and found.ranks and why is None:
+        why = "; ".join(f"rank {r.rank}: {r.reason}" for r in found.ranks[:3])
+    return why or "no analyzed rank"
+
+
+def gzipped(data: bytes) -> bytes:
+    """The trace as written to a .gz name (no timestamp: the same run gives the same bytes)."""
+    return gzip.compress(data, compresslevel=6, mtime=0)

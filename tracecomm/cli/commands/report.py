@@ -74,17 +74,16 @@ def report(run: RUNS, *, options: dict[str, Any]) -> None:
 def _write_trace(result: Any, output: Path, quiet: bool) -> str | None:
     """The exported trace beside the page (its name, for the page's link); None with the
     reason on stderr when there is nothing to export (the page is still written)."""
-    import gzip
-
+    from tracecomm.cli.commands.export import gzipped, nothing_to_export
     from tracecomm.render.tables import EXPORT
 
-    found = result.export
-    if found is None or not any(r.events is not None for r in found.ranks):
+    why = nothing_to_export(result)
+    if why is not None:
         if not quiet:
-            stderr(f"warning: no trace written beside the page: {found.reason if found else ''}")
+            stderr(f"warning: no trace written beside the page: {why}")
         return None
     path = output.with_name(f"{output.name.removesuffix('.html')}.trace.json.gz")
-    data = gzip.compress(EXPORT["chrome"](result, flow.view()), compresslevel=6, mtime=0)
+    data = gzipped(EXPORT["chrome"](result, flow.view()))
     flow.write_file(path, data, "the trace")
     if not quiet:
         stderr(f"wrote {path} ({len(data) / 1e6:.2f} MB): open it in https://ui.perfetto.dev")
