@@ -16,3 +16,22 @@ CollType = Literal[
     "Other",
 ]
 COLL_TYPES: tuple[str, ...] = get_args(CollType)
+
+# gloo's own ranges, on its worker threads, around the work of each collective: their "Input
+# Dims" and "Input type" (record_shapes) are the message. gloo writes no record_param_comms,
+# so a gloo trace has no "In msg nelems" (the names: PyTorch's ProcessGroupGloo).
+GLOO_OPS = frozenset(
+    {
+        "gloo:all_gather",
+        "gloo:all_reduce",
+        "gloo:sparse_all_reduce",
+        "gloo:all_to_all",
+        "gloo:barrier",
+        "gloo:broadcast",
+        "gloo:gather",
+        "gloo:reduce",
+        "gloo:scatter",
+        "gloo:send",
+        "gloo:recv",
+    }
+)

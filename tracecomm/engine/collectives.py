@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from tracecomm.engine.classify import coll_type_of
+
 WORLD = "world"
 
 INSTANCE_SCHEMA: dict[str, pl.DataType] = {
@@ -349,6 +351,86 @@ def _busy_runs(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.nda
     new_run = np.r_[True, starts[1:] > reach[:-1]]
     heads = np.flatnonzero(new_run)
     return starts[heads], np.maximum.reduceat(ends, heads)
+
+
+# gloo's "Input type" names (C++ type names) -> the c10 names of DTYPE_BYTES
+_GLOO_DTYPES = {
+    "float": "Float",
+    "double": "Double",
+    "c10::BFloat16": "BFloat16",
+    "c10::Half": "Half",
+    "int": "Int",
+    "long int": "Long",
+    "unsigned char": "Byte",
+    "signed char": "Char",
+    "bool": "Bool",
+    "c10::Float8_e4m3fn": "Float8_e4m3fn",
+    "c10::Float8_e5m2": "Float8_e5m2",
+}
+
+
+def gloo_instances(
+    ranges: pl.DataFrame, steps: pl.DataFrame, world_size: int | None
+) -> pl.DataFrame:
+    """A CPU timeline's collective instances: gloo's ranges (``colltypes.GLOO_OPS``, their
+    shapes recorded), one per collective, keyed by type and order in the world group (gloo
+    traces name no process group). The message is the first input tensor: nccl-tests' S is
+    that times the group for AllGather (each rank gives its part). Send / recv name no peer
+    and barriers carry no message: left out."""
+    ops = ranges.filter(
+        pl.col("name").str.starts_with("gloo:")
+        & ~pl.col("name").is_in(["gloo:send", "gloo:recv", "gloo:barrier"])
+    )
+    if ops.height == 0:
+        return pl.DataFrame(schema=INSTANCE_SCHEMA)
+    first_shape = pl.col("input_dims").str.extract(r"^\[\[([\d,\s]*)\]", 1)
+    nelems = (
+        first_shape.str.split(",")
+        .list.eval(pl.element().str.strip_chars().cast(pl.Int64, strict=False).product())
+        .list.first()
+    )
+    dtype = (
+        pl.col("input_types")
+        .str.extract(r'^\["([^"]*)"', 1)
+        .replace_strict(_GLOO_DTYPES, default=None, return_dtype=pl.String)
+    )
+    group = pl.lit(world_size, dtype=pl.Int64)
+    size = pl.col("dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+    starts = steps.select(
+        pl.col("start_ns").alias("step_start"), pl.col("end_ns").alias("step_end"), "step"
+    ).sort("step_start")
+    typed = (
+        ops.with_columns(coll_type_of(pl.col("name")).alias("coll_type"), dtype.alias("dtype"))
+        .with_columns(nelems.alias("nelems"))
+        .sort("start_ns")
+        .join_asof(starts, left_on="start_ns", right_on="step_start", strategy="backward")
+    )
+    return (
+        typed.with_columns(
+            pl.lit(WORLD).alias("pg"),
+            pl.int_range(pl.len()).over("coll_type").alias("ordinal"),
+            pl.when(pl.col("start_ns") < pl.col("step_end")).then(pl.col("step")).alias("step"),
+            (
+                pl.col("nelems")
+                * size
+                * pl.when(pl.col("coll_type") == "AllGather").then(group).otherwise(1)
+            ).alias("bytes"),
+            group.alias("group_size"),
+            pl.lit(0, dtype=pl.Int64).alias("idle_before_ns"),
+            pl.col("start_ns").alias("work_since_ns"),
+        )
+        .with_columns(
+            *(
+                pl.lit(None, dtype=INSTANCE_SCHEMA[c]).alias(c)
+                for c in INSTANCE_SCHEMA
+                if c not in typed.columns
+                and c
+                not in ("pg", "ordinal", "bytes", "group_size", "idle_before_ns", "work_since_ns")
+            )
+        )
+        .select(list(INSTANCE_SCHEMA))
+        .cast(INSTANCE_SCHEMA)  # type: ignore[arg-type]
+    )
 
 
 def message_bytes() -> pl.Expr:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import polars as pl
 
+from tracecomm.colltypes import GLOO_OPS
 from tracecomm.engine.classify import (
     COLL_TYPES,
     all_to_all_use,
@@ -17,7 +18,7 @@ from tracecomm.engine.classify import (
     comm_libraries,
     comm_stream_note,
 )
-from tracecomm.engine.collectives import collective_instances, split_note
+from tracecomm.engine.collectives import collective_instances, gloo_instances, split_note
 from tracecomm.engine.energy import window_energy
 from tracecomm.engine.framework import framework_marks
 from tracecomm.engine.idle import HostActivity, cause_sums, compute_bounds, idle_gaps
@@ -117,7 +118,8 @@ def _breakdown(
     # first: the last note says why nothing could be analyzed, when nothing could
     result = replace(result, notes=notes + result.notes)
     included = {s.step for s in result.included_steps}
-    counted = counted_ops(rank.shaped_ops, linked, included) if rank.shaped_ops.height else None
+    flop_ops = _flop_ops(rank.shaped_ops)
+    counted = counted_ops(flop_ops, linked, included) if flop_ops.height else None
     instances = collective_instances(
         linked.filter(pl.col("cls") == "comm").join(
             comm.drop(*(c for c in comm.columns if c in linked.columns and c != "_row")),
@@ -135,7 +137,7 @@ def _breakdown(
         all_to_all_use=all_to_all_use(device, rank.cpu),
         work_signature=_work_signature(linked, result),
         devices=devices,
-        observed=observed_flops(rank.shaped_ops, linked, included, counted),
+        observed=observed_flops(flop_ops, linked, included, counted),
         kernels=kernel_stats(
             rank,
             linked,
@@ -148,6 +150,13 @@ def _breakdown(
         if result.timeline == "gpu"
         else None,
     )
+
+
+def _flop_ops(shaped: pl.DataFrame) -> pl.DataFrame:
+    """The shaped ops the FLOP counter reads: gloo's ranges carry shapes for their sizes."""
+    if shaped.height == 0:
+        return shaped
+    return shaped.filter(~pl.col("name").is_in(list(GLOO_OPS)))
 
 
 # A share of lost activity above which it is said (a few events are always odd).
@@ -306,7 +315,9 @@ def _cpu_breakdown(rank: RankEvents, opts: BreakdownOptions) -> RankBreakdown:
     )
     notes = ["no device events: CPU timeline (communication ops vs. other CPU ops)"]
     comm_kernels = 0
-    return _figures_for(work, steps, "cpu", opts, comm_kernels, 0, 0, notes)
+    result = _figures_for(work, steps, "cpu", opts, comm_kernels, 0, 0, notes)
+    instances = gloo_instances(rank.shaped_ops, steps, rank.meta.world_size)
+    return replace(result, collectives=instances) if instances.height else result
 
 
 def _figures_for(

@@ -542,7 +542,7 @@ _FRAME_KINDS: dict[str, frozenset[str]] = {
     "steps": frozenset({"annotation"}),
     "comm_annotations": frozenset({"gpu_annotation"}),
     "comm_ops": frozenset({"cpu_op"}),
-    "shaped_ops": frozenset({"cpu_op"}),
+    "shaped_ops": frozenset({"cpu_op", "annotation"}),  # gloo's ranges are annotations
     "gpu_ranges": frozenset({"gpu_annotation"}),
     "cpu": frozenset({"cpu_op", "annotation"}),
 }

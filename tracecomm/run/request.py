@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from tracecomm.analysis.options import AnalysisOptions
+from tracecomm.colltypes import GLOO_OPS
 from tracecomm.engine.options import BreakdownOptions
 from tracecomm.errors import UsageError
 from tracecomm.ingest.options import ReadOptions
@@ -24,6 +25,7 @@ from tracecomm.mfu.opflops import SHAPED_OPS
 from tracecomm.run.executors import ExecutorSpec, parse_executor
 
 DETAILS = ("instances", "timeline")
+KEPT_SHAPES = SHAPED_OPS | GLOO_OPS
 COMPAT = ("hta", "hta-0.6", "hta-0.5")  # compat.hta.MODES
 RANK_FROM = ("pid", "process_name")
 
@@ -87,7 +89,8 @@ class Request:
     inputs: tuple[str, ...]
     breakdown: BreakdownOptions = field(default_factory=BreakdownOptions)
     # the readers keep the recorded shapes of the ops the FLOP counter knows (observed TFLOP/s)
-    read: ReadOptions = field(default_factory=lambda: ReadOptions(shaped_ops=SHAPED_OPS))
+    # and of gloo's collectives (their message sizes)
+    read: ReadOptions = field(default_factory=lambda: ReadOptions(shaped_ops=KEPT_SHAPES))
     model: ModelInputs = field(default_factory=ModelInputs)
     analysis: AnalysisOptions = field(default_factory=AnalysisOptions)
     jobs: int | None = None  # parse processes; None: one per core when the input pays for it
@@ -145,7 +148,7 @@ def request_of(inputs: str | Path | Sequence[str | Path], **options: Any) -> Req
 
 def read_options(options: Mapping[str, Any]) -> ReadOptions:
     """What the readers keep (the FLOP counter's ops' shapes) and their bounds."""
-    base = ReadOptions(shaped_ops=SHAPED_OPS)
+    base = ReadOptions(shaped_ops=KEPT_SHAPES)
     ratio = _positive(options.get("max_inflate_ratio"), "--max-inflate-ratio", float)
     trace = size_in_bytes(options.get("max_trace_size"), "--max-trace-size")
     event = size_in_bytes(options.get("max_event_size"), "--max-event-size")
