@@ -406,3 +406,22 @@ def test_the_slowest_instances_table(browser: str, tmp_path: Path) -> None:
             "[...document.querySelectorAll('table.slowest tr[data-key]')].map(r => r.dataset.key)"
         )
         assert keys == [i["key"] for i in slowest]
+
+
+def test_a_cpu_timeline_is_cpu_busy_and_mfu_says_it_waits_for_a_peak(
+    browser: str, tmp_path: Path
+) -> None:
+    """The gloo run: no device work, no device named; the FLOPs given, no peak known."""
+    html = report_of(
+        REPO / "fixtures" / "gloo-run", tmp_path / "gloo.html", "--model-flops-per-step", "1e9"
+    )
+    with chromium_page() as page:
+        assert open_report(page, html) == []
+        cards = page.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('.card')].map(c => "
+            "[c.querySelector('.label').textContent, c.querySelector('.note').textContent]))"
+        )
+        assert "GPU busy" not in cards and cards["CPU busy"].startswith("CPU ops")
+        assert (
+            cards["MFU"] == "the model's FLOPs are known; the device's peak is not (--peak-tflops)"
+        )

@@ -479,7 +479,7 @@ def _straggler(
     what = label if label is not None and not label.startswith("rank") else _where(flagged, report)
     if label is not None and label.startswith("host "):  # a slow node: its ranks, not "on"
         what, on = f"{label} ({_where(flagged, report)})", ""
-    device_advice = (
+    device_advice: tuple[str, ...] = (
         f"look at rank {first}'s GPU{on}: nvidia-smi -q -d CLOCK,PERFORMANCE,TEMPERATURE "
         "(clocks throttled for power or heat?), ECC errors, the PCIe / NVLink link width",
         f"compare rank {first}'s kernels with a peer's step by step (tracecomm report "
@@ -488,6 +488,12 @@ def _straggler(
         "move the rank to another node for a run: a slowness that stays with the node is "
         "the hardware",
     )
+    if report.summary.timelines == ("cpu",):  # a CPU timeline: no GPU, no kernels to look at
+        device_advice = (
+            f"look at what else runs on rank {first}'s host{on} (CPU threads pinned, other "
+            "jobs) and at its data loading: on a CPU timeline the op times are the host's",
+            *device_advice[2:],
+        )
     advice: tuple[str, ...] = device_advice
     title = f"straggler: {what}{on}"
     if imbalance is not None:

@@ -17,6 +17,7 @@ HOW_TO_GIVE_FLOPS = (
     "--tokens-per-step T, or --model-config config.json with --seq-len and --global-batch "
     "(or the same keys in tracecomm.toml in the run folder)"
 )
+UNRECORDED = "(not recorded)"  # the device name of ranks whose trace names none
 
 
 @dataclass(frozen=True)
@@ -303,7 +304,7 @@ def _device_peaks(
             peak: Peak | None = Peak(name, "user", dtype, peak_tflops, "--peak-tflops", "user")
         else:
             peak = find_peak(name, dtype, props.get(name)) if name else None
-        out.append(DevicePeak(name or "(not recorded)", n, peak))
+        out.append(DevicePeak(name or UNRECORDED, n, peak))
     return tuple(out)
 
 
@@ -317,6 +318,11 @@ def _peak_total(devices: Sequence[DevicePeak], assumed: int) -> float | None:
 
 def _why_no_mfu(flops: ModelFlops | None, devices: Sequence[DevicePeak]) -> str | None:
     unknown = [d.name for d in devices if d.peak is None]
+    if unknown == [UNRECORDED]:
+        return (
+            "the traces name no device (a CPU timeline, or no deviceProperties): pass "
+            "--peak-tflops (dense, per device) for MFU"
+        )
     if unknown:
         return (
             f"no peak for device {', '.join(repr(n) for n in unknown)} in the peak table: "

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from tracecomm.analysis.finding import Finding, StepParts
 from tracecomm.analysis.model import Report
+from tracecomm.analysis.throughput import Throughput
 from tracecomm.text import compact_ranges, duration
 
 SHOWN = 5  # findings on the first screen; the Findings section below has the rest
@@ -107,13 +108,22 @@ def _step_line(report: Report) -> Text:
     return text
 
 
+def _no_mfu_reason(th: Throughput | None) -> str:
+    """What MFU waits for, short: the Throughput panel and the warnings say it whole."""
+    if th is None or th.flops is None:
+        return "needs --model-flops-per-step or --model-config"
+    return "the model's FLOPs are known; the device's peak is not: --peak-tflops"
+
+
 def _time_line(report: Report) -> Text:
     """Busy next to MFU, then where the rest of the step goes: the same per-step shares the
     findings are costed from (StepParts), so every figure on the screen agrees."""
     th, parts = report.throughput, report.step_parts
     text = Text()
-    text.append(f"GPU busy {parts.busy_pct:.1f} %" if parts is not None else "GPU busy –")
-    text.append(" (a dashboard's figure) · ")
+    # a CPU timeline (gloo, no device work) is busy with CPU ops: no GPU to speak of
+    busy = "CPU busy" if report.summary.timelines == ("cpu",) else "GPU busy"
+    text.append(f"{busy} {parts.busy_pct:.1f} %" if parts is not None else f"{busy} –")
+    text.append(" (a dashboard's figure) · " if busy == "GPU busy" else " (CPU ops) · ")
     if th is not None and th.mfu is not None and th.mfu_possible is False:
         text.append("MFU –", style="bold")
         text.append(f" (impossible: {100 * th.mfu:,.1f} %; see finding 1)")
@@ -121,7 +131,7 @@ def _time_line(report: Report) -> Text:
         text.append(f"MFU {100 * th.mfu:.1f} %", style="bold")
     else:
         text.append("MFU –", style="bold")
-        text.append(" (needs --model-flops-per-step or --model-config)")
+        text.append(f" ({_no_mfu_reason(th)})")
     if parts is None:
         return text
     of = "per step" if parts.per_step else f"of {parts.basis}"

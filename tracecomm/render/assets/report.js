@@ -78,6 +78,8 @@
         }).join("; ") + (fw.inference ? " · a serving engine: no training advice" : "")));
     }
     var hasMfu = tp.mfu !== null && tp.mfu !== undefined;
+    var lines = sum.timelines || [];
+    var cpuOnly = lines.length === 1 && lines[0] === "cpu";  // gloo: no GPU to be busy
     var top = found.length ? found[0] : null;
     var cards = [
       ["Step time", ms(tp.step_time_ns), tp.step_time_ns ?
@@ -85,10 +87,12 @@
       ["Tokens / s", tp.tokens_per_s ? Math.round(tp.tokens_per_s).toLocaleString("en-US") : "–",
         tp.tokens_per_s ? "" : "needs the model's tokens per step"],
       ["MFU", hasMfu && tp.mfu_possible !== false ? pct(tp.mfu * 100) : "–",
-        !hasMfu ? "needs the model's FLOPs" : tp.mfu_possible === false ?
+        !hasMfu ? (tp.flops ? "the model's FLOPs are known; the device's peak is not " +
+          "(--peak-tflops)" : "needs the model's FLOPs") : tp.mfu_possible === false ?
           "impossible: " + pct(tp.mfu * 100) + " with the FLOPs given (see the first finding)" :
           "peak " + tp.peak_total_tflops + " TFLOP/s"],
-      ["GPU busy", pct(parts.busy_pct), "a dashboard's figure, of the step"],
+      cpuOnly ? ["CPU busy", pct(parts.busy_pct), "CPU ops, of the step (no device work)"] :
+        ["GPU busy", pct(parts.busy_pct), "a dashboard's figure, of the step"],
       ["Exposed comm", pct(parts.exposed_comm_pct), parts.basis ? "of " + parts.basis : ""],
       ["Costs the most", top ? top.title : "nothing", top ? cost(top) : "no finding of 2 % " +
         "of the step or more"]
