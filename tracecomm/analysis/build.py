@@ -133,7 +133,8 @@ def projection(report: Report, ctx: Context) -> Report:
 
 def frameworks(report: Report, ctx: Context) -> Report:
     """metrics.md §14a: which framework ran the job, for the findings' advice."""
-    return replace(report, frameworks=detect_frameworks(report.rank_reports))
+    found = detect_frameworks(report.rank_reports, ctx.options.declared_framework)
+    return replace(report, frameworks=found)
 
 
 def bottom_line(report: Report, ctx: Context) -> Report:

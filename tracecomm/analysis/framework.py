@@ -9,32 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tracecomm.analysis.rank import RankReport
+from tracecomm.frameworks import INFERENCE, LABELS, PRIORITY
 
-# The order a framework is named in when several are seen (the more specific first:
-# torchtitan runs FSDP2, Megatron-DeepSpeed writes both, a DLRM job runs TorchRec and DDP).
-PRIORITY = (
-    "vllm",
-    "sglang",
-    "torchtitan",
-    "megatron",
-    "deepspeed",
-    "fsdp2",
-    "fsdp1",
-    "torchrec",
-    "ddp",
-)
-LABELS = {
-    "vllm": "vLLM",
-    "sglang": "SGLang",
-    "torchtitan": "torchtitan",
-    "megatron": "Megatron-LM",
-    "deepspeed": "DeepSpeed",
-    "fsdp2": "FSDP2 (fully_shard)",
-    "fsdp1": "FSDP1 (FullyShardedDataParallel)",
-    "torchrec": "TorchRec",
-    "ddp": "DDP",
-}
-INFERENCE = frozenset({"vllm", "sglang"})
 EVIDENCE_NAMES = 3
 
 
@@ -68,8 +44,15 @@ class Frameworks:
         )
 
 
-def detect_frameworks(ranks: Sequence[RankReport]) -> Frameworks | None:
-    """The frameworks whose marks any analyzed rank holds; None when no rank holds one."""
+# what a framework named by the run's settings rather than by a trace cites
+DECLARED = "tracecomm.toml [run] framework"
+
+
+def detect_frameworks(
+    ranks: Sequence[RankReport], declared: str | None = None
+) -> Frameworks | None:
+    """The frameworks whose marks any analyzed rank holds; with none, the one the settings
+    file declares (a key of ``frameworks.PRIORITY``); None when neither says one."""
     holders: Counter[str] = Counter()
     names: dict[str, dict[str, None]] = {}
     for r in ranks:
@@ -78,7 +61,10 @@ def detect_frameworks(ranks: Sequence[RankReport]) -> Frameworks | None:
         for m in r.breakdown.frameworks:
             names.setdefault(m.framework, {})[m.name] = None
     if not holders:
-        return None
+        if declared is None:
+            return None
+        found = DetectedFramework(declared, LABELS[declared], len(ranks), (DECLARED,))
+        return Frameworks((found,), inference=declared in INFERENCE)
     detected = tuple(
         DetectedFramework(
             key, _label(key, names[key]), holders[key], tuple(sorted(names[key]))[:EVIDENCE_NAMES]

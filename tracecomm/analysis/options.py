@@ -22,3 +22,5 @@ class AnalysisOptions:
     export_ranks: tuple[int, ...] = ()  # --export-ranks; () = fastest, median, slowest, flagged
     # --export-steps: (first, last) ProfilerStep numbers, either open; None = the typical step
     export_steps: tuple[int | None, int | None] | None = None
+    # tracecomm.toml's [run] framework: named when the traces name no framework (§14a)
+    declared_framework: str | None = None

@@ -51,6 +51,7 @@ class RunInputs:
     compute_rules: tuple[str, ...]
     power: tuple[PowerLog, ...]
     power_warnings: tuple[str, ...]
+    framework: str | None = None  # the settings' [run] framework, for when no trace names one
 
 
 def read_run(discovery: Discovery, model: ModelInputs) -> RunInputs:
@@ -77,6 +78,7 @@ def read_run(discovery: Discovery, model: ModelInputs) -> RunInputs:
         settings.compute_rules,
         tuple(power),
         tuple(power_warnings),
+        settings.run.framework,
     )
 
 
@@ -121,7 +123,7 @@ def run_analysis(
         files=_Files(executor, work),
     )
     # merged traces hold no file per rank for HTA to read
-    options = request.analysis
+    options = replace(request.analysis, declared_framework=run.framework)
     if request.rank_from is not None:
         options = replace(options, compat=None)
     from tracecomm.analysis.build import build_report

@@ -17,6 +17,7 @@ from typing import Any
 from tracecomm.check.budgets import DEFAULT_BUDGETS, BudgetError
 from tracecomm.check.budgets import apply as apply_budgets
 from tracecomm.errors import UsageError
+from tracecomm.frameworks import PRIORITY, framework_key
 from tracecomm.mfu.inputs import InputError, ModelInputs, model_inputs
 
 if sys.version_info >= (3, 11):
@@ -36,6 +37,18 @@ class Settings:
     comm_rules: tuple[str, ...] = ()
     compute_rules: tuple[str, ...] = ()
     check: dict[str, Any] = field(default_factory=dict)
+    run: RunTable = field(default_factory=lambda: RunTable())
+
+
+@dataclass(frozen=True)
+class RunTable:
+    """The [run] table: what the training script said of its run (``tracecomm.profile``
+    writes it). ``framework`` stands in when the traces name none (metrics.md §14a)."""
+
+    framework: str | None = None  # its key (frameworks.PRIORITY)
+    world_size: int | None = None
+    steps: tuple[int, int] | None = None  # the steps recorded, first and last
+    layout: dict[str, int] = field(default_factory=dict)  # {"dp": 8, "tp": 2}
 
 
 def settings_path(runs: Sequence[str]) -> Path | None:
@@ -61,11 +74,11 @@ def read_settings(runs: Sequence[str]) -> Settings:
     table = doc.get("tool", {}).get("tracecomm", {}) if path.name == "pyproject.toml" else doc
     if not isinstance(table, dict):
         raise UsageError(f"{path}: [tool.tracecomm] must be a table")
-    unknown = sorted(set(table) - {"model", "device", "rules", "check"})
+    unknown = sorted(set(table) - {"model", "device", "rules", "check", "run"})
     if unknown:
         raise UsageError(
             f"{path}: unknown table or key {unknown[0]!r} (known: [model], [device], [rules], "
-            "[check])"
+            "[check], [run])"
         )
     comm, compute = _rules(table, path)
     check = table.get("check", {})
@@ -75,7 +88,51 @@ def read_settings(runs: Sequence[str]) -> Settings:
         apply_budgets(check, DEFAULT_BUDGETS)
     except BudgetError as exc:
         raise UsageError(f"{path}: [check] {exc}") from None
-    return Settings(path, _model(table, path), comm, compute, dict(check))
+    return Settings(path, _model(table, path), comm, compute, dict(check), _run(table, path))
+
+
+_NAME_LIMIT = 100
+
+
+def _run(table: dict[str, Any], path: Path) -> RunTable:
+    run = table.get("run", {})
+    if not isinstance(run, dict):
+        raise UsageError(f"{path}: [run] must be a table")
+    unknown = sorted(set(run) - {"framework", "world_size", "steps", "layout"})
+    if unknown:
+        raise UsageError(
+            f"{path}: [run] unknown key {unknown[0]!r} (framework, world_size, steps, layout)"
+        )
+    framework = run.get("framework")
+    if framework is not None:
+        key = framework_key(framework) if isinstance(framework, str) else None
+        if key is None:
+            raise UsageError(
+                f"{path}: [run] framework {str(framework)[:_NAME_LIMIT]!r}: one of "
+                f"{', '.join(PRIORITY)}"
+            )
+        framework = key
+    world = run.get("world_size")
+    if world is not None and not _positive(world):
+        raise UsageError(f"{path}: [run] world_size {world!r}: expected a positive whole number")
+    steps = run.get("steps")
+    if steps is not None and not (
+        isinstance(steps, list)
+        and len(steps) == 2
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in steps)
+        and steps[0] <= steps[1]
+    ):
+        raise UsageError(f"{path}: [run] steps {steps!r}: expected [first, last] step numbers")
+    layout = run.get("layout", {})
+    if not isinstance(layout, dict) or not all(
+        0 < len(k) <= _NAME_LIMIT and _positive(v) for k, v in layout.items()
+    ):
+        raise UsageError(f"{path}: [run.layout] maps parallel dimensions to sizes: dp = 8")
+    return RunTable(framework, world, (steps[0], steps[1]) if steps else None, dict(layout))
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _rules(table: dict[str, Any], path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
