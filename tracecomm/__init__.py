@@ -2,7 +2,9 @@
 
 ``tracecomm.analyze(paths, **options) -> Report`` is the CLI's analysis for notebooks (its
 options are the CLI's, as keywords), ``tracecomm.compare(paths, **options) -> Comparison`` its
-comparison of runs; the command line is ``tracecomm``.
+comparison of runs, ``tracecomm.profile(run_dir, steps=...)`` records a training loop's steps
+for them (``tracecomm.record``; torch only when it records); the command line is
+``tracecomm``.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from tracecomm._version import __version__
 
 if TYPE_CHECKING:
     from tracecomm.analysis.model import Report
+    from tracecomm.record import profile
     from tracecomm.run.api import analyze, compare
 
-__all__ = ["Report", "__version__", "analyze", "compare"]
+__all__ = ["Report", "__version__", "analyze", "compare", "profile"]
 
 
 def __getattr__(name: str) -> Any:
@@ -28,6 +31,10 @@ def __getattr__(name: str) -> Any:
         from tracecomm.run.api import compare
 
         return compare
+    if name == "profile":
+        from tracecomm.record import profile
+
+        return profile
     if name == "Report":
         from tracecomm.analysis.model import Report
 

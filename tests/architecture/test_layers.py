@@ -21,6 +21,7 @@ LAYERS = {
     "tracecomm.errors": 0,
     "tracecomm.text": 0,
     "tracecomm.colltypes": 0,
+    "tracecomm.frameworks": 0,
     "tracecomm.ingest": 1,
     "tracecomm.nccl": 1,
     "tracecomm.engine": 2,
@@ -32,6 +33,8 @@ LAYERS = {
     "tracecomm.check": 4,
     "tracecomm.run": 5,
     "tracecomm.cli": 6,
+    # tracecomm.profile: writes what the run reads (its settings file), in a training process
+    "tracecomm.record": 6,
     # the package itself (``tracecomm.analyze``, ``__version__``) and ``python -m tracecomm``
     "tracecomm": 7,
     "tracecomm.__main__": 7,
