@@ -115,3 +115,28 @@ def test_on_demand_records_the_same_steps_on_both_ranks_after_a_signal_to_one(
     doc = analyze_json(folder)
     assert doc["summary"]["ranks_analyzed"] == 2 and doc["summary"]["steps"] == [8, 9, 10]
     assert doc["throughput"]["flops"]["per_step"] == FLOPS_PER_STEP
+
+
+def test_a_rank_that_cannot_record_still_votes_and_the_job_is_untouched(tmp_path: Path) -> None:
+    """Rank 1 cannot write its folder, and it alone is signalled: its vote still counts, the
+    others record, and the job's own all-reduces (checked each step by the job) stay exact."""
+    out = tmp_path / "run"
+    said = record(out, "stopped")
+    assert sorted(p.name for p in (out / "step8").iterdir()) == [
+        "rank0.pt.trace.json.gz",
+        "tracecomm.toml",
+    ]
+    assert profiler_steps(out / "step8" / "rank0.pt.trace.json.gz") == [8, 9, 10]
+    assert f"tracecomm.profile: rank 1: recording nothing: {out}/file/run is not writable" in said
+
+
+def test_a_recorder_entered_before_init_process_group_names_each_rank(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    record(out, "late")  # mp.spawn sets no RANK: the rank is known only after init
+    assert sorted(p.name for p in out.iterdir()) == [
+        "rank0.pt.trace.json.gz",
+        "rank1.pt.trace.json.gz",
+        "tracecomm.toml",
+    ]
+    doc = analyze_json(out)
+    assert doc["summary"]["ranks_analyzed"] == 2 and doc["summary"]["steps"] == [3, 4, 5]

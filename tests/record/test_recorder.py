@@ -118,6 +118,19 @@ def test_a_loop_that_ends_inside_the_window_keeps_what_it_recorded(tmp_path: Pat
     assert lines[0] == "tracecomm.profile: the loop ended after step 4, inside steps 2–7"
     assert lines[1].startswith(f"tracecomm.profile: recorded steps 2–4 of 1 rank into {tmp_path}")
     assert read_settings([str(tmp_path)]).run.steps == (2, 4)
+    # the trace holds the step begun last too (it never ran): the settings' steps leave it out
+    assert analyze_json(tmp_path)["summary"]["steps"] == [2, 3, 4]
+
+
+def test_a_loop_that_ends_in_the_warm_up_leaves_nothing(tmp_path: Path) -> None:
+    need_torch()
+    lines: list[str] = []
+    with tracecomm.profile(tmp_path, steps=range(3, 6), power=Steady(), log=lines.append) as prof:
+        train(prof, 3)  # steps 0-2: step 2 was the warm-up
+    assert lines == [
+        "tracecomm.profile: steps 3–5 never came: the loop ran steps 0–2; nothing recorded"
+    ]
+    assert list(tmp_path.iterdir()) == []  # no trace, no settings, no power log
 
 
 def test_an_export_that_fails_stops_the_recording_not_the_loop(
@@ -173,6 +186,12 @@ def test_the_trigger_file_records_the_next_steps(tmp_path: Path) -> None:
         ({"model_flops_per_step": -1}, "must be a positive number"),
         ({"dtype": "fp7"}, "dtype 'fp7': one of"),
         ({"on_demand": True, "poll_every": 0}, "positive counts of steps"),
+        ({"on_demand": True, "record_steps": None}, "positive counts of steps"),
+        ({"model_flops_per_step": float("nan")}, "must be a positive number"),
+        ({"model_flops_per_step": float("inf")}, "must be a positive number"),
+        ({"framework": 3}, "framework=3: one of"),
+        ({"layout": [("dp", 2)]}, "parallel dimensions and their sizes"),
+        ({"tokens_per_step": 2**64}, "past a 64-bit count"),
     ],
 )
 def test_bad_arguments_are_one_line_and_record_nothing(
@@ -271,3 +290,52 @@ def test_after_an_nccl_process_group_rank_0_says_what_the_launcher_sets(
         "already; set in the launcher's environment (README, 'Recording a run'): NCCL_DEBUG=INFO "
     )
     assert f"NCCL_DEBUG_FILE={tmp_path}/nccl.%h.%p.log" in lines[0]
+
+
+def test_an_abandon_that_fails_too_stays_out_of_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need_torch()
+    from tracecomm.record import recorder
+
+    class Closing(Steady):
+        def close(self) -> None:
+            raise RuntimeError("NVML_ERROR_UNINITIALIZED")
+
+    def full(source: Path, target: Path) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(recorder, "_gzip", full)
+    lines: list[str] = []
+    with tracecomm.profile(tmp_path, steps=range(1, 3), power=Closing(), log=lines.append) as prof:
+        train(prof, 5)
+    assert lines[0] == (
+        "tracecomm.profile: recording stopped: OSError: [Errno 28] No space left on device"
+    )
+    assert prof.step_num == 5 and list(tmp_path.iterdir()) == []
+
+
+def test_a_recorder_records_once(tmp_path: Path) -> None:
+    need_torch()
+    lines: list[str] = []
+    prof = tracecomm.profile(tmp_path, steps=range(1, 2), log=lines.append)
+    with prof:
+        train(prof, 3)
+    with prof:
+        train(prof, 3)
+    assert lines[-1] == (
+        "tracecomm.profile: a recorder records once: make a new tracecomm.profile for more"
+    )
+    assert len(prof.recorded) == 1
+
+
+def test_a_trigger_file_from_before_the_start_is_not_a_request(tmp_path: Path) -> None:
+    need_torch()
+    (tmp_path / TRIGGER_FILE).touch()
+    os.utime(tmp_path / TRIGGER_FILE, (1, 1))  # left by an earlier job
+    lines: list[str] = []
+    with tracecomm.profile(
+        tmp_path, on_demand=True, record_steps=1, poll_every=1, log=lines.append
+    ) as prof:
+        train(prof, 5)
+    assert lines == [] and sorted(p.name for p in tmp_path.iterdir()) == [TRIGGER_FILE]

@@ -47,6 +47,7 @@ from tracecomm.ingest.power import PowerSeries
 _COMPUTE, _COMM, _MEMORY = 0, 1, 2
 _FIRST_TYPE = 3
 _CPU_COMM_PATTERN = r"^(?:gloo|nccl|rccl|hccl):|^record_param_comms$|^c10d::"
+_BACKEND_COMM = r"^(?:gloo|nccl|rccl|hccl):"
 
 
 def breakdown(
@@ -292,7 +293,11 @@ def _gpu_breakdown(
 def _cpu_breakdown(rank: RankEvents, opts: BreakdownOptions) -> RankBreakdown:
     """CPU-only traces (gloo, or no CUDA activity): comm ops vs. other CPU ops (metrics.md §1)."""
     cpu = rank.cpu.filter(~pl.col("name").str.starts_with("ProfilerStep#"))
-    is_comm = pl.col("name").str.contains(_CPU_COMM_PATTERN)
+    # where the backend's own ranges are there (gloo:all_reduce on gloo's thread: the work),
+    # c10d::allreduce_ and record_param_comms are the caller queueing it: counted as comm
+    # too, each collective would count twice
+    on_backend = bool(cpu.select(pl.col("name").str.contains(_BACKEND_COMM).any()).item())
+    is_comm = pl.col("name").str.contains(_BACKEND_COMM if on_backend else _CPU_COMM_PATTERN)
     work = cpu.filter(is_comm | (pl.col("kind") == "cpu_op")).with_columns(
         pl.when(is_comm).then(pl.lit("comm")).otherwise(pl.lit("compute")).alias("cls"),
         pl.when(is_comm).then(coll_type_of(pl.col("name"))).alias("coll_type"),

@@ -18,7 +18,7 @@ TRACE_SUFFIX = ".pt.trace.json.gz"
 # a leading dot: discovery skips the file while it is being written (ingest.discover)
 _PARTIAL_PREFIX = "."
 # TOML integers are 64-bit: a larger FLOP count is written as a string (mfu.inputs reads both)
-_TOML_INT_MAX = 2**63 - 1
+TOML_INT_MAX = 2**63 - 1
 
 
 def trace_name(rank: int) -> str:
@@ -92,7 +92,7 @@ def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
-        return str(value) if abs(value) <= _TOML_INT_MAX else _toml_string(str(value))
+        return str(value) if abs(value) <= TOML_INT_MAX else _toml_string(str(value))
     if isinstance(value, float):
         return repr(value)
     if isinstance(value, list):

@@ -88,22 +88,28 @@ class PowerSampler:
         if self.problem is not None:
             return
         try:
-            now = self._clock()
-            readings = [(gpu, self._reader.watts(gpu)) for gpu in self._reader.gpus()]
+            now = int(self._clock())
+            readings = [(gpu, float(self._reader.watts(gpu))) for gpu in self._reader.gpus()]
         except Exception as exc:  # NVML errors are its own classes: any stops the sampling
             self.problem = f"power sampling stopped: {type(exc).__name__}: {exc}"
             return
         host = self._host.replace(",", "_")
         self._rows.extend(f"{now},{host},{gpu},{watts:.3f}" for gpu, watts in readings)
 
-    def stop(self) -> Path | None:
-        """Stops the thread, writes the log; None when nothing was sampled."""
+    def stop(self, write: bool = True) -> Path | None:
+        """Stops the thread, writes the log (unless ``write`` is false: nothing was recorded
+        to go with it); None when nothing was written."""
         self._stopped.set()
         if self._thread is not None:
-            self._thread.join()
-        self.sample()
-        self._reader.close()
-        if not self._rows:
+            # a reader stuck in a driver call keeps its (daemon) thread, not the job
+            self._thread.join(timeout=max(1.0, 10 * self._period_s))
+        if self._thread is None or not self._thread.is_alive():
+            self.sample()
+        try:
+            self._reader.close()
+        except Exception as exc:
+            self.problem = self.problem or f"power reader: {type(exc).__name__}: {exc}"
+        if not self._rows or not write:
             return None
         write_atomically(self._path, "\n".join([HEADER, *self._rows]) + "\n")
         return self._path

@@ -15,6 +15,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -23,6 +24,7 @@ from typing import Any
 
 from tracecomm.frameworks import PRIORITY, framework_key
 from tracecomm.record.files import (
+    TOML_INT_MAX,
     RunFacts,
     apply_environment,
     partial_path,
@@ -81,28 +83,27 @@ def profile(
     - ``log``: where the helper's lines go (default: stderr).
     """
     say = log or _stderr
-    facts = RunFacts(
-        model_flops_per_step=_whole(model_flops_per_step),
-        flops_per_token=_whole(flops_per_token),
-        tokens_per_step=tokens_per_step,
-        dtype=dtype,
-        peak_tflops=peak_tflops,
-        framework=framework_key(framework) or framework if framework else None,
-        layout=dict(layout or {}),
-    )
-    problem = _facts_problem(facts)
-    try:
+    try:  # any argument it cannot use is one line, never an exception in the training script
+        facts = _facts(
+            model_flops_per_step,
+            flops_per_token,
+            tokens_per_step,
+            dtype,
+            peak_tflops,
+            framework,
+            layout,
+        )
         window = None if on_demand else window_of(DEFAULT_STEPS if steps is None else steps)
-    except ValueError as exc:
-        problem = problem or str(exc)
-        window = None
-    if on_demand and (record_steps <= 0 or poll_every <= 0):
-        problem = problem or "record_steps and poll_every are positive counts of steps"
+        if on_demand and not (_count(record_steps) and _count(poll_every)):
+            raise ValueError("record_steps and poll_every are positive counts of steps")
+        problem = None
+    except Exception as exc:
+        facts, window, problem = RunFacts(), None, str(exc) or type(exc).__name__
     return Recorder(
         Path(run_dir),
         window,
         facts,
-        on_demand=on_demand,
+        on_demand=on_demand and problem is None,
         record_steps=record_steps,
         poll_every=poll_every,
         power=power,
@@ -113,32 +114,53 @@ def profile(
     )
 
 
-def _whole(value: int | float | None) -> int | None:
-    return None if value is None or isinstance(value, bool) else round(value)
+def _count(value: object) -> bool:
+    return type(value) is int and 0 < value <= TOML_INT_MAX
 
 
-def _facts_problem(facts: RunFacts) -> str | None:
-    """What ``analyze`` would refuse in the settings file, said now."""
+def _facts(
+    model_flops_per_step: object,
+    flops_per_token: object,
+    tokens_per_step: object,
+    dtype: object,
+    peak_tflops: object,
+    framework: object,
+    layout: object,
+) -> RunFacts:
+    """The facts for the settings file, checked as ``analyze`` will read them. Raises
+    ``ValueError`` with the one line to say."""
     from tracecomm.mfu.inputs import InputError, model_inputs
 
     values = {
-        "model_flops_per_step": facts.model_flops_per_step,
-        "flops_per_token": facts.flops_per_token,
-        "tokens_per_step": facts.tokens_per_step,
-        "dtype": facts.dtype,
-        "peak_tflops": facts.peak_tflops,
+        "model_flops_per_step": model_flops_per_step,
+        "flops_per_token": flops_per_token,
+        "tokens_per_step": tokens_per_step,
+        "dtype": dtype,
+        "peak_tflops": peak_tflops,
     }
     try:
-        model_inputs(values, lambda name: name)
+        inputs = model_inputs(values, lambda name: name)
     except InputError as exc:
-        return str(exc)
-    if facts.framework is not None and framework_key(facts.framework) is None:
-        return f"framework={facts.framework!r}: one of {', '.join(PRIORITY)}"
-    if not all(
-        _BARE_KEY.fullmatch(str(k)) and type(v) is int and v > 0 for k, v in facts.layout.items()
+        raise ValueError(str(exc)) from None
+    if inputs.tokens_per_step is not None and not _count(inputs.tokens_per_step):
+        raise ValueError(f"tokens_per_step {tokens_per_step!r}: past a 64-bit count")
+    key = framework_key(framework) if isinstance(framework, str) else None
+    if framework is not None and key is None:
+        raise ValueError(f"framework={framework!r}: one of {', '.join(PRIORITY)}")
+    dims = dict(layout) if isinstance(layout, Mapping) else None
+    if layout is not None and (
+        dims is None or not all(_BARE_KEY.fullmatch(str(k)) and _count(v) for k, v in dims.items())
     ):
-        return f"layout={dict(facts.layout)!r}: parallel dimensions and their sizes ({{'dp': 8}})"
-    return None
+        raise ValueError(f"layout={layout!r}: parallel dimensions and their sizes ({{'dp': 8}})")
+    return RunFacts(
+        model_flops_per_step=inputs.model_flops_per_step,
+        flops_per_token=inputs.flops_per_token,
+        tokens_per_step=inputs.tokens_per_step,
+        dtype=dtype if isinstance(dtype, str) else None,
+        peak_tflops=inputs.peak_tflops,
+        framework=key,
+        layout=dims or {},
+    )
 
 
 class Recorder:
@@ -177,6 +199,8 @@ class Recorder:
         self._asked = threading.Event()
         self._old_handler: Any = None
         self.step_num = 0
+        self._entered = False
+        self._trigger_since = 0.0  # a trigger file older than this was already answered
         self._ending = False  # the loop has ended: the step begun last never ran
         self.recorded: list[Path] = []  # the traces this rank wrote
         self.stopped: str | None = problem  # why the recorder records nothing more
@@ -186,6 +210,10 @@ class Recorder:
     # -- the context manager -------------------------------------------------------------
 
     def __enter__(self) -> Recorder:
+        if self._entered:  # torch's step numbers would restart under ours: never twice
+            self._stop("a recorder records once: make a new tracecomm.profile for more")
+            return self
+        self._entered = True
         if self.stopped is None:
             self._guard(self._start)
         return self
@@ -197,14 +225,20 @@ class Recorder:
         trace: types.TracebackType | None,
     ) -> None:
         self._guard(self._finish)
-        self._restore_signal()
+        self._guard(self._restore_signal)
 
     def step(self) -> None:
         """Call once per training step, after it."""
-        if self._profiler is None:
-            self.step_num += 1
-            return
-        self._guard(self._step)
+        starting = self.step_num + 1
+        try:
+            if self._polls(starting):
+                self._guard(lambda: self._poll(starting))
+            if self._profiler is not None:
+                self._guard(self._profiler.step)
+                if self._profiler is not None:
+                    self._guard(lambda: self._begin_power(starting))
+        finally:  # the loop's step count goes on whatever the helper's work did
+            self.step_num = starting
 
     # -- internals -----------------------------------------------------------------------
 
@@ -216,43 +250,44 @@ class Recorder:
             self._abandon(f"{type(exc).__name__}: {exc}")
 
     def _abandon(self, why: str) -> None:
-        self.stopped = why
-        self._say(f"recording stopped: {why}")
+        """Stops everything the recorder runs; nothing in here may raise."""
+        self._stop(f"recording stopped: {why}")
         profiler, self._profiler = self._profiler, None
         if profiler is not None:
             profiler.on_trace_ready = None
             with contextlib.suppress(Exception):
                 profiler.stop()
-        self._stop_power()
+        with contextlib.suppress(Exception):
+            self._discard_power()
+
+    def _stop(self, line: str) -> None:
+        self.stopped = line
+        self._say(line)
 
     def _say(self, line: str, job: bool = False) -> None:
         """One line: this rank's own problem (named by its rank), or the job's (``job``)."""
         many = self._world is not None and self._world.size > 1 and not job
         rank = f"rank {self._world.rank}: " if many and self._world else ""
-        self._log(f"tracecomm.profile: {rank}{line}")
+        with contextlib.suppress(Exception):  # a log that fails is no reason to stop a job
+            self._log(f"tracecomm.profile: {rank}{line}")
 
     def _start(self) -> None:
         try:
             import torch
             import torch.profiler
         except ImportError:
-            self.stopped = "torch is not installed"
-            self._say("recording nothing: torch is not installed (pip install torch)")
+            self._on_demand = False  # no torch anywhere: nothing to vote with
+            self._stop("recording nothing: torch is not installed (pip install torch)")
             return
         self._torch = torch
         self._world = this_world(torch.distributed)
+        self._trigger_since = time.time()
+        if self._on_demand:
+            self._listen()
         if not self._writable(self.run_dir):
-            return
+            return  # an on-demand rank still votes (the others wait for its vote)
         if self._nccl_env:
             self._set_nccl_env()
-        if self._on_demand:
-            self._agreement = Agreement(torch, self._world)
-            if self._world.size > 1 and not self._world.initialized:
-                self._say(
-                    "no process group: each rank records when it alone is asked (call "
-                    "init_process_group before tracecomm.profile to record all at one step)"
-                )
-            self._listen()
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -263,7 +298,7 @@ class Recorder:
             record_shapes=True,  # matmul shapes (observed FLOPs), gloo's message sizes
         )
         self._profiler.__enter__()
-        self._begin_power(self._action_name(0))
+        self._begin_power(0)
 
     def _writable(self, folder: Path) -> bool:
         try:
@@ -272,8 +307,7 @@ class Recorder:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:
-            self.stopped = f"{folder}: {exc.strerror or exc}"
-            self._say(f"recording nothing: {folder} is not writable ({exc.strerror or exc})")
+            self._stop(f"recording nothing: {folder} is not writable ({exc.strerror or exc})")
             return False
         return True
 
@@ -314,35 +348,62 @@ class Recorder:
     def _action_name(self, step: int) -> Action:
         return Action.NONE if self.window is None else self.window.action(step)
 
-    def _step(self) -> None:
-        starting = self.step_num + 1
-        try:
-            if self._on_demand and self.window is None and starting % self._poll_every == 0:
-                self._poll(starting)
-            self._profiler.step()
-        finally:  # the loop's step count goes on whatever the helper's work did
-            self.step_num = starting
-        if self._profiler is not None:
-            self._begin_power(self._action_name(starting))
+    def _polls(self, step: int) -> bool:
+        """Whether the ranks vote at ``step``: on demand, every ``poll_every`` steps outside a
+        window. Every rank keeps the same count whatever its own recording did (one that
+        stopped still votes), so that they always vote together."""
+        inside = self.window is not None and step <= self.window.last
+        return (
+            self._on_demand
+            and self._torch is not None
+            and not inside
+            and (step % self._poll_every == 0)
+        )
 
     def _poll(self, step: int) -> None:
+        if self._agreement is None:
+            # at the first vote, not at the start: the process group may come later, and
+            # every rank gets here at the same step (new_group is itself collective)
+            self._world = this_world(self._torch.distributed)
+            self._agreement = Agreement(self._torch, self._world)
+            if self._world.size > 1 and not self._world.initialized:
+                self._say(
+                    "no process group: each rank records when it alone is asked (call "
+                    "init_process_group before the first poll to record all at one step)"
+                )
         trigger = self.run_dir / TRIGGER_FILE
-        asked = self._asked.is_set() or trigger.exists()
-        assert self._agreement is not None
-        if not self._agreement.any_asked(asked):
+        asked = self._asked.is_set() or self._fresh(trigger)
+        try:
+            agreed = self._agreement.any_asked(asked)
+        except Exception:
+            self._on_demand = False  # a vote that failed leaves the group unusable
+            raise
+        if not agreed:
             return
-        self._asked.clear()
-        trigger.unlink(missing_ok=True)
+        # first: every rank's window, hence its voting steps, stays the others'
         self.window = on_demand_window(step, self._record_steps)
+        self._asked.clear()
+        self._trigger_since = time.time()
+        with contextlib.suppress(OSError):  # gone already, or a folder this rank cannot use
+            trigger.unlink()
+
+    def _fresh(self, trigger: Path) -> bool:
+        """A trigger file written since the last recording began (a stale copy that a shared
+        file system still shows after its removal is not a new request)."""
+        try:
+            return trigger.stat().st_mtime > self._trigger_since
+        except OSError:
+            return False
 
     def _folder(self) -> Path:
         if self._on_demand and self.window is not None:
             return self.run_dir / f"step{self.window.first}"
         return self.run_dir
 
-    def _begin_power(self, action: Action) -> None:
-        starts = action is Action.WARMUP or (
-            self.window is not None and self.step_num == self.window.first
+    def _begin_power(self, step: int) -> None:
+        """Samples from the warm-up step (or the window's first, without one) to the save."""
+        starts = self._action_name(step) is Action.WARMUP or (
+            self.window is not None and step == self.window.first
         )
         if not self._power or self._sampler is not None or not starts:
             return
@@ -377,9 +438,16 @@ class Recorder:
             self._say(sampler.problem)
         return written
 
+    def _discard_power(self) -> None:
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.stop(write=False)
+
     def _save(self, profiler: Any) -> None:
         """on_trace_ready: this rank's trace into the folder, renamed into place when whole."""
         assert self._world is not None and self.window is not None
+        if not self._world.initialized:  # entered before init_process_group: ask again
+            self._world = this_world(self._torch.distributed)
         folder = self._folder()
         folder.mkdir(parents=True, exist_ok=True)
         final = folder / trace_name(self._world.rank)
@@ -399,8 +467,6 @@ class Recorder:
         power = self._stop_power()
         if self._world.rank == 0:
             self._write_settings(folder, Window(self.window.first, last), power)
-        if self._on_demand:
-            self.window = None
 
     def _write_settings(self, folder: Path, window: Window, power: Path | None) -> None:
         assert self._world is not None
@@ -422,11 +488,14 @@ class Recorder:
         if window is not None and ran <= window.first:
             done = f"the loop ran steps 0–{ran - 1}" if ran else "the loop ran no step"
             self._say(f"{window.label()} never came: {done}; nothing recorded")
+        if window is not None and ran <= window.first:
+            profiler.on_trace_ready = None  # a warm-up only: no trace, no power log
+            self._discard_power()
         elif window is not None and ran <= window.last:
             self._say(f"the loop ended after step {ran - 1}, inside {window.label()}")
         self._ending = True
-        profiler.__exit__(None, None, None)  # saves a window the loop cut short
         self._profiler = None
+        profiler.__exit__(None, None, None)  # saves a window the loop cut short
         self._stop_power()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import socket
 from dataclasses import dataclass
@@ -42,20 +43,24 @@ def this_world(dist: Any | None) -> World:
     return World(rank, size or 1, local if local is not None else rank, host, None, False)
 
 
+# how long a rank waits for the others' votes: the ranks of a job run within a step of each
+# other, and a rank that never votes has failed the job already
+VOTE_TIMEOUT = dt.timedelta(minutes=10)
+
+
 class Agreement:
     """The ranks' vote on whether anyone was asked to record: an all-reduce (max) of one flag,
-    on a gloo group of its own when the job's group is NCCL (a CPU all-reduce: no GPU sync,
-    nothing queued on the job's streams). Every rank calls ``any_asked`` at the same steps."""
+    on a gloo group of its own (a CPU all-reduce: no GPU sync, nothing queued on the job's
+    streams or groups). Every rank calls ``any_asked`` at the same steps."""
 
     def __init__(self, torch: Any, world: World) -> None:
         self._torch = torch
         self._group = None
         if world.initialized and world.size > 1:
-            dist = torch.distributed
-            uses_gloo = world.backend is not None and world.backend.startswith("gloo")
-            # new_group is itself collective: every rank builds its recorder, so every rank
-            # gets here
-            self._group = dist.group.WORLD if uses_gloo else dist.new_group(backend="gloo")
+            # a group of its own, gloo on any job: a vote never pairs with the job's own
+            # collectives, even on a gloo job. new_group is itself collective: every rank
+            # gets here at the same step (Recorder._poll)
+            self._group = torch.distributed.new_group(backend="gloo", timeout=VOTE_TIMEOUT)
         self._alone = self._group is None
 
     def any_asked(self, asked: bool) -> bool:

@@ -52,6 +52,7 @@ class RunInputs:
     power: tuple[PowerLog, ...]
     power_warnings: tuple[str, ...]
     framework: str | None = None  # the settings' [run] framework, for when no trace names one
+    steps: tuple[int, int] | None = None  # the settings' [run] steps: the default --steps
 
 
 def read_run(discovery: Discovery, model: ModelInputs) -> RunInputs:
@@ -79,6 +80,7 @@ def read_run(discovery: Discovery, model: ModelInputs) -> RunInputs:
         tuple(power),
         tuple(power_warnings),
         settings.run.framework,
+        settings.run.steps,
     )
 
 
@@ -202,8 +204,12 @@ def _check_chosen_ranks(
 
 
 def _work(request: Request, run: RunInputs) -> RankWork:
-    """The per-rank unit's options: the request's, with the settings file's rules added."""
+    """The per-rank unit's options: the request's, with the settings file's rules added, and
+    its recorded steps when no --steps asks for others (a loop that ended inside the window
+    leaves one more ProfilerStep begun, which never ran)."""
     opts = request.breakdown
+    if run.steps is not None and opts.first_step is None and opts.last_step is None:
+        opts = replace(opts, first_step=run.steps[0], last_step=run.steps[1])
     return RankWork(
         breakdown=replace(
             opts,
