@@ -10,8 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from tests.conftest import analyze_json
+from tracecomm.cli import app
 from tracecomm.errors import UsageError
 from tracecomm.ingest.power import is_power_log, load_power_log
 from tracecomm.nccl.discover import LOG_SUFFIXES
@@ -160,3 +162,21 @@ def test_a_reader_that_fails_stops_the_sampling_and_keeps_what_it_had(tmp_path: 
     assert sampler.problem == "power sampling stopped: RuntimeError: NVML_ERROR_GPU_IS_LOST"
     assert sampler.stop() == tmp_path / "p.csv"
     assert len(load_power_log(tmp_path / "p.csv").series["h"]) == 4
+
+
+def test_the_recorded_steps_are_the_default_steps(tmp_path: Path) -> None:
+    spec = fsdp_run(world_size=2, steps=4, seed=3)
+    write_run(spec, tmp_path)
+    every = analyze_json(tmp_path)["summary"]["steps"]
+    write_settings(tmp_path, RunFacts(world_size=2, steps=(every[1], every[2])))
+    assert analyze_json(tmp_path)["summary"]["steps"] == every[1:3]
+    # a flag wins over the file
+    assert analyze_json(tmp_path, "--steps", f"{every[0]}:")["summary"]["steps"] == every
+    write_settings(tmp_path, RunFacts(world_size=2, steps=(400, 500)))
+    result = CliRunner().invoke(app, ["analyze", str(tmp_path)])
+    assert result.exit_code == 3
+    assert result.stderr.startswith(
+        f"tracecomm: error: {tmp_path / 'tracecomm.toml'}: [run] steps 400:500: no step of the "
+        f"trace is in that range; the traces have steps {min(every)}–"
+    )
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -53,6 +53,7 @@ class RunInputs:
     power_warnings: tuple[str, ...]
     framework: str | None = None  # the settings' [run] framework, for when no trace names one
     steps: tuple[int, int] | None = None  # the settings' [run] steps: the default --steps
+    settings_path: Path | None = None
 
 
 def read_run(discovery: Discovery, model: ModelInputs) -> RunInputs:
@@ -81,6 +82,7 @@ def read_run(discovery: Discovery, model: ModelInputs) -> RunInputs:
         tuple(power_warnings),
         settings.run.framework,
         settings.run.steps,
+        settings.path,
     )
 
 
@@ -136,7 +138,7 @@ def run_analysis(
     if not report.rank_reports:
         reasons = "; ".join(m.reason for m in report.missing[:3])
         raise NoUsableInput(f"no usable rank: {reasons}")
-    _check_step_range(report, request.breakdown)
+    _check_step_range(report, work.breakdown, _steps_source(request, run))
     if all(r.breakdown.window is None for r in report.rank_reports) and not report.missing:
         notes = "; ".join(f"{r.path}: {r.breakdown.notes[-1]}" for r in report.rank_reports[:3])
         raise NoUsableInput(f"nothing to analyze: {notes}")
@@ -168,9 +170,18 @@ def _cache_warnings(cache: Path | None, results: Sequence[RankResult]) -> tuple[
     return (unusable_warning(cache, problems),) if cache is not None and problems else ()
 
 
-def _check_step_range(report: Report, opts: BreakdownOptions) -> None:
-    """``--steps`` naming no step that any rank has: one line naming the steps there are
-    (each rank's own note would say "no complete step", once per rank, which misleads)."""
+def _steps_source(request: Request, run: RunInputs) -> str:
+    """Who chose the steps: the flag, else the settings file (``_work``)."""
+    flags = request.breakdown
+    if flags.first_step is None and flags.last_step is None and run.steps is not None:
+        return f"{run.settings_path}: [run] steps"
+    return "--steps"
+
+
+def _check_step_range(report: Report, opts: BreakdownOptions, source: str = "--steps") -> None:
+    """``--steps`` (or the settings' [run] steps) naming no step that any rank has: one line
+    naming the steps there are (each rank's own note would say "no complete step", once per
+    rank, which misleads)."""
     if opts.first_step is None and opts.last_step is None:
         return
     lo = opts.first_step if opts.first_step is not None else -(2**62)
@@ -184,7 +195,7 @@ def _check_step_range(report: Report, opts: BreakdownOptions) -> None:
     if opts.first_step == opts.last_step:
         asked = str(opts.first_step)
     raise NoUsableInput(
-        f"--steps {asked}: no step of the trace is in that range; the traces have steps "
+        f"{source} {asked}: no step of the trace is in that range; the traces have steps "
         f"{min(present)}\u2013{max(present)} ({len(present)} steps)"
     )
 
