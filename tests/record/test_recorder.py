@@ -174,6 +174,22 @@ def test_the_trigger_file_records_the_next_steps(tmp_path: Path) -> None:
     assert analyze_json(tmp_path / "step6")["summary"]["steps"] == [6, 7]
 
 
+def test_on_demand_records_each_time_it_is_asked(tmp_path: Path) -> None:
+    need_torch()
+    lines: list[str] = []
+    trigger = tmp_path / TRIGGER_FILE
+    with tracecomm.profile(
+        tmp_path, on_demand=True, record_steps=2, poll_every=1, log=lines.append
+    ) as prof:
+        train(prof, 16, before={3: trigger.touch, 9: trigger.touch})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step12", "step6"]
+    assert [analyze_json(tmp_path / f)["summary"]["steps"] for f in ("step6", "step12")] == [
+        [6, 7],
+        [12, 13],
+    ]
+    assert len(lines) == 2
+
+
 @pytest.mark.parametrize(
     ("options", "said"),
     [
