@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -300,3 +301,21 @@ def test_hosts_in_natural_order() -> None:
 
     hosts = ["node10", "node2", "node1", "gpu-a11", "gpu-a9"]
     assert sorted(hosts, key=natural_key) == ["gpu-a9", "gpu-a11", "node1", "node2", "node10"]
+
+
+def test_a_candidate_under_the_line_is_told_the_line_it_had_to_pass(
+    shared_traces: Path,
+) -> None:
+    """HTA's trace_filter: the line is 3× the median rank's gain (a third of the step), not
+    5 % of it; the finding says the line the what-if drew (it said 5 %, beside a 19.5 %
+    gain)."""
+    doc = analyze_json(shared_traces / "hta-trace_filter")
+    st = doc["stragglers"]
+    said = [
+        float(m.group(1))
+        for f in doc["findings"]
+        for e in f["evidence"]
+        if (m := re.search(r"under the flag line \(([\d.]+) % of the step\)", e))
+    ]
+    line = 100 * st["threshold_ns"] / st["median_step_ns"]
+    assert said == [pytest.approx(line, abs=0.05)] and line > 30

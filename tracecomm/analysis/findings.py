@@ -414,6 +414,19 @@ def _stragglers(report: Report, basis: StepBasis) -> list[Finding]:
     ]
 
 
+def _flag_line(w: WhatIf, candidate: Candidate | None) -> str:
+    """Why a candidate is not flagged, with the line it had to pass: the larger of 5 % of the
+    step and 3× the median rank's gain (metrics.md §6), which on two ranks is 1.5× the one
+    rank's own gain (so is never passed); or a group it is part of explains the gain."""
+    line = w.threshold_ns
+    step = w.measured_step_ns
+    if line is None or not step:
+        return "under the flag line"
+    if candidate is not None and candidate.gain_ns > line:
+        return "another candidate it is part of explains the gain"
+    return f"under the flag line ({100 * line / step:.1f} % of the step)"
+
+
 def _first_order_straggler(report: Report, basis: StepBasis) -> list[Finding]:
     st = report.stragglers
     if st is None or not st.flagged or st.recoverable_pct is None:
@@ -455,7 +468,7 @@ def _straggler(
             f"back {recoverable:.1f} % of {which} (metrics.md §6)"
         )
         if not is_flagged:
-            line += ": under the flag line (5 % of the step), so not flagged"
+            line += f": {_flag_line(w, candidate)}, so not flagged"
         evidence.append(line)
         median = candidate.recoverable_pct if candidate is not None else recoverable
         total = candidate.total_recoverable_pct if candidate is not None else 0.0
