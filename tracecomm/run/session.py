@@ -63,10 +63,13 @@ def read_run(discovery: Discovery, model: ModelInputs) -> RunInputs:
     inputs = list(discovery.inputs)
     settings = read_settings(inputs)
     try:
+        flags = model
         model = model.over(settings.model)
         flops = model_flops(model)
     except InputError as exc:
         raise UsageError(str(exc)) from exc
+    if flops is not None and settings.path is not None:
+        flops = _from_settings(flops, flags, settings.path)
     rules = [(r, rule_problem(r)) for r in settings.comm_rules]
     rules += [(r, check_pattern(r)) for r in settings.compute_rules]
     for rule, problem in rules:
@@ -84,6 +87,19 @@ def read_run(discovery: Discovery, model: ModelInputs) -> RunInputs:
         settings.run.steps,
         settings.path,
     )
+
+
+def _from_settings(flops: ModelFlops, flags: ModelInputs, path: Path) -> ModelFlops:
+    """The FLOPs' source named as the file when the file, not a flag, gave them (a source
+    reading "--model-flops-per-step" when no flag was passed sends the user hunting)."""
+    keys = {
+        "--model-flops-per-step": ("model_flops_per_step", "flops_per_step"),
+        "--flops-per-token × --tokens-per-step": ("flops_per_token", "flops_per_token"),
+    }
+    field, key = keys.get(flops.source, (None, None))
+    if field is None or getattr(flags, field) is not None:
+        return flops
+    return replace(flops, source=f"{path}: [model] {key}")
 
 
 def run_analysis(
