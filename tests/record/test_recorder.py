@@ -83,9 +83,7 @@ def test_one_process_records_its_steps_and_settings(tmp_path: Path) -> None:
     assert doc["summary"]["steps"] == [1, 2] and doc["summary"]["ranks_analyzed"] == 1
     # the settings' peak makes MFU; the framework no trace names is the declared one
     assert doc["throughput"]["flops"]["per_step"] == 3_500_000_000
-    assert (
-        doc["throughput"]["flops"]["source"] == f"{run / 'tracecomm.toml'}: [model] flops_per_step"
-    )
+    assert doc["throughput"]["flops"]["source"] == "tracecomm.toml [model] flops_per_step"
     assert doc["throughput"]["mfu"] is not None
     assert doc["frameworks"]["detected"][0]["key"] == "megatron"
     assert doc["frameworks"]["detected"][0]["names"] == ["tracecomm.toml [run] framework"]

@@ -99,7 +99,9 @@ def _from_settings(flops: ModelFlops, flags: ModelInputs, path: Path) -> ModelFl
     field, key = keys.get(flops.source, (None, None))
     if field is None or getattr(flags, field) is not None:
         return flops
-    return replace(flops, source=f"{path}: [model] {key}")
+    # the file's name, not its path: summaries carry a copy of it, with the same figures
+    table = "[tool.tracecomm.model]" if path.name == "pyproject.toml" else "[model]"
+    return replace(flops, source=f"{path.name} {table} {key}")
 
 
 def run_analysis(
