@@ -16,6 +16,7 @@ from tests.conftest import analyze_json
 from tracecomm.cli import app
 from tracecomm.errors import UsageError
 from tracecomm.ingest.power import is_power_log, load_power_log
+from tracecomm.mfu.inputs import ModelInputs
 from tracecomm.nccl.discover import LOG_SUFFIXES
 from tracecomm.nccl.flight import find_dumps
 from tracecomm.record.files import (
@@ -37,10 +38,12 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 def test_the_settings_file_reads_back_as_written(tmp_path: Path) -> None:
     facts = RunFacts(
-        model_flops_per_step=2**70,  # past TOML's 64-bit integers: written as a string
-        tokens_per_step=4096,
-        dtype="bf16",
-        peak_tflops=989.5,
+        model=ModelInputs(
+            model_flops_per_step=2**70,  # past TOML's 64-bit integers: written as a string
+            tokens_per_step=4096,
+            dtype="bf16",
+            peak_tflops=989.5,
+        ),
         framework="fsdp2",
         world_size=16,
         layout={"dp_shard": 8, "tp": 2},

@@ -154,14 +154,22 @@ def test_an_export_that_fails_stops_the_recording_not_the_loop(
     assert prof.step_num == 6 and list(tmp_path.iterdir()) == []  # no half file left behind
 
 
-def test_the_trigger_file_records_the_next_steps(tmp_path: Path) -> None:
+def asked_by_trigger(folder: Path, steps: int, touched: tuple[int, ...]) -> list[str]:
+    """On demand, 2 steps at a time, polled every step: the trigger file is touched before
+    each step of ``touched``. The helper's lines."""
     need_torch()
     lines: list[str] = []
-    trigger = tmp_path / TRIGGER_FILE
+    trigger = folder / TRIGGER_FILE
     with tracecomm.profile(
-        tmp_path, on_demand=True, record_steps=2, poll_every=1, log=lines.append
+        folder, on_demand=True, record_steps=2, poll_every=1, log=lines.append
     ) as prof:
-        train(prof, 9, before={3: trigger.touch})
+        train(prof, steps, before=dict.fromkeys(touched, trigger.touch))
+    return lines
+
+
+def test_the_trigger_file_records_the_next_steps(tmp_path: Path) -> None:
+    lines = asked_by_trigger(tmp_path, 9, (3,))
+    trigger = tmp_path / TRIGGER_FILE
     # seen when step 4 begins: warm-up at 5, steps 6-7 recorded into step6/
     assert not trigger.exists()
     assert sorted(p.name for p in (tmp_path / "step6").iterdir()) == [
@@ -176,13 +184,7 @@ def test_the_trigger_file_records_the_next_steps(tmp_path: Path) -> None:
 
 
 def test_on_demand_records_each_time_it_is_asked(tmp_path: Path) -> None:
-    need_torch()
-    lines: list[str] = []
-    trigger = tmp_path / TRIGGER_FILE
-    with tracecomm.profile(
-        tmp_path, on_demand=True, record_steps=2, poll_every=1, log=lines.append
-    ) as prof:
-        train(prof, 16, before={3: trigger.touch, 9: trigger.touch})
+    lines = asked_by_trigger(tmp_path, 16, (3, 9))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step12", "step6"]
     assert [analyze_json(tmp_path / f)["summary"]["steps"] for f in ("step6", "step12")] == [
         [6, 7],

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tracecomm.mfu.inputs import ModelInputs
 from tracecomm.run.settings import SETTINGS_FILE
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
@@ -48,11 +49,7 @@ def write_atomically(path: Path, text: str) -> None:
 class RunFacts:
     """What the training script says about its run, written into ``tracecomm.toml``."""
 
-    model_flops_per_step: int | None = None
-    flops_per_token: int | None = None
-    tokens_per_step: int | None = None
-    dtype: str | None = None
-    peak_tflops: float | None = None
+    model: ModelInputs = field(default_factory=ModelInputs)  # the [model] / [device] keys
     framework: str | None = None
     world_size: int = 1
     layout: Mapping[str, int] = field(default_factory=dict)  # {"dp": 8, "tp": 2, ...}
@@ -66,14 +63,15 @@ def settings_text(facts: RunFacts, written: dt.datetime | None = None) -> str:
         f"# written by tracecomm.profile at {written.isoformat(timespec='seconds')}: what the",
         "# training script said about its run; `tracecomm analyze` reads it (flags win)",
     ]
+    given, default = facts.model, ModelInputs()  # a dtype at analyze's default is left out
     model = {
-        "flops_per_step": facts.model_flops_per_step,
-        "flops_per_token": facts.flops_per_token,
-        "tokens_per_step": facts.tokens_per_step,
-        "dtype": facts.dtype,
+        "flops_per_step": given.model_flops_per_step,
+        "flops_per_token": given.flops_per_token,
+        "tokens_per_step": given.tokens_per_step,
+        "dtype": given.dtype if given.dtype != default.dtype else None,
     }
     lines += _table("model", model)
-    lines += _table("device", {"peak_tflops": facts.peak_tflops})
+    lines += _table("device", {"peak_tflops": given.peak_tflops})
     steps = list(facts.steps) if facts.steps else None
     run = {"framework": facts.framework, "world_size": facts.world_size, "steps": steps}
     lines += _table("run", run)

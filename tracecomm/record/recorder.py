@@ -152,15 +152,7 @@ def _facts(
         dims is None or not all(_BARE_KEY.fullmatch(str(k)) and _count(v) for k, v in dims.items())
     ):
         raise ValueError(f"layout={layout!r}: parallel dimensions and their sizes ({{'dp': 8}})")
-    return RunFacts(
-        model_flops_per_step=inputs.model_flops_per_step,
-        flops_per_token=inputs.flops_per_token,
-        tokens_per_step=inputs.tokens_per_step,
-        dtype=dtype if isinstance(dtype, str) else None,
-        peak_tflops=inputs.peak_tflops,
-        framework=key,
-        layout=dims or {},
-    )
+    return RunFacts(model=inputs, framework=key, layout=dims or {})
 
 
 class Recorder:
