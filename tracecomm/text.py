@@ -11,6 +11,9 @@ import re
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
+import msgspec
+import msgspec.structs
+
 T = TypeVar("T")
 
 DASH = "–"  # a figure that does not exist (never 0, which is a measurement)
@@ -151,6 +154,13 @@ def map_strings(value: T, fn: Callable[[str], str]) -> T:
         return [map_strings(v, fn) for v in value]  # type: ignore[return-value]
     if isinstance(value, dict):
         return {map_strings(k, fn): map_strings(v, fn) for k, v in value.items()}  # type: ignore[return-value]
+    if isinstance(value, msgspec.Struct):
+        changes = {
+            name: mapped
+            for name in value.__struct_fields__
+            if (mapped := map_strings(getattr(value, name), fn)) is not getattr(value, name)
+        }
+        return msgspec.structs.replace(value, **changes) if changes else value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         changes = {
             f.name: mapped

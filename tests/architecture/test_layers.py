@@ -21,6 +21,7 @@ LAYERS = {
     "tracecomm.errors": 0,
     "tracecomm.text": 0,
     "tracecomm.colltypes": 0,
+    "tracecomm.doc": 0,
     "tracecomm.frameworks": 0,
     "tracecomm.ingest": 1,
     "tracecomm.nccl": 1,

@@ -169,7 +169,7 @@ def _saved(runs: dict[str, Path]) -> dict[str, Any]:
 
 
 def _break_figures(doc: dict[str, Any]) -> None:
-    doc["ranks"][0]["steps"][1]["window"]["figures"]["idle_ns"] += 1
+    doc["ranks"][0]["steps"][1]["window"]["figures"]["compute_ns"] += 1
 
 
 def _negative_mfu(doc: dict[str, Any]) -> None:
@@ -213,7 +213,7 @@ def _share(doc: dict[str, Any]) -> None:
         (_newer, "schema version 3"),
         (_other_tool, "not a tracecomm document"),
         (_no_ranks, "not an analyze JSON document"),
-        (_bad_causes, "at `$.ranks[0].steps[1].window.idle_by_cause.other`"),
+        (_bad_causes, "at `$.ranks[0].steps[1].window.idle_by_cause[...]`"),
         (_bool_rank, "not an analyze JSON document"),
         (_share, "<= 100.0 - at `$.stragglers.recoverable_pct`"),
     ],

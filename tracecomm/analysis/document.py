@@ -15,14 +15,15 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct
 
+from tracecomm.analysis.rank import MeanStep
 from tracecomm.colltypes import CollType
+from tracecomm.doc import NCCL_SCHEMA_VERSION, SCHEMA_VERSION, NonNegative, Percent, Positive
+from tracecomm.engine.model import Figures, KernelStats, MedianFigures, ObservedFlops
+from tracecomm.engine.model import StepFigures as Step
+from tracecomm.engine.model import TypeFigures as TypeFigures
+from tracecomm.engine.model import WindowFigures as Window
 
-SCHEMA_VERSION = 2  # render.document.SCHEMA_VERSION: the analyze document's version
-NCCL_SCHEMA_VERSION = 2  # ``tracecomm nccl --format json``
-
-NonNegative = Annotated[int, Meta(ge=0)]
-Positive = Annotated[int, Meta(ge=1)]
-Percent = Annotated[float, Meta(ge=0, le=100)]
+__all__ = ["NCCL_SCHEMA_VERSION", "SCHEMA_VERSION", "Step", "TypeFigures", "Window"]
 
 
 class _Doc(Struct, forbid_unknown_fields=True, frozen=True):
@@ -33,115 +34,7 @@ class _Doc(Struct, forbid_unknown_fields=True, frozen=True):
 # One rank: its analysis window, its steps, its kernels (metrics.md §3, §15-§16).
 
 
-class Figures(_Doc, frozen=True):
-    """Partition of one window (metrics.md §3). compute + exposed_comm + exposed_memory + idle =
-    window."""
-
-    window_ns: NonNegative
-    compute_ns: NonNegative
-    comm_ns: NonNegative
-    overlapped_comm_ns: NonNegative
-    exposed_comm_ns: NonNegative
-    exposed_memory_ns: NonNegative
-    idle_ns: NonNegative
-    overlap_pct: Annotated[
-        float | None, Meta(description="100 * overlapped_comm / comm; null when comm = 0")
-    ]
-    busy_pct: Annotated[
-        float | None,
-        Meta(description="100 * |U(compute ∪ comm ∪ memory)| / window; null for an empty window"),
-    ]
-
-
-class MedianFigures(Figures, frozen=True):
-    """Each figure's own median over the included steps (ns rounded to whole ns; percentages are
-    medians of per-step percentages); separate medians need not add up to window_ns."""
-
-
-class MeanStep(_Doc, frozen=True):
-    """The rank's analysis window over its included steps (gaps between steps counted with
-    them), each figure rounded to whole ns: the HTML's per-rank bars."""
-
-    window_ns: NonNegative
-    compute_ns: NonNegative
-    exposed_comm_ns: NonNegative
-    exposed_memory_ns: NonNegative
-    idle_ns: NonNegative
-    exposed_comm_by_type_ns: dict[str, NonNegative]
-    idle_by_cause_ns: dict[str, NonNegative] | None
-    comm_ns: Annotated[
-        NonNegative | None,
-        Meta(description="all communication per step, hidden or not; null in older documents"),
-    ] = None
-
-
-class TypeFigures(_Doc, frozen=True):
-    """One collective type's kernels in a window."""
-
-    coll_type: CollType
-    kernels: NonNegative
-    comm_ns: NonNegative
-    exposed_comm_ns: NonNegative
-
-
-class WindowEnergy(_Doc, frozen=True):
-    joules: float
-    compute_j: float
-    exposed_comm_j: float
-    exposed_memory_j: float
-    idle_j: float
-
-
-class IdleByCause(_Doc, frozen=True):
-    pipeline_fill: NonNegative
-    pipeline_drain: NonNegative
-    pipeline_wait: NonNegative
-    sync: NonNegative
-    dataloader: NonNegative
-    host_bound: NonNegative
-    other: NonNegative
-
-
-class Window(_Doc, frozen=True):
-    """A span of one rank's timeline (its analysis window, or one step's) and its partition."""
-
-    start_ns: int
-    end_ns: int
-    figures: Figures
-    by_type: list[TypeFigures]
-    energy: Annotated[
-        WindowEnergy | None,
-        Meta(
-            description=(
-                "joules the rank's GPU drew in the window, from a power log, split like"
-                " the partition; null without a covering log"
-            )
-        ),
-    ]
-    idle_by_cause: Annotated[
-        IdleByCause | None,
-        Meta(
-            description=(
-                "metrics.md §10: idle ns of the window per cause (sync and dataloader "
-                "are checked before host_bound; see the README); they add up to "
-                "figures.idle_ns. null on CPU timelines"
-            )
-        ),
-    ]
-
-
-class Step(_Doc, frozen=True):
-    """One profiler step of a rank."""
-
-    step: int
-    complete: bool
-    included: bool
-    incomplete_reason: str | None
-    cpu_span_ns: Annotated[
-        int | None,
-        Meta(description="length of the ProfilerStep#N annotation itself (the step time MFU uses)"),
-    ]
-    window: Window | None
+# A rank's windows, steps and kernels are the engine's own types (metrics.md §3, §15-§16).
 
 
 class WorstStep(_Doc, frozen=True):
@@ -149,118 +42,6 @@ class WorstStep(_Doc, frozen=True):
 
     step: int
     figures: Figures
-
-
-class ObservedFlops(_Doc, frozen=True):
-    flops: int
-    kernel_ns: int
-    compute_kernel_ns: int
-    ops: int
-    by_family: dict[str, int]
-    attention_causal_unknown_flops: int
-    unrecognized_ops: int
-    coverage: float | None
-    tflops_while_running: float | None
-
-
-class KernelTop(_Doc, frozen=True):
-    name: str
-    count: int
-    total_ns: int
-    median_ns: int
-    p95_ns: int
-    max_ns: int
-    share_pct: float | None
-    count_per_step: float
-    ns_per_step: float
-
-
-class KernelGroup(_Doc, frozen=True):
-    cls: str
-    coll_type: str | None
-    events: int
-    names: int
-    total_ns: int
-    top: list[KernelTop]
-
-
-class ShortBucket(_Doc, frozen=True):
-    below_ns: int | None
-    kernels: int
-    total_ns: int
-
-
-class ShortKernels(_Doc, frozen=True):
-    threshold_ns: int
-    kernels: int
-    total_ns: int
-    all_kernels: int
-    all_ns: int
-    per_step: float
-    buckets: list[ShortBucket]
-    share_of_kernels_pct: float | None
-    share_of_time_pct: float | None
-
-
-class StarvingOp(_Doc, frozen=True):
-    op: str | None
-    gaps: int
-    starved_ns: int
-    kernel: str
-
-
-class Launches(_Doc, frozen=True):
-    launches: int
-    per_step_median: int
-    graph_launches: int
-    delayed: int
-    delay_median_ns: int | None
-    delay_p95_ns: int | None
-    delay_max_ns: int | None
-    host_bound_ns: int
-    starving: list[StarvingOp]
-
-
-class GraphOp(_Doc, frozen=True):
-    op: str | None
-    launches: int
-    kernels: int
-    kernel_ns: int
-
-
-class Graphs(_Doc, frozen=True):
-    graph_launches: int
-    replayed: int
-    replayed_ns: int
-    by_method: dict[str, int]
-    unattributed: int
-    captured_launches: int
-    captures: int
-    ops: list[GraphOp]
-
-
-class RecordedOp(_Doc, frozen=True):
-    op: str
-    family: str
-    dtype: str
-    shapes: str
-    count: int
-    flops: int
-    bytes: int
-    kernel_ns: int
-
-
-class KernelStats(_Doc, frozen=True):
-    """the rank's kernel and launch view over its included steps (metrics.md §15-§16); null on CPU
-    timelines or without an included step"""
-
-    steps: int
-    events: int
-    groups: list[KernelGroup]
-    short: ShortKernels
-    launches: Launches
-    graphs: Graphs | None
-    ops: list[RecordedOp]
 
 
 class Rank(_Doc, frozen=True):

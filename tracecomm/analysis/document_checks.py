@@ -112,17 +112,7 @@ def _rank_problem(rank: Rank) -> str | None:
     windows = [w for w in (rank.window, *(s.window for s in rank.steps)) if w is not None]
     for w in windows:
         c = w.idle_by_cause
-        causes = (
-            None
-            if c is None
-            else c.pipeline_fill
-            + c.pipeline_drain
-            + c.pipeline_wait
-            + c.sync
-            + c.dataloader
-            + c.host_bound
-            + c.other
-        )
+        causes = None if c is None else sum(c.values())
         found = partition_problem(w.figures, causes)
         if found:
             return found

@@ -5,7 +5,7 @@ per straggler candidate and per matched collective instance. Times in ns, as eve
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import Any
 
 import polars as pl
@@ -14,9 +14,9 @@ from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.kernels import KernelView
 from tracecomm.analysis.rank import RankReport
 from tracecomm.analysis.stragglers import Stragglers
-from tracecomm.engine.model import Figures, WindowFigures
+from tracecomm.engine.model import PARTITION_FIELDS, WindowFigures
 
-_FIGURES = tuple(f.name for f in fields(Figures))
+_FIGURES = PARTITION_FIELDS
 
 
 def ranks_frame(ranks: Sequence[RankReport]) -> pl.DataFrame:

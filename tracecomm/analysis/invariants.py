@@ -17,6 +17,8 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import msgspec
+
 from tracecomm.analysis.document_checks import partition_problem
 from tracecomm.analysis.model import Report
 from tracecomm.analysis.pipeline_view import heaviest_stage
@@ -176,7 +178,10 @@ def shares_in_range(report: Report) -> list[str]:
 def _shares(value: Any, path: str = "report") -> Iterator[tuple[str, float]]:
     """Every float or int named ``*_pct`` inside the report's typed sections (dataclasses,
     tuples, dicts: a dict of shares is named for its values)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if isinstance(value, msgspec.Struct):
+        for name in value.__struct_fields__:
+            yield from _named(getattr(value, name), f"{path}.{name}")
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for f in dataclasses.fields(value):
             yield from _named(getattr(value, f.name), f"{path}.{f.name}")
     elif isinstance(value, (tuple, list)):

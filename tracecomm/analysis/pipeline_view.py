@@ -213,10 +213,11 @@ def _view(
 
 
 def _aligned_spans(rank: RankReport, offset: int) -> dict[int, tuple[int, int]]:
+    spans = rank.breakdown.compute_spans
     return {
-        s.step: (s.compute_span[0] - offset, s.compute_span[1] - offset)
+        s.step: (spans[s.step][0] - offset, spans[s.step][1] - offset)
         for s in rank.breakdown.included_steps
-        if s.compute_span is not None and s.window is not None
+        if s.step in spans
     }
 
 

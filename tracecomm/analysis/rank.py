@@ -5,7 +5,12 @@ holds the Report itself)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from msgspec import Meta
+
+from tracecomm.doc import Doc, NonNegative
+from tracecomm.engine.model import MedianFigures
 
 if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, and must stay lean
     from tracecomm.engine.model import Figures, RankBreakdown
@@ -37,37 +42,21 @@ class FileFailure:
     not_a_trace: bool = False
 
 
-@dataclass(frozen=True)
-class MedianFigures:
-    """Each figure's own median over the included steps (rounded to whole ns; percentages are
-    medians of the per-step percentages). Being separate medians, the parts need not add up to
-    the window the way one step's figures do."""
-
-    window_ns: int
-    compute_ns: int
-    comm_ns: int
-    overlapped_comm_ns: int
-    exposed_comm_ns: int
-    exposed_memory_ns: int
-    idle_ns: int
-    overlap_pct: float | None
-    busy_pct: float | None
-
-
-@dataclass(frozen=True)
-class MeanStep:
+class MeanStep(Doc, frozen=True):
     """The rank's analysis window over its included steps: its mean step, the gaps between
     steps counted with them (the HTML's per-rank bars). Each figure rounded to whole ns, so
     the parts add up to ``window_ns`` within a few ns."""
 
-    window_ns: int
-    compute_ns: int
-    exposed_comm_ns: int
-    exposed_memory_ns: int
-    idle_ns: int
-    exposed_comm_by_type_ns: dict[str, int]  # types may overlap (two streams), §3
-    idle_by_cause_ns: dict[str, int] | None  # GPU timelines (§10)
-    comm_ns: int  # all communication, hidden behind compute or not (§3)
+    window_ns: NonNegative
+    compute_ns: NonNegative
+    exposed_comm_ns: NonNegative
+    exposed_memory_ns: NonNegative
+    idle_ns: NonNegative
+    exposed_comm_by_type_ns: dict[str, NonNegative]  # types may overlap (two streams), §3
+    idle_by_cause_ns: dict[str, NonNegative] | None  # GPU timelines (§10)
+    comm_ns: Annotated[
+        NonNegative, Meta(description="all communication per step, hidden or not (§3)")
+    ]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import fields
 
 from tracecomm._version import __version__
 from tracecomm.analysis.model import (
@@ -25,7 +24,7 @@ from tracecomm.analysis.model import (
 )
 from tracecomm.analysis.rank import MeanStep
 from tracecomm.engine.classify import COLL_TYPES
-from tracecomm.engine.model import Figures, RankBreakdown, WindowFigures
+from tracecomm.engine.model import PARTITION_FIELDS, Figures, RankBreakdown, WindowFigures
 from tracecomm.ingest.discover import RankClaim, assign_ranks, rank_from_filename
 from tracecomm.text import compact_ranges
 
@@ -110,8 +109,8 @@ def step_summary(bd: RankBreakdown) -> StepSummary | None:
         return None
     medians = {
         # an even count averages two ns values: halves round up
-        f.name: math.floor(statistics.median(getattr(fig, f.name) for _, fig in steps) + 0.5)
-        for f in fields(Figures)
+        name: math.floor(statistics.median(getattr(fig, name) for _, fig in steps) + 0.5)
+        for name in PARTITION_FIELDS
     }
     median = MedianFigures(
         **medians,
@@ -247,7 +246,7 @@ def _pace(rank: RankReport) -> int | None:
 
 
 def _sum_figures(figures: Sequence[Figures]) -> Figures:
-    return Figures(**{f.name: sum(getattr(x, f.name) for x in figures) for f in fields(Figures)})
+    return Figures(**{name: sum(getattr(x, name) for x in figures) for name in PARTITION_FIELDS})
 
 
 def _by_type(ranks: Sequence[RankReport]) -> tuple[TypeSummary, ...]:

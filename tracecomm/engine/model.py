@@ -3,50 +3,69 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
 import polars as pl
+from msgspec import Meta
+
+from tracecomm.colltypes import CollType
+from tracecomm.doc import Doc, NonNegative, derive
 
 Timeline = Literal["gpu", "cpu"]
 
 
-@dataclass(frozen=True)
-class Figures:
-    """The partition of one window (metrics.md §3)."""
-
-    window_ns: int
-    compute_ns: int
-    comm_ns: int
-    overlapped_comm_ns: int
-    exposed_comm_ns: int
-    exposed_memory_ns: int
-    idle_ns: int
+class _Partition(Doc, frozen=True):
+    window_ns: NonNegative
+    compute_ns: NonNegative
+    comm_ns: NonNegative
+    overlapped_comm_ns: NonNegative
+    exposed_comm_ns: NonNegative
+    exposed_memory_ns: NonNegative
+    idle_ns: NonNegative
 
     @property
     def busy_ns(self) -> int:
         return self.window_ns - self.idle_ns
 
-    @property
-    def overlap_pct(self) -> float | None:
-        return None if self.comm_ns == 0 else 100.0 * self.overlapped_comm_ns / self.comm_ns
 
-    @property
-    def busy_pct(self) -> float | None:
-        return None if self.window_ns == 0 else 100.0 * self.busy_ns / self.window_ns
+# the partition's times, in the document's order (the CSV columns, the sums over ranks)
+PARTITION_FIELDS: tuple[str, ...] = _Partition.__struct_fields__
+_OVERLAP = "100 * overlapped_comm / comm; null when comm = 0"
+_BUSY = "100 * |U(compute ∪ comm ∪ memory)| / window; null for an empty window"
 
 
-@dataclass(frozen=True)
-class TypeFigures:
+class Figures(_Partition, frozen=True):
+    """The partition of one window (metrics.md §3): compute + exposed_comm + exposed_memory +
+    idle = window. The shares are set from the times (also when a document is read)."""
+
+    overlap_pct: Annotated[float | None, Meta(description=_OVERLAP)] = None
+    busy_pct: Annotated[float | None, Meta(description=_BUSY)] = None
+
+    def __post_init__(self) -> None:
+        comm, window = self.comm_ns, self.window_ns
+        derive(self, "overlap_pct", 100.0 * self.overlapped_comm_ns / comm if comm else None)
+        derive(self, "busy_pct", 100.0 * self.busy_ns / window if window else None)
+
+
+class MedianFigures(_Partition, frozen=True):
+    """Each figure's own median over the included steps (rounded to whole ns; percentages are
+    medians of the per-step percentages). Being separate medians, the parts need not add up to
+    the window the way one step's figures do."""
+
+    overlap_pct: Annotated[float | None, Meta(description=_OVERLAP)]
+    busy_pct: Annotated[float | None, Meta(description=_BUSY)]
+
+
+class TypeFigures(Doc, frozen=True):
     """One collective type inside a window; types may overlap each other (two streams)."""
 
-    coll_type: str
-    kernels: int
-    comm_ns: int
-    exposed_comm_ns: int
+    coll_type: CollType
+    kernels: NonNegative
+    comm_ns: NonNegative
+    exposed_comm_ns: NonNegative
 
 
-@dataclass(frozen=True)
-class EnergyFigures:
+class EnergyFigures(Doc, frozen=True):
     """Joules the rank's GPU drew over a window, split like the partition (metrics.md §3):
     compute + exposed comm + exposed memory + idle = total."""
 
@@ -57,35 +76,51 @@ class EnergyFigures:
     idle_j: float
 
 
-@dataclass(frozen=True)
-class WindowFigures:
+class WindowFigures(Doc, frozen=True):
+    """A span of one rank's timeline (its analysis window, or one step's) and its partition."""
+
     start_ns: int
     end_ns: int
     figures: Figures
     by_type: tuple[TypeFigures, ...]
-    energy: EnergyFigures | None = None  # with a power log covering the window
-    # metrics.md §10: idle ns per cause (engine.idle.IDLE_CAUSES); GPU timelines only
-    idle_by_cause: dict[str, int] | None = None
+    energy: Annotated[
+        EnergyFigures | None,
+        Meta(
+            description=(
+                "joules the rank's GPU drew in the window, from a power log, split like"
+                " the partition; null without a covering log"
+            )
+        ),
+    ] = None
+    idle_by_cause: Annotated[
+        dict[str, NonNegative] | None,
+        Meta(
+            description=(
+                "metrics.md §10: idle ns of the window per cause (engine.idle.IDLE_CAUSES; sync"
+                " and dataloader are checked before host_bound); they add up to "
+                "figures.idle_ns. null on CPU timelines"
+            )
+        ),
+    ] = None
 
 
-@dataclass(frozen=True)
-class StepFigures:
+class StepFigures(Doc, frozen=True):
     """One ProfilerStep: its window when it launched device work, and whether it is analyzed."""
 
     step: int
     complete: bool
     included: bool
     incomplete_reason: str | None
+    cpu_span_ns: Annotated[
+        int | None,
+        Meta(description="length of the ProfilerStep#N annotation itself (the step time MFU uses)"),
+    ]
     window: WindowFigures | None
-    cpu_span_ns: int | None = None  # the ProfilerStep#N annotation's own length (MFU's t_step)
-    # first start and last end of the compute kernels launched in the step (own clock)
-    compute_span: tuple[int, int] | None = None
 
 
-@dataclass(frozen=True)
-class ObservedFlops:
+class ObservedFlops(Doc, frozen=True):
     """FLOPs of the recorded matmul / conv / attention ops over the included steps, and the
-    time their kernels ran (mfu.md §8): a lower bound on what the GPU executed."""
+    time their kernels ran (metrics.md §8): a lower bound on what the GPU executed."""
 
     flops: int
     kernel_ns: int  # sum of the counted ops' kernel durations
@@ -94,19 +129,16 @@ class ObservedFlops:
     by_family: dict[str, int]  # matmul / conv / attention -> FLOPs
     attention_causal_unknown_flops: int  # counted as a full square: the trace does not say
     unrecognized_ops: int  # shapes that fit no formula
+    coverage: float | None = None  # kernel_ns / compute_kernel_ns
+    tflops_while_running: float | None = None  # flops / kernel_ns (1 FLOP per ns = 1e-3 TFLOP/s)
 
-    @property
-    def coverage(self) -> float | None:
-        return self.kernel_ns / self.compute_kernel_ns if self.compute_kernel_ns else None
-
-    @property
-    def tflops_while_running(self) -> float | None:
-        """FLOPs / the counted kernels' time (1 FLOP per ns = 1e-3 TFLOP/s)."""
-        return self.flops / self.kernel_ns / 1e3 if self.kernel_ns else None
+    def __post_init__(self) -> None:
+        kernel, compute = self.kernel_ns, self.compute_kernel_ns
+        derive(self, "coverage", kernel / compute if compute else None)
+        derive(self, "tflops_while_running", self.flops / kernel / 1e3 if kernel else None)
 
 
-@dataclass(frozen=True)
-class KernelRow:
+class KernelRow(Doc, frozen=True):
     """One kernel name of one group over the included steps (metrics.md §15). Durations are
     order statistics of the kernel's own durations: ``median_ns`` the lower median (rank
     ⌊(n−1)/2⌋ of n, 0-based), ``p95_ns`` the nearest-rank 95th percentile (rank ⌈0.95·n⌉−1)."""
@@ -122,8 +154,7 @@ class KernelRow:
     ns_per_step: float
 
 
-@dataclass(frozen=True)
-class KernelGroup:
+class KernelGroup(Doc, frozen=True):
     """A class of device work (compute; comm of one collective type; memory) and its top
     kernels by summed time."""
 
@@ -135,15 +166,13 @@ class KernelGroup:
     top: tuple[KernelRow, ...]
 
 
-@dataclass(frozen=True)
-class DurationBucket:
+class DurationBucket(Doc, frozen=True):
     below_ns: int | None  # upper bound, exclusive; None: the last, unbounded bucket
     kernels: int
     total_ns: int
 
 
-@dataclass(frozen=True)
-class ShortKernels:
+class ShortKernels(Doc, frozen=True):
     """Kernels (compute and comm) shorter than ``threshold_ns``: too short to hide their own
     launch cost."""
 
@@ -154,18 +183,16 @@ class ShortKernels:
     all_ns: int
     per_step: float
     buckets: tuple[DurationBucket, ...]
+    share_of_kernels_pct: float | None = None  # set from the counts
+    share_of_time_pct: float | None = None
 
-    @property
-    def share_of_kernels_pct(self) -> float | None:
-        return 100.0 * self.kernels / self.all_kernels if self.all_kernels else None
-
-    @property
-    def share_of_time_pct(self) -> float | None:
-        return 100.0 * self.total_ns / self.all_ns if self.all_ns else None
+    def __post_init__(self) -> None:
+        kernels, ns = self.all_kernels, self.all_ns
+        derive(self, "share_of_kernels_pct", 100.0 * self.kernels / kernels if kernels else None)
+        derive(self, "share_of_time_pct", 100.0 * self.total_ns / ns if ns else None)
 
 
-@dataclass(frozen=True)
-class StarvingOp:
+class StarvingOp(Doc, frozen=True):
     """A CPU op whose launches came after the GPU had gone idle (host-bound gaps, §10)."""
 
     op: str | None  # None: the launch names no CPU op
@@ -174,8 +201,7 @@ class StarvingOp:
     kernel: str  # the kernel that most often ended them
 
 
-@dataclass(frozen=True)
-class LaunchStats:
+class LaunchStats(Doc, frozen=True):
     """Kernel launches of the included steps, and how long their work waited for the GPU."""
 
     launches: int  # kernel launch calls (graph launches included), captures excluded
@@ -189,8 +215,7 @@ class LaunchStats:
     starving: tuple[StarvingOp, ...]
 
 
-@dataclass(frozen=True)
-class GraphOp:
+class GraphOp(Doc, frozen=True):
     """An op that launched graphs in the included steps, and the work its replays ran."""
 
     op: str | None
@@ -199,8 +224,7 @@ class GraphOp:
     kernel_ns: int
 
 
-@dataclass(frozen=True)
-class GraphStats:
+class GraphStats(Doc, frozen=True):
     """CUDA / HIP graphs of the rank (metrics.md §16)."""
 
     graph_launches: int  # in the included steps
@@ -213,8 +237,7 @@ class GraphStats:
     ops: tuple[GraphOp, ...]
 
 
-@dataclass(frozen=True)
-class OpShape:
+class OpShape(Doc, frozen=True):
     """Recorded matmul / conv / attention ops of one shape and dtype: their FLOPs, the bytes
     they must move at the least, and their kernels' time (the roofline, §15)."""
 
@@ -228,10 +251,10 @@ class OpShape:
     kernel_ns: int
 
 
-@dataclass(frozen=True)
-class KernelStats:
-    """Inside the included steps (metrics.md §15): top kernels per class, short kernels,
-    launches, graphs and the recorded ops' FLOPs and bytes. Small: top rows only."""
+class KernelStats(Doc, frozen=True):
+    """The rank's kernel and launch view over its included steps (metrics.md §15-§16): top
+    kernels per class, short kernels, launches, graphs and the recorded ops' FLOPs and bytes.
+    Small: top rows only. Null on CPU timelines or without an included step."""
 
     steps: int
     events: int
@@ -273,6 +296,8 @@ class RankBreakdown:
     comm_libraries: tuple[str, ...] = ()  # "NCCL", "DeepEP", … whose kernels ran (§1a)
     all_to_all_use: str | None = None  # "expert" / "embedding": what its all-to-alls are for
     frameworks: tuple[FrameworkMark, ...] = ()  # the names that say which framework ran it
+    # per included step: the first start and last end of its compute kernels (own clock)
+    compute_spans: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def included_steps(self) -> tuple[StepFigures, ...]:

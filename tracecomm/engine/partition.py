@@ -5,11 +5,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import cast
 
 import numpy as np
 import polars as pl
+from msgspec import structs
 
-from tracecomm.colltypes import GLOO_OPS
+from tracecomm.colltypes import GLOO_OPS, CollType
 from tracecomm.engine.classify import (
     COLL_TYPES,
     all_to_all_use,
@@ -372,7 +374,7 @@ def _figures_for(
         idle_detail["gaps"] = gaps.filter(pl.col("w") == len(step_spans))
         idle = cause_sums(gaps, [*step_spans, rank_spans])
         windows = [
-            None if w is None else replace(w, idle_by_cause=causes)
+            None if w is None else structs.replace(w, idle_by_cause=causes)
             for w, causes in zip(windows, idle, strict=True)
         ]
     if power is not None:
@@ -381,7 +383,7 @@ def _figures_for(
         windows = [
             None
             if w is None
-            else replace(w, energy=window_energy(events.cov, classes, spans, power))
+            else structs.replace(w, energy=window_energy(events.cov, classes, spans, power))
             for w, spans in zip(windows, [*step_spans, rank_spans], strict=True)
         ]
         if windows[-1] is not None and windows[-1].energy is None:
@@ -397,12 +399,18 @@ def _figures_for(
             cpu_span_ns=row["cpu_end_ns"] - row["cpu_start_ns"]
             if row["cpu_end_ns"] is not None and row["cpu_start_ns"] is not None
             else None,
-            compute_span=compute_spans.get(row["step"]),
         )
         for row, window in zip(steps.iter_rows(named=True), windows, strict=False)
     ]
     return RankBreakdown(
-        timeline, windows[-1], tuple(step_rows), comm_kernels, device_events, unlinked, tuple(notes)
+        timeline,
+        windows[-1],
+        tuple(step_rows),
+        comm_kernels,
+        device_events,
+        unlinked,
+        tuple(notes),
+        compute_spans={s.step: compute_spans[s.step] for s in step_rows if s.step in compute_spans},
     )
 
 
@@ -546,6 +554,8 @@ def _window_figures(
             kernels = int(np.count_nonzero(hits & (events.comm_types == coll)))
             type_ns, type_overlap = int(per_type[i][0][w]), int(per_type[i][1][w])
             if kernels or type_ns:
-                by_type.append(TypeFigures(coll, kernels, type_ns, type_ns - type_overlap))
+                by_type.append(
+                    TypeFigures(cast(CollType, coll), kernels, type_ns, type_ns - type_overlap)
+                )
         out.append(WindowFigures(spans[0][0], spans[-1][1], figures, tuple(by_type)))
     return out

@@ -5,8 +5,10 @@ Times are integer nanoseconds (``*_ns``); percentages are floats or null when un
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.document import SCHEMA_VERSION
@@ -108,6 +110,8 @@ def plain(value: Any) -> Any:
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
+    if isinstance(value, msgspec.Struct):
+        return plain(msgspec.to_builtins(value, str_keys=True))
     return value
 
 
@@ -204,21 +208,11 @@ def _cross_rank(cr: CrossRank | None) -> dict[str, Any] | None:
 
 def kernels_document(stats: KernelStats | None) -> dict[str, Any] | None:
     """A rank's kernel view (metrics.md §15–§16), the short kernels' shares included."""
-    if stats is None:
-        return None
-    doc: dict[str, Any] = plain(asdict(stats))
-    doc["short"]["share_of_kernels_pct"] = stats.short.share_of_kernels_pct
-    doc["short"]["share_of_time_pct"] = stats.short.share_of_time_pct
-    return doc
+    return None if stats is None else plain(stats)
 
 
 def figures_document(figures: Figures | None) -> dict[str, Any] | None:
-    if figures is None:
-        return None
-    doc: dict[str, Any] = {f.name: getattr(figures, f.name) for f in fields(Figures)}
-    doc["overlap_pct"] = figures.overlap_pct
-    doc["busy_pct"] = figures.busy_pct
-    return doc
+    return None if figures is None else plain(figures)
 
 
 def _window(window: WindowFigures | None) -> dict[str, Any] | None:
@@ -237,7 +231,7 @@ def _window(window: WindowFigures | None) -> dict[str, Any] | None:
             }
             for t in window.by_type
         ],
-        "energy": None if window.energy is None else asdict(window.energy),
+        "energy": plain(window.energy),
         "idle_by_cause": window.idle_by_cause,
     }
 
@@ -269,21 +263,15 @@ def _rank(rank: RankReport) -> dict[str, Any]:
         "unlinked_events": bd.unlinked_events,
         "window": _window(bd.window),
         "steps_included": summary.steps if summary else 0,
-        "step_median": asdict(summary.median) if summary else None,
-        "step_mean": asdict(summary.mean) if summary and summary.mean else None,
+        "step_median": plain(summary.median) if summary else None,
+        "step_mean": plain(summary.mean) if summary else None,
         "step_worst": (
             {"step": summary.worst_step, "figures": figures_document(summary.worst)}
             if summary
             else None
         ),
         "steps": [_step(s) for s in bd.steps],
-        "observed": None
-        if bd.observed is None
-        else asdict(bd.observed)
-        | {
-            "coverage": bd.observed.coverage,
-            "tflops_while_running": bd.observed.tflops_while_running,
-        },
+        "observed": None if bd.observed is None else plain(bd.observed),
         "power_log": rank.power_source,
         "kernels": kernels_document(bd.kernels),
         "notes": list(bd.notes),

@@ -5,14 +5,13 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable, Sequence
-from dataclasses import fields
 from typing import TYPE_CHECKING
 
 import orjson
 import polars as pl
 
 from tracecomm.analysis.model import MedianFigures, Report
-from tracecomm.engine.model import Figures
+from tracecomm.engine.model import PARTITION_FIELDS, Figures
 from tracecomm.render import View
 from tracecomm.render.document import nccl_document, report_document
 from tracecomm.text import csv_safe, json_safe
@@ -20,7 +19,7 @@ from tracecomm.text import csv_safe, json_safe
 if TYPE_CHECKING:
     from tracecomm.nccl.diagnose import NcclSummary
 
-_FIGURE_COLUMNS = tuple(f.name for f in fields(Figures))
+_FIGURE_COLUMNS = PARTITION_FIELDS
 
 
 def render_json(report: Report, view: View) -> bytes:

@@ -28,7 +28,6 @@ from tracecomm.analysis.runrecord import (
     model_record,
     recoverable_by,
 )
-from tracecomm.engine.model import Figures, TypeFigures
 from tracecomm.errors import UsageError
 
 REPORT_SCHEMA_VERSION = d.SCHEMA_VERSION
@@ -178,38 +177,19 @@ def saved_record(saved: SavedReport, label: str) -> RunRecord:
     )
 
 
-def _figures(w: d.Window) -> tuple[Figures, tuple[TypeFigures, ...]]:
-    f = w.figures
-    return (
-        Figures(
-            f.window_ns,
-            f.compute_ns,
-            f.comm_ns,
-            f.overlapped_comm_ns,
-            f.exposed_comm_ns,
-            f.exposed_memory_ns,
-            f.idle_ns,
-        ),
-        tuple(TypeFigures(t.coll_type, t.kernels, t.comm_ns, t.exposed_comm_ns) for t in w.by_type),
-    )
-
-
-def _causes(w: d.Window) -> dict[str, int] | None:
-    c = w.idle_by_cause
-    return None if c is None else msgspec.structs.asdict(c)
-
-
 def _steps(doc: d.ReportDocument) -> list[StepRecord]:
     out = []
     for rank in doc.ranks:
         if not rank.steps and rank.window is not None:
-            figures, types = _figures(rank.window)
-            out.append(StepRecord(rank.rank, None, None, figures, types, _causes(rank.window)))
+            w = rank.window
+            out.append(StepRecord(rank.rank, None, None, w.figures, w.by_type, w.idle_by_cause))
         for s in rank.steps:
             if s.included and s.window is not None:
-                figures, types = _figures(s.window)
+                w = s.window
                 out.append(
-                    StepRecord(rank.rank, s.step, s.cpu_span_ns, figures, types, _causes(s.window))
+                    StepRecord(
+                        rank.rank, s.step, s.cpu_span_ns, w.figures, w.by_type, w.idle_by_cause
+                    )
                 )
     return out
 

@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
+import msgspec
+import msgspec.structs
+
 from tracecomm.errors import TraceError, UsageError
 from tracecomm.ingest.discover import TRACE_SUFFIXES, find_traces, natural_key
 
@@ -132,6 +135,15 @@ def renamed(value: T, local: str, source: str) -> T:
     if local == source:
         return value
     fix: Callable[[Any], Any] = lambda v: _replace(v, local, source)  # noqa: E731
+    if isinstance(value, msgspec.Struct):
+        return msgspec.structs.replace(
+            value,
+            **{
+                name: fix(getattr(value, name))
+                for name in value.__struct_fields__
+                if isinstance(getattr(value, name), str | tuple)
+            },
+        )
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         changes = {
             f.name: fix(getattr(value, f.name))
