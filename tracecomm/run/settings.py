@@ -18,7 +18,7 @@ from tracecomm.check.budgets import DEFAULT_BUDGETS, BudgetError
 from tracecomm.check.budgets import apply as apply_budgets
 from tracecomm.errors import UsageError
 from tracecomm.frameworks import PRIORITY, framework_key
-from tracecomm.mfu.inputs import InputError, ModelInputs, model_inputs
+from tracecomm.mfu.inputs import FIELDS_BY_KEY, InputError, ModelInputs, model_inputs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -166,9 +166,7 @@ def _model(table: dict[str, Any], path: Path) -> ModelInputs:
     for table_name, entries in (("model", model), ("device", device)):
         for key, value in entries.items():
             name = key.replace("-", "_")
-            name = {"config": "model_config", "flops_per_step": "model_flops_per_step"}.get(
-                name, name
-            )
+            name = FIELDS_BY_KEY.get(name, name)
             if name not in known:
                 raise UsageError(f"{path}: [{table_name}] unknown key {key!r}")
             values[name], keys[name] = value, f"[{table_name}] {key}"
