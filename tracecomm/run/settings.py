@@ -18,7 +18,7 @@ from tracecomm.check.budgets import DEFAULT_BUDGETS, BudgetError
 from tracecomm.check.budgets import apply as apply_budgets
 from tracecomm.errors import UsageError
 from tracecomm.frameworks import PRIORITY, framework_key
-from tracecomm.mfu.inputs import FIELDS_BY_KEY, InputError, ModelInputs, model_inputs
+from tracecomm.mfu.inputs import FIELDS_BY_KEY, SETTINGS_KEYS, InputError, ModelInputs, model_inputs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -177,6 +177,15 @@ def _model(table: dict[str, Any], path: Path) -> ModelInputs:
     if inputs.model_config is not None:
         inputs = replace(inputs, model_config=path.parent / inputs.model_config)
     return inputs
+
+
+def key_name(path: Path, field: str) -> str:
+    """``tracecomm.toml [model] flops_per_step``: where the ``ModelInputs`` field ``field``
+    stands in the settings file ``path``. The file's name, not its path: summaries carry a copy
+    of it, with the same figures."""
+    table, key = SETTINGS_KEYS[field]
+    where = f"[tool.tracecomm.{table}]" if path.name == "pyproject.toml" else f"[{table}]"
+    return f"{path.name} {where} {key}"
 
 
 def _toml(path: Path) -> dict[str, Any]:
