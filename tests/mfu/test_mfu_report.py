@@ -16,9 +16,12 @@ from tests.conftest import analyze_json
 from tests.mfu.test_flops import LLAMA3_8B
 from tracecomm.cli import EXIT_USAGE, app
 from tracecomm.mfu.flops import flops_per_token
+from tracecomm.mfu.inputs import ModelInputs
 from tracecomm.mfu.model import model_shape
 from tracecomm.render.mfu_panel import mfu_panel
+from tracecomm.run.discover import discover
 from tracecomm.run.request import AnalyzeOptions
+from tracecomm.run.session import read_run
 from tracecomm.synth import RunSpec, fsdp_run, write_run
 
 
@@ -86,6 +89,52 @@ def test_settings_file_in_the_run_folder(run: tuple[RunSpec, Path], tmp_path: Pa
     # a flag overrides the file
     doc = analyze_json(tmp_path, "--peak-tflops", "250")
     assert doc["throughput"]["peak_total_tflops"] == 2000.0
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "flags", "source"),
+    [
+        (
+            "tracecomm.toml",
+            "[model]\nflops-per-step = 1e15\n",
+            ModelInputs(),
+            "tracecomm.toml [model] flops_per_step",
+        ),
+        (
+            "pyproject.toml",
+            "[tool.tracecomm.model]\nflops_per_token = 6e9\ntokens_per_step = 10\n",
+            ModelInputs(),
+            "pyproject.toml [tool.tracecomm.model] flops_per_token",
+        ),
+        (
+            "tracecomm.toml",
+            "[model]\nflops_per_token = 6e9\n",
+            ModelInputs(tokens_per_step=10),
+            "tracecomm.toml [model] flops_per_token",
+        ),
+        (
+            "tracecomm.toml",
+            "[model]\ntokens_per_step = 10\n",
+            ModelInputs(flops_per_token=6 * 10**9),
+            "--flops-per-token × --tokens-per-step",
+        ),
+        (
+            "tracecomm.toml",
+            "[model]\nflops_per_step = 1e15\n",
+            ModelInputs(model_flops_per_step=2 * 10**15),
+            "--model-flops-per-step",
+        ),
+    ],
+)
+def test_the_flops_source_is_where_they_were_given(
+    tmp_path: Path, file: str, text: str, flags: ModelInputs, source: str
+) -> None:
+    """The settings file names itself (by its name: summaries carry a copy) and its key when it,
+    not a flag, gave the FLOPs."""
+    write_run(fsdp_run(world_size=2, steps=2), tmp_path)
+    (tmp_path / file).write_text(text)
+    flops = read_run(discover([str(tmp_path)]), flags).flops
+    assert flops is not None and flops.source == source
 
 
 def test_unknown_device_is_named_and_mfu_omitted(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ injected: no GPU here)."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
 from collections.abc import Iterator
@@ -16,10 +17,11 @@ from tests.conftest import analyze_json
 from tracecomm.cli import app
 from tracecomm.errors import UsageError
 from tracecomm.ingest.power import is_power_log, load_power_log
-from tracecomm.mfu.inputs import ModelInputs
+from tracecomm.mfu.inputs import SETTINGS_KEYS, ModelInputs
 from tracecomm.nccl.discover import LOG_SUFFIXES
 from tracecomm.nccl.flight import find_dumps
 from tracecomm.record.files import (
+    RECORDED,
     RunFacts,
     apply_environment,
     recording_environment,
@@ -58,6 +60,35 @@ def test_the_settings_file_reads_back_as_written(tmp_path: Path) -> None:
     # absent facts leave their keys out: analyze's defaults stand
     bare = tomllib.loads(settings_text(RunFacts()))
     assert bare == {"run": {"world_size": 1}}
+
+
+def test_each_recorded_input_is_written_under_its_key_and_read_back_as_its_field(
+    tmp_path: Path,
+) -> None:
+    """One declaration (``mfu.inputs.SETTINGS_KEYS``) places every ModelInputs field in the
+    settings file: the recorder writes by it, ``run.settings`` reads by it."""
+    assert list(SETTINGS_KEYS) == [f.name for f in dataclasses.fields(ModelInputs)]
+    given = ModelInputs(
+        model_flops_per_step=10**15,
+        flops_per_token=6 * 10**9,
+        tokens_per_step=4096,
+        dtype="fp8",
+        peak_tflops=500.0,
+    )
+    default = ModelInputs()
+    assert {n for n in SETTINGS_KEYS if getattr(given, n) != getattr(default, n)} == set(RECORDED)
+    path = write_settings(tmp_path, RunFacts(model=given))
+    assert tomllib.loads(path.read_text()) == {
+        "model": {
+            "flops_per_step": 10**15,
+            "flops_per_token": 6 * 10**9,
+            "tokens_per_step": 4096,
+            "dtype": "fp8",
+        },
+        "device": {"peak_tflops": 500.0},
+        "run": {"world_size": 1},
+    }
+    assert read_settings([str(tmp_path)]).model == given
 
 
 def test_strings_are_toml_escaped() -> None:

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tracecomm.mfu.flops import FORMULAS, Attention, Formula, flops_per_token, hfu_flops_per_token
 from tracecomm.mfu.model import ConfigError, load_config
@@ -45,6 +45,37 @@ class ModelInputs:
                 if getattr(self, f.name) != getattr(default, f.name)
             },
         )
+
+
+class SettingsKey(NamedTuple):
+    """Where a ``ModelInputs`` field stands in a settings file (``run.settings``)."""
+
+    table: str  # "model" or "device": tracecomm.toml's [model], pyproject's [tool.tracecomm.model]
+    key: str
+
+
+# Each ModelInputs field's table and key in a settings file, declared here only (two keys are
+# not their field's name); its flag is the field's name (``flag``). ``record.files`` writes by
+# it, ``run.settings`` reads by it, ``run.session`` names the key that gave the FLOPs.
+SETTINGS_KEYS: dict[str, SettingsKey] = {
+    "model_flops_per_step": SettingsKey("model", "flops_per_step"),
+    "flops_per_token": SettingsKey("model", "flops_per_token"),
+    "tokens_per_step": SettingsKey("model", "tokens_per_step"),
+    "model_config": SettingsKey("model", "config"),
+    "seq_len": SettingsKey("model", "seq_len"),
+    "global_batch": SettingsKey("model", "global_batch"),
+    "flops_formula": SettingsKey("model", "flops_formula"),
+    "attention": SettingsKey("model", "attention"),
+    "dtype": SettingsKey("model", "dtype"),
+    "peak_tflops": SettingsKey("device", "peak_tflops"),
+}
+# a settings file's key to its field (a field's own name is read as well)
+FIELDS_BY_KEY: dict[str, str] = {key: name for name, (_, key) in SETTINGS_KEYS.items()}
+
+
+def flag(name: str) -> str:
+    """``--model-flops-per-step``: analyze's flag for the ``ModelInputs`` field ``name``."""
+    return "--" + name.replace("_", "-")
 
 
 # The most a single device can be said to do: above it a --peak-tflops is a typo, not a GPU.
@@ -138,24 +169,20 @@ def check(inputs: ModelInputs) -> None:
         raise InputError(f"--peak-tflops must be positive, got {inputs.peak_tflops!r}")
 
 
-def model_flops(inputs: ModelInputs) -> ModelFlops | None:
-    """FLOPs per step from exactly one source; None when none is given."""
+def model_flops(
+    inputs: ModelInputs, given_in: Callable[[str], str | None] = lambda name: None
+) -> ModelFlops | None:
+    """FLOPs per step from exactly one source; None when none is given. ``given_in(field)``
+    names the settings file and key that gave a field's value, None where a flag (or the API's
+    keyword) did: the FLOPs' source says where they were given."""
     check(inputs)
-    sources = [
-        name
-        for name, given in (
-            ("--model-flops-per-step", inputs.model_flops_per_step is not None),
-            ("--flops-per-token", inputs.flops_per_token is not None),
-            ("--model-config", inputs.model_config is not None),
-        )
-        if given
-    ]
+    ways = ("model_flops_per_step", "flops_per_token", "model_config")
+    sources = [flag(name) for name in ways if getattr(inputs, name) is not None]
     if len(sources) > 1:
         raise InputError(f"give one source of model FLOPs, not {' and '.join(sources)}")
     if inputs.model_flops_per_step is not None:
-        return ModelFlops(
-            inputs.model_flops_per_step, None, inputs.tokens_per_step, "--model-flops-per-step"
-        )
+        source = given_in("model_flops_per_step") or flag("model_flops_per_step")
+        return ModelFlops(inputs.model_flops_per_step, None, inputs.tokens_per_step, source)
     if inputs.flops_per_token is not None:
         if inputs.tokens_per_step is None:
             raise InputError("--flops-per-token needs --tokens-per-step")
@@ -163,7 +190,7 @@ def model_flops(inputs: ModelInputs) -> ModelFlops | None:
             inputs.flops_per_token * inputs.tokens_per_step,
             inputs.flops_per_token,
             inputs.tokens_per_step,
-            "--flops-per-token × --tokens-per-step",
+            given_in("flops_per_token") or "--flops-per-token × --tokens-per-step",
         )
     if inputs.model_config is not None:
         return _from_config(inputs)

@@ -12,12 +12,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracecomm.mfu.inputs import ModelInputs
+from tracecomm.mfu.inputs import SETTINGS_KEYS, ModelInputs
 from tracecomm.run.settings import SETTINGS_FILE
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
 # a leading dot: discovery skips the file while it is being written (ingest.discover)
 _PARTIAL_PREFIX = "."
+# the ModelInputs fields a recording knows (``tracecomm.profile``'s keywords), in the order the
+# settings file has them
+RECORDED = ("model_flops_per_step", "flops_per_token", "tokens_per_step", "dtype", "peak_tflops")
 # TOML integers are 64-bit: a larger FLOP count is written as a string (mfu.inputs reads both)
 TOML_INT_MAX = 2**63 - 1
 
@@ -63,15 +66,15 @@ def settings_text(facts: RunFacts, written: dt.datetime | None = None) -> str:
         f"# written by tracecomm.profile at {written.isoformat(timespec='seconds')}: what the",
         "# training script said about its run; `tracecomm analyze` reads it (flags win)",
     ]
-    given, default = facts.model, ModelInputs()  # a dtype at analyze's default is left out
-    model = {
-        "flops_per_step": given.model_flops_per_step,
-        "flops_per_token": given.flops_per_token,
-        "tokens_per_step": given.tokens_per_step,
-        "dtype": given.dtype if given.dtype != default.dtype else None,
-    }
-    lines += _table("model", model)
-    lines += _table("device", {"peak_tflops": given.peak_tflops})
+    given, default = facts.model, ModelInputs()
+    tables: dict[str, dict[str, object]] = {"model": {}, "device": {}}
+    for name in RECORDED:
+        value = getattr(given, name)
+        if value != getattr(default, name):  # a value at analyze's default is left out
+            table, key = SETTINGS_KEYS[name]
+            tables[table][key] = value
+    for table, values in tables.items():
+        lines += _table(table, values)
     steps = list(facts.steps) if facts.steps else None
     run = {"framework": facts.framework, "world_size": facts.world_size, "steps": steps}
     lines += _table("run", run)

@@ -19,7 +19,7 @@ from tracecomm.colltypes import GLOO_OPS
 from tracecomm.engine.options import BreakdownOptions
 from tracecomm.errors import UsageError
 from tracecomm.ingest.options import ReadOptions
-from tracecomm.mfu.inputs import InputError, ModelInputs
+from tracecomm.mfu.inputs import InputError, ModelInputs, flag
 from tracecomm.mfu.inputs import model_inputs as checked_model_inputs
 from tracecomm.mfu.opflops import SHAPED_OPS
 from tracecomm.run.executors import ExecutorSpec, parse_executor
@@ -231,7 +231,7 @@ def model_inputs(options: Mapping[str, Any]) -> ModelInputs:
     """The MFU inputs among the options, each checked (``mfu.inputs.model_inputs``)."""
     values = {k: options[k] for k in _MODEL_KEYS if options.get(k) is not None}
     try:
-        return checked_model_inputs(values, lambda key: "--" + key.replace("_", "-"))
+        return checked_model_inputs(values, flag)
     except InputError as exc:
         raise UsageError(str(exc)) from None
 

@@ -27,7 +27,7 @@ from tracecomm.run.discover import Discovery, discover
 from tracecomm.run.executors import Executor, LocalExecutor, WorkerDied
 from tracecomm.run.pool import jobs_for, threads_for
 from tracecomm.run.request import Request
-from tracecomm.run.settings import read_settings, settings_path
+from tracecomm.run.settings import key_name, read_settings, settings_path
 from tracecomm.run.sources import local_path
 from tracecomm.run.worker import RankWork, analyze_file, hta_figures, ingest_file
 from tracecomm.run.worker import rank_export as rank_export_of
@@ -65,11 +65,9 @@ def read_run(discovery: Discovery, model: ModelInputs) -> RunInputs:
     try:
         flags = model
         model = model.over(settings.model)
-        flops = model_flops(model)
+        flops = model_flops(model, _given_in(settings.path, flags))
     except InputError as exc:
         raise UsageError(str(exc)) from exc
-    if flops is not None and settings.path is not None:
-        flops = _from_settings(flops, flags, settings.path)
     rules = [(r, rule_problem(r)) for r in settings.comm_rules]
     rules += [(r, check_pattern(r)) for r in settings.compute_rules]
     for rule, problem in rules:
@@ -89,19 +87,18 @@ def read_run(discovery: Discovery, model: ModelInputs) -> RunInputs:
     )
 
 
-def _from_settings(flops: ModelFlops, flags: ModelInputs, path: Path) -> ModelFlops:
-    """The FLOPs' source named as the file when the file, not a flag, gave them (a source
-    reading "--model-flops-per-step" when no flag was passed sends the user hunting)."""
-    keys = {
-        "--model-flops-per-step": ("model_flops_per_step", "flops_per_step"),
-        "--flops-per-token × --tokens-per-step": ("flops_per_token", "flops_per_token"),
-    }
-    field, key = keys.get(flops.source, (None, None))
-    if field is None or getattr(flags, field) is not None:
-        return flops
-    # the file's name, not its path: summaries carry a copy of it, with the same figures
-    table = "[tool.tracecomm.model]" if path.name == "pyproject.toml" else "[model]"
-    return replace(flops, source=f"{path.name} {table} {key}")
+def _given_in(path: Path | None, flags: ModelInputs) -> Callable[[str], str | None]:
+    """Where the settings file gave a value that no flag did: the FLOPs' source names the file
+    and its key then (a source reading "--model-flops-per-step" when no flag was passed sends
+    the user hunting)."""
+    default = ModelInputs()
+
+    def given_in(field: str) -> str | None:
+        if path is None or getattr(flags, field) != getattr(default, field):
+            return None
+        return key_name(path, field)
+
+    return given_in
 
 
 def run_analysis(

@@ -18,7 +18,7 @@ from tracecomm.check.budgets import DEFAULT_BUDGETS, BudgetError
 from tracecomm.check.budgets import apply as apply_budgets
 from tracecomm.errors import UsageError
 from tracecomm.frameworks import PRIORITY, framework_key
-from tracecomm.mfu.inputs import InputError, ModelInputs, model_inputs
+from tracecomm.mfu.inputs import FIELDS_BY_KEY, SETTINGS_KEYS, InputError, ModelInputs, model_inputs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -166,9 +166,7 @@ def _model(table: dict[str, Any], path: Path) -> ModelInputs:
     for table_name, entries in (("model", model), ("device", device)):
         for key, value in entries.items():
             name = key.replace("-", "_")
-            name = {"config": "model_config", "flops_per_step": "model_flops_per_step"}.get(
-                name, name
-            )
+            name = FIELDS_BY_KEY.get(name, name)
             if name not in known:
                 raise UsageError(f"{path}: [{table_name}] unknown key {key!r}")
             values[name], keys[name] = value, f"[{table_name}] {key}"
@@ -179,6 +177,15 @@ def _model(table: dict[str, Any], path: Path) -> ModelInputs:
     if inputs.model_config is not None:
         inputs = replace(inputs, model_config=path.parent / inputs.model_config)
     return inputs
+
+
+def key_name(path: Path, field: str) -> str:
+    """``tracecomm.toml [model] flops_per_step``: where the ``ModelInputs`` field ``field``
+    stands in the settings file ``path``. The file's name, not its path: summaries carry a copy
+    of it, with the same figures."""
+    table, key = SETTINGS_KEYS[field]
+    where = f"[tool.tracecomm.{table}]" if path.name == "pyproject.toml" else f"[{table}]"
+    return f"{path.name} {where} {key}"
 
 
 def _toml(path: Path) -> dict[str, Any]:

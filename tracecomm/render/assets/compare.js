@@ -35,33 +35,8 @@
     var r = 100 * c.relative;
     return Math.abs(r) < 0.05 ? "±0 %" : (r > 0 ? "+" : "−") + Math.abs(r).toFixed(1) + " %";
   }
-  function section(id, title, explain) {
-    var s = el("section", { id: id, "data-section": id }, el("h2", null, title));
-    if (explain) s.appendChild(el("p", { class: "explain" }, explain));
-    root.appendChild(s);
-    return s;
-  }
-  function empty(s, why) {
-    s.setAttribute("data-empty", "true");
-    s.appendChild(el("p", { class: "empty" }, why));
-  }
-  function legend(items) {
-    return el("div", { class: "legend" }, items.map(function (it) {
-      return el("span", { style: "--swatch:" + it[1] }, it[0]);
-    }));
-  }
-  var tip = el("div", { id: "tip", role: "tooltip" });
-  document.body.appendChild(tip);
-  function hover(node, text) {
-    node.addEventListener("mousemove", function (ev) {
-      tip.textContent = text;
-      tip.style.display = "block";
-      tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - 300) + "px";
-      tip.style.top = (ev.clientY + 14) + "px";
-    });
-    node.addEventListener("mouseleave", function () { tip.style.display = "none"; });
-    node.appendChild(sv("title", null, text));
-  }
+  var empty = D.empty, hover = D.tooltip();
+  function section(id, title, explain) { return D.section(root, id, title, explain); }
   function table(id, head, rows) {
     var t = el("table", { class: "figures", id: id },
       el("tr", null, head.map(function (h) { return el("th", null, h); })));
@@ -247,7 +222,7 @@
         "No MFU: it needs the model's FLOPs (--model-flops-per-step, or --flops-per-token with " +
         "--tokens-per-step, or a model config)."));
     }
-    s.appendChild(legend(types.map(function (t) { return [t, typeColour(t)]; })));
+    s.appendChild(D.typeLegend(types));
     s.appendChild(holder);
   }
 
@@ -382,15 +357,5 @@
       "--format json` gives the same figures."));
   }
 
-  [headline, runTable, scaling, decomposition, collectives, projection].forEach(function (draw) {
-    try {
-      draw();
-    } catch (err) {
-      var s = section("error-" + draw.name, "Section could not be drawn");
-      empty(s, String(err && err.message || err));
-      console.error(err);
-    }
-  });
-  footer();
-  root.setAttribute("data-ready", "true");
+  D.drawPage(root, [headline, runTable, scaling, decomposition, collectives, projection], footer);
 }());

@@ -30,35 +30,8 @@
     (list || []).forEach(function (x) { out[x[key]] = x; });
     return out;
   }
-  function section(id, title, explain) {
-    var s = el("section", { id: id, "data-section": id }, el("h2", null, title));
-    if (explain) s.appendChild(el("p", { class: "explain" }, explain));
-    root.appendChild(s);
-    return s;
-  }
-  function empty(s, why) {
-    s.setAttribute("data-empty", "true");
-    s.appendChild(el("p", { class: "empty" }, why));
-  }
-  function legend(items) {
-    return el("div", { class: "legend" }, items.map(function (it) {
-      return el("span", { style: "--swatch:" + it[1] }, it[0]);
-    }));
-  }
-
-  // one tooltip for the page; text only
-  var tip = el("div", { id: "tip", role: "tooltip" });
-  document.body.appendChild(tip);
-  function hover(node, text) {
-    node.addEventListener("mousemove", function (ev) {
-      tip.textContent = text;
-      tip.style.display = "block";
-      tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - 300) + "px";
-      tip.style.top = (ev.clientY + 14) + "px";
-    });
-    node.addEventListener("mouseleave", function () { tip.style.display = "none"; });
-    node.appendChild(sv("title", null, text));  // also for keyboards and screenshots' DOM
-  }
+  var empty = D.empty, legend = D.legend, hover = D.tooltip();  // one tooltip for the page
+  function section(id, title, explain) { return D.section(root, id, title, explain); }
 
   // ---- 1. headline: the bottom line (metrics.md §14) ----------------------------------
   function headline() {
@@ -586,7 +559,7 @@
         svg.appendChild(c);
       });
     });
-    s.appendChild(legend(types.map(function (t) { return [t, typeColour(t)]; })));
+    s.appendChild(D.typeLegend(types));
     s.appendChild(svg);
   }
 
@@ -751,17 +724,6 @@
       "--format json --detail timeline` gives the same figures."));
   }
 
-  [headline, rankBars, heatmap, timeline, bandwidth, allToAll, scaling, traceLink].forEach(
-    function (draw) {
-    try {
-      draw();
-    } catch (err) {
-      // a section that cannot be drawn says so; the others still render
-      var s = section("error-" + draw.name, "Section could not be drawn");
-      empty(s, String(err && err.message || err));
-      console.error(err);
-    }
-  });
-  footer();
-  root.setAttribute("data-ready", "true");
+  D.drawPage(root, [headline, rankBars, heatmap, timeline, bandwidth, allToAll, scaling, traceLink],
+    footer);
 }());
