@@ -144,7 +144,7 @@ def test_the_documents_collective_types_are_the_engines() -> None:
     literal written out; this keeps the two one list)."""
     from typing import get_args
 
-    from tracecomm.analysis.document import CollType
+    from tracecomm.colltypes import CollType
     from tracecomm.engine.classify import COLL_TYPES
 
     assert get_args(CollType) == COLL_TYPES

@@ -13,12 +13,15 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated, Literal, cast
 
 import polars as pl
+from msgspec import Meta
 
 from tracecomm.analysis.crossrank import CrossRank, whole_group
 from tracecomm.analysis.rank import RankReport
 from tracecomm.analysis.stragglers import Stragglers
+from tracecomm.doc import Doc, NonNegative, Percent
 
 ALL_TO_ALL = "AllToAll"
 # A busiest rank receiving this much over the median is called imbalanced (the straggler
@@ -26,37 +29,67 @@ ALL_TO_ALL = "AllToAll"
 IMBALANCE_FLAG_RATIO = 1.05
 
 
-@dataclass(frozen=True)
-class AllToAllRank:
+class AllToAllRank(Doc, frozen=True):
     """One rank's all-to-all time over its analysis window."""
 
     rank: int
-    kernels: int
-    comm_ns: int  # |U(AllToAll kernels)| in the window (§3)
-    exposed_ns: int  # of it, with no compute kernel beside it
-    hidden_pct: float | None  # 100 · (comm − exposed) / comm
-    matched_ns: int | None  # kernel time of its instances matched across ranks (§4)
-    wait_ns: int | None  # of that, waiting for the group's last member (§6)
-    transfer_ns: int | None  # and moving data: last arrival → the group's earliest end
-    received: int | None  # rows (tokens) or elements received over its matched instances
+    kernels: NonNegative
+    comm_ns: Annotated[
+        int, Meta(ge=0, description="|U(AllToAll kernels)| in the window (§3)")
+    ]  # |U(AllToAll kernels)| in the window (§3)
+    exposed_ns: Annotated[
+        int, Meta(ge=0, description="of it, with no compute kernel beside it")
+    ]  # of it, with no compute kernel beside it
+    hidden_pct: Annotated[
+        Percent | None, Meta(description="100 · (comm − exposed) / comm: hidden behind compute")
+    ]  # 100 · (comm − exposed) / comm
+    matched_ns: Annotated[
+        int | None,
+        Meta(description="kernel time of its instances matched across ranks (§4); null: none"),
+    ]  # kernel time of its instances matched across ranks (§4)
+    wait_ns: Annotated[
+        int | None, Meta(description="of that, waiting for the group's last member (§6)")
+    ]  # of that, waiting for the group's last member (§6)
+    transfer_ns: Annotated[
+        int | None, Meta(description="and moving data: last arrival → the earliest end (§6)")
+    ]  # and moving data: last arrival → the group's earliest end
+    received: Annotated[
+        int | None, Meta(description="tokens (or elements, see imbalance.unit) received over them")
+    ]  # rows (tokens) or elements received over its matched instances
 
 
-@dataclass(frozen=True)
-class TokenImbalance:
+ImbalanceUnit = Literal["tokens", "elements"]
+
+
+class TokenImbalance(Doc, frozen=True):
     """Received volume per rank over the all-to-all instances every member recorded."""
 
-    unit: str  # "tokens" (rows, from split sizes) or "elements" (Out msg nelems)
-    instances: int
+    unit: ImbalanceUnit  # "tokens" (rows, from split sizes) or "elements" (Out msg nelems)
+    instances: NonNegative
     busiest_rank: int
-    busiest_received: int
-    median_received: float
-    ratio: float  # busiest / median, >= 1
-    worst_instance_ratio: float  # the most uneven instance's busiest / median (>= ratio)
-    imbalanced: bool  # ratio >= IMBALANCE_FLAG_RATIO
+    busiest_received: NonNegative
+    median_received: Annotated[float, Meta(ge=0)]
+    ratio: Annotated[
+        float, Meta(ge=1, description="busiest / median received")
+    ]  # busiest / median, >= 1
+    worst_instance_ratio: Annotated[
+        float, Meta(ge=1, description="the most uneven instance's busiest / median")
+    ]  # the most uneven instance's busiest / median (>= ratio)
+    imbalanced: Annotated[
+        bool, Meta(description="ratio at or above 1.05")
+    ]  # ratio >= IMBALANCE_FLAG_RATIO
     # what balancing gives back: the straggler what-if's gain for the busiest rank (its extra
     # work at its peers' median), when the replay holds; else None with the reason
-    gain_ns: int | None
-    gain_pct: float | None
+    gain_ns: Annotated[
+        int | None,
+        Meta(
+            description=(
+                "what balancing gives back per step: the straggler replay's gain for the "
+                "busiest rank on par with its peers (§6); null with gain_reason"
+            )
+        ),
+    ]
+    gain_pct: Percent | None
     gain_reason: str | None
 
 
@@ -226,7 +259,7 @@ def _imbalance(
     gain, pct, reason = _balancing_gain(busiest, stragglers, step_ns)
     return (
         TokenImbalance(
-            unit=unit,
+            unit=cast(ImbalanceUnit, unit),
             instances=instances,
             busiest_rank=busiest,
             busiest_received=volumes[busiest],

@@ -3,32 +3,44 @@ and the kernel-duration variant that keeps the waiting in (``busbw_incl_wait``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import polars as pl
+from msgspec import Meta
+
+from tracecomm.doc import Doc
 
 # message-size buckets (bytes), nccl-tests style powers of two; a bucket is [low, next low)
 BUCKETS = (0, 64 << 10, 1 << 20, 16 << 20, 256 << 20)
 _BUCKET_NAMES = ("< 64 KiB", "64 KiB–1 MiB", "1–16 MiB", "16–256 MiB", "≥ 256 MiB")
 
 
-@dataclass(frozen=True)
-class BandwidthRow:
+class BandwidthRow(Doc, frozen=True):
     """One collective type and message-size bucket, over the matched instances."""
 
     coll_type: str
     size_bucket: str
     instances: int
     bytes_median: int
-    algbw_gbps: float  # GB/s (10^9 bytes), median over instances, waiting excluded
+    algbw_gbps: Annotated[
+        float,
+        Meta(
+            description=(
+                "GB/s (10^9 bytes), median: bytes / transfer (earliest end − latest start)"
+            )
+        ),
+    ]  # GB/s (10^9 bytes), median over instances, waiting excluded
     busbw_gbps: float
-    busbw_incl_wait_gbps: float  # with each rank's whole kernel duration, averaged over ranks
-    below_link_pct: float | None  # share of instances whose busbw is under --link-gbps
+    busbw_incl_wait_gbps: Annotated[
+        float, Meta(description="with each rank's whole kernel duration (waiting included)")
+    ]  # with each rank's whole kernel duration, averaged over ranks
+    below_link_pct: Annotated[
+        float | None, Meta(description="share of instances whose busbw is under --link-gbps")
+    ]  # share of instances whose busbw is under --link-gbps
 
 
-@dataclass(frozen=True)
-class Bandwidth:
+class Bandwidth(Doc, frozen=True):
     rows: tuple[BandwidthRow, ...]
     measured: int  # instances with a size and a positive transfer time
     without_size: int  # matched instances whose trace carries no message size

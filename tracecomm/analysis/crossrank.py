@@ -7,13 +7,15 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import polars as pl
+from msgspec import Meta
 
 from tracecomm.analysis.arrivals import FLOOR_NS, look_through, with_arrivals
 from tracecomm.analysis.chains import pipeline_chains
 from tracecomm.analysis.rank import RankReport
+from tracecomm.doc import Doc
 from tracecomm.engine.collectives import INSTANCE_SCHEMA, WORLD
 
 _RANK_LIST = re.compile(r"^\[\s*\d+(?:\s*,\s*\d+)*\s*\]$")
@@ -32,14 +34,18 @@ class GroupMismatch:
     counts: dict[int, int]  # instances per member rank, when they differ
 
 
-@dataclass(frozen=True)
-class HostClock:
+class HostClock(Doc, frozen=True):
     """One host's clock offset against the reference rank's host (§5)."""
 
     host: str
     ranks: tuple[int, ...]
-    offset_ns: int | None  # subtract from this host's times; None when nothing is shared
-    error_ns: int | None  # median absolute deviation of the per-instance differences
+    offset_ns: Annotated[
+        int | None,
+        Meta(description="this host's clock minus the reference host's, from collective ends"),
+    ]  # subtract from this host's times; None when nothing is shared
+    error_ns: Annotated[
+        int | None, Meta(description="median absolute deviation of the per-instance differences")
+    ]  # median absolute deviation of the per-instance differences
     instances: int  # matched instances the estimate rests on
 
 

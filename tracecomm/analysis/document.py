@@ -15,13 +15,31 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct
 
+from tracecomm.analysis.alltoall import AllToAllRank as AllToAllRank
+from tracecomm.analysis.alltoall import TokenImbalance as TokenImbalance
+from tracecomm.analysis.bandwidth import Bandwidth as Bandwidth
+from tracecomm.analysis.bandwidth import BandwidthRow as BandwidthRow
+from tracecomm.analysis.crossrank import HostClock as HostClock
+from tracecomm.analysis.finding import Finding as Finding
+from tracecomm.analysis.finding import StepParts as StepParts
+from tracecomm.analysis.framework import DetectedFramework as DetectedFramework
+from tracecomm.analysis.framework import Frameworks as Frameworks
+from tracecomm.analysis.model import TypeSummary as TypeSummary
+from tracecomm.analysis.pipeline_view import StageBubble as StageBubble
+from tracecomm.analysis.projection import ProjectedSize as ProjectedSize
 from tracecomm.analysis.rank import MeanStep
-from tracecomm.colltypes import CollType
+from tracecomm.analysis.rank import MissingRank as MissingRank
+from tracecomm.analysis.stragglers import GroupTypeDelay as GroupTypeDelay
+from tracecomm.analysis.whatif import Candidate as Candidate
+from tracecomm.compat.hta import HtaFigures as HtaFigures
 from tracecomm.doc import NCCL_SCHEMA_VERSION, SCHEMA_VERSION, NonNegative, Percent, Positive
 from tracecomm.engine.model import Figures, KernelStats, MedianFigures, ObservedFlops
 from tracecomm.engine.model import StepFigures as Step
 from tracecomm.engine.model import TypeFigures as TypeFigures
 from tracecomm.engine.model import WindowFigures as Window
+from tracecomm.engine.timeline import ExposedSpan as ExposedSpan
+from tracecomm.mfu.inputs import ModelFlops as ModelFlops
+from tracecomm.mfu.peaks import Peak as Peak
 
 __all__ = ["NCCL_SCHEMA_VERSION", "SCHEMA_VERSION", "Step", "TypeFigures", "Window"]
 
@@ -127,24 +145,6 @@ class Summary(_Doc, frozen=True):
     ]
 
 
-class TypeSummary(_Doc, frozen=True):
-    """One collective type over all analyzed ranks (sums of their analysis windows)."""
-
-    coll_type: CollType
-    kernels: NonNegative
-    ranks: Positive
-    comm_ns: NonNegative
-    exposed_comm_ns: NonNegative
-
-
-class MissingRank(_Doc, frozen=True):
-    """A rank whose file could not be used."""
-
-    rank: int | None
-    path: str | None
-    reason: str
-
-
 class SkippedFile(_Doc, frozen=True):
     """A file that is not a trace."""
 
@@ -170,19 +170,6 @@ class Mismatch(_Doc, frozen=True):
     missing_ranks: list[int]
     sizes_disagree: bool
     counts: dict[str, int]
-
-
-class HostClock(_Doc, frozen=True):
-    host: str
-    ranks: list[int]
-    offset_ns: Annotated[
-        int | None,
-        Meta(description="this host's clock minus the reference host's, from collective ends"),
-    ]
-    error_ns: Annotated[
-        int | None, Meta(description="median absolute deviation of the per-instance differences")
-    ]
-    instances: int
 
 
 class Clocks(_Doc, frozen=True):
@@ -330,92 +317,6 @@ class Replay(_Doc, frozen=True):
             ),
         ),
     ] = None
-
-
-class Candidate(_Doc, frozen=True):
-    kind: Literal["rank", "stage", "replica", "host"]
-    index: Annotated[
-        int,
-        Meta(
-            ge=0,
-            description=(
-                "the rank, the stage number, the replica number, or the host's place "
-                "among the hosts in name order"
-            ),
-        ),
-    ]
-    ranks: list[int]
-    method: Annotated[
-        Literal["peers", "scaled", "mixed"],
-        Meta(
-            description=(
-                "peers: its own work between waits at its peers' median, position by "
-                "position; scaled: its own work scaled down to the target compute; mixed: "
-                "both, by rank; the waits are always recomputed from the arrivals"
-            )
-        ),
-    ]
-    step_if_fixed_ns: NonNegative
-    gain_ns: NonNegative
-    recoverable_pct: Percent
-    flagged: bool
-    by_op_type: Annotated[
-        dict[str, NonNegative] | None,
-        Meta(
-            description=(
-                "gain with only that part fixed: compute (own work between shared "
-                "waits), each collective type and SendRecv (transfer times); the parts "
-                "need not add up to the gain"
-            )
-        ),
-    ]
-    by_op_type_pct: Annotated[
-        dict[str, Percent] | None,
-        Meta(description="each by_op_type gain as 100 * gain / the replay's measured step"),
-    ]
-    mostly_rank: Annotated[
-        int | None,
-        Meta(
-            description=(
-                "a stage, replica or host: the rank inside whose own fix gives half its gain"
-            )
-        ),
-    ]
-    host: Annotated[str | None, Meta(description="a host candidate's host name")] = None
-    total_gain_ns: Annotated[
-        int,
-        Meta(
-            ge=0,
-            description=(
-                "the gain over the mean step (the run's time over its included steps): a "
-                "rank slow in some steps only shows here, the median step hiding it; a "
-                "candidate is flagged when either gain passes the flag line"
-            ),
-        ),
-    ] = 0
-    total_recoverable_pct: Annotated[
-        Percent, Meta(description="100 · total_gain_ns / replay.mean_step_ns")
-    ] = 0.0
-
-
-class GroupTypeDelay(_Doc, frozen=True):
-    group: str
-    coll_type: str
-    instances: int
-    arrival_skew_ns: Annotated[
-        int, Meta(description="median over instances of latest − earliest aligned start")
-    ]
-    delay_caused_ns: int
-    top_rank: int | None
-    by_schedule: Annotated[
-        bool,
-        Meta(
-            description=(
-                "members at different pipeline stages (the embedding all-reduce): "
-                "lateness by schedule, left out of the ranks' delay caused"
-            )
-        ),
-    ]
 
 
 class Instance(_Doc, frozen=True):
@@ -580,31 +481,10 @@ class Stragglers(_Doc, frozen=True, kw_only=True):
 # Step time, MFU and energy (metrics.md §8).
 
 
-class Peak(_Doc, frozen=True):
-    device: str
-    model: Annotated[str, Meta(description="the peak table's model, or 'user' for --peak-tflops")]
-    dtype: str
-    tflops: Annotated[float, Meta(description="dense peak per device")]
-    source: str
-    confidence: str
-    inferred: Annotated[
-        bool, Meta(description="matched by (vendor, compute capability, SM count), not by name")
-    ]
-    note: str | None
-
-
 class Device(_Doc, frozen=True):
     name: str
     ranks: int
     peak: Peak | None
-
-
-class ModelFlops(_Doc, frozen=True):
-    per_step: int
-    per_token: int | None
-    tokens_per_step: int | None
-    source: str
-    hfu_per_step: int | None
 
 
 class Gap(_Doc, frozen=True):
@@ -849,47 +729,6 @@ class NcclDocument(_Doc, frozen=True):
 # Bandwidth (metrics.md §7) and HTA's own figures (metrics.md §9).
 
 
-class BandwidthRow(_Doc, frozen=True):
-    coll_type: str
-    size_bucket: str
-    instances: int
-    bytes_median: int
-    algbw_gbps: Annotated[
-        float,
-        Meta(
-            description=(
-                "GB/s (10^9 bytes), median: bytes / transfer (earliest end − latest start)"
-            )
-        ),
-    ]
-    busbw_gbps: float
-    busbw_incl_wait_gbps: Annotated[
-        float, Meta(description="with each rank's whole kernel duration (waiting included)")
-    ]
-    below_link_pct: Annotated[
-        float | None, Meta(description="share of instances whose busbw is under --link-gbps")
-    ]
-
-
-class Bandwidth(_Doc, frozen=True):
-    rows: list[BandwidthRow]
-    measured: int
-    without_size: int
-    link_gbps: float | None
-
-
-class HtaFigures(_Doc, frozen=True):
-    rank: int
-    comm_comp_overlap_pct: float | None
-    idle_us: int
-    compute_us: int
-    non_compute_us: int
-    kernel_time_us: int
-    hta_version: Annotated[
-        str, Meta(description="the HTA release whose definitions these figures follow")
-    ]
-
-
 # One step of chosen ranks, for the HTML report.
 
 
@@ -906,12 +745,6 @@ class Lane(_Doc, frozen=True):
     device: int | None
     stream: int | None
     segments: list[Segment]
-
-
-class ExposedSpan(_Doc, frozen=True):
-    start_ns: int
-    end_ns: int
-    coll_type: str
 
 
 class RankTimeline(_Doc, frozen=True):
@@ -949,17 +782,6 @@ class Fit(_Doc, frozen=True):
     note: str | None
 
 
-class ProjectedSize(_Doc, frozen=True):
-    world_size: int
-    step_ns: int
-    compute_ns: int
-    comm_ns: dict[str, int]
-    exposed_comm_ns: dict[str, int]
-    exposed_comm_total_ns: int
-    relative_throughput: float
-    mfu: float | None
-
-
 class Projection(_Doc, frozen=True):
     reason: str | None
     measured_world: int | None
@@ -974,13 +796,6 @@ class Projection(_Doc, frozen=True):
 
 
 # The pipeline view (metrics.md §10).
-
-
-class StageBubble(_Doc, frozen=True):
-    stage: int
-    rank: int
-    bubble_pct: float
-    compute_ns: int
 
 
 class Pipeline(_Doc, frozen=True):
@@ -1138,154 +953,10 @@ class KernelView(_Doc, frozen=True):
 # The bottom line (metrics.md §14).
 
 
-class StepParts(_Doc, frozen=True):
-    basis: Annotated[
-        str,
-        Meta(
-            description=(
-                "what the shares are shares of: the step time (metrics.md §8), or the "
-                "window it falls back to without ProfilerStep spans"
-            )
-        ),
-    ]
-    per_step: Annotated[
-        bool,
-        Meta(
-            description=(
-                "false: the basis is a whole analysis window (the traces hold no "
-                "ProfilerStep), and costs are over it, not per step"
-            )
-        ),
-    ]
-    step_ns: Positive
-    busy_pct: Percent
-    compute_ns: NonNegative
-    compute_pct: Percent
-    exposed_comm_ns: NonNegative
-    exposed_comm_pct: Percent
-    exposed_comm_by_type_ns: dict[str, NonNegative]
-    exposed_comm_by_type_pct: dict[str, Percent]
-    types_overlap_ns: Annotated[
-        NonNegative,
-        Meta(
-            description=(
-                "sum of exposed_comm_by_type_ns - exposed_comm_ns: exposed time during which "
-                "two or more types run at once (metrics.md §14)"
-            )
-        ),
-    ]
-    comm_by_type_ns: Annotated[
-        dict[str, NonNegative], Meta(description="each type's communication, hidden or not")
-    ]
-    comm_by_type_pct: dict[str, Percent]
-    comm_by_type_over_compute: Annotated[
-        dict[str, Annotated[float, Meta(ge=0)] | None],
-        Meta(description="comm_by_type_ns / compute_ns; null without compute"),
-    ]
-    exposed_memory_ns: NonNegative
-    exposed_memory_pct: Percent
-    idle_ns: NonNegative
-    idle_pct: Percent
-
-
-class Finding(_Doc, frozen=True):
-    kind: str
-    severity: Literal["input", "cost", "uncosted"]
-    title: str
-    cost_ns: Annotated[
-        NonNegative | None,
-        Meta(
-            description=(
-                "per step (over the basis window when step_parts.per_step is false); "
-                "null when the traces cannot cost it"
-            )
-        ),
-    ]
-    cost_pct: Percent | None
-    recoverable_pct: Percent | None
-    ranks: list[int]
-    coll_type: str | None
-    stage: int | None
-    group: str | None
-    hosts: list[str]
-    evidence: list[str]
-    advice: list[str]
-    section: Annotated[str, Meta(pattern="^metrics\\.md §[0-9]+$")]
-
-
 # The whole document.
 
 
 # All-to-all and expert parallelism (metrics.md §7a).
-
-
-class AllToAllRank(_Doc, frozen=True):
-    rank: int
-    kernels: NonNegative
-    comm_ns: Annotated[int, Meta(ge=0, description="|U(AllToAll kernels)| in the window (§3)")]
-    exposed_ns: Annotated[int, Meta(ge=0, description="of it, with no compute kernel beside it")]
-    hidden_pct: Annotated[
-        Percent | None, Meta(description="100 · (comm − exposed) / comm: hidden behind compute")
-    ]
-    matched_ns: Annotated[
-        int | None,
-        Meta(description="kernel time of its instances matched across ranks (§4); null: none"),
-    ]
-    wait_ns: Annotated[
-        int | None, Meta(description="of that, waiting for the group's last member (§6)")
-    ]
-    transfer_ns: Annotated[
-        int | None, Meta(description="and moving data: last arrival → the earliest end (§6)")
-    ]
-    received: Annotated[
-        int | None,
-        Meta(description="tokens (or elements, see imbalance.unit) received over them"),
-    ]
-
-
-class TokenImbalance(_Doc, frozen=True):
-    unit: Literal["tokens", "elements"]
-    instances: NonNegative
-    busiest_rank: int
-    busiest_received: NonNegative
-    median_received: Annotated[float, Meta(ge=0)]
-    ratio: Annotated[float, Meta(ge=1, description="busiest / median received")]
-    worst_instance_ratio: Annotated[
-        float, Meta(ge=1, description="the most uneven instance's busiest / median")
-    ]
-    imbalanced: Annotated[bool, Meta(description="ratio at or above 1.05")]
-    gain_ns: Annotated[
-        int | None,
-        Meta(
-            description=(
-                "what balancing gives back per step: the straggler replay's gain for the "
-                "busiest rank on par with its peers (§6); null with gain_reason"
-            )
-        ),
-    ]
-    gain_pct: Percent | None
-    gain_reason: str | None
-
-
-class DetectedFramework(_Doc, frozen=True):
-    key: Literal[
-        "vllm", "sglang", "torchtitan", "megatron", "deepspeed", "fsdp2", "fsdp1", "torchrec", "ddp"
-    ]
-    label: str
-    ranks: Annotated[int, Meta(ge=1, description="analyzed ranks whose trace holds a mark of it")]
-    names: Annotated[
-        list[str], Meta(description="the first names in the traces that only it writes")
-    ]
-
-
-class Frameworks(_Doc, frozen=True):
-    detected: Annotated[
-        list[DetectedFramework],
-        Meta(description="most specific first: the first with advice for a cause gives it"),
-    ]
-    inference: Annotated[
-        bool, Meta(description="a serving engine's trace (vLLM, SGLang): no training advice")
-    ]
 
 
 class AllToAll(_Doc, frozen=True):

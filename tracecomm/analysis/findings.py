@@ -13,9 +13,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import polars as pl
+from msgspec import structs
 
 from tracecomm.analysis.advice import (
     HOST_BOUND_GENERIC,
@@ -146,7 +147,7 @@ def _fold_stage_stragglers(found: list[Finding]) -> list[Finding]:
         "metrics.md §6): they are late because their stage computes more"
     )
     return [
-        replace(f, evidence=(*f.evidence, note)) if f.kind == "stage_imbalance" else f
+        structs.replace(f, evidence=(*f.evidence, note)) if f.kind == "stage_imbalance" else f
         for f in found
         if f not in folded
     ]

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 import polars as pl
+from msgspec import structs
 
 from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.kernels import KernelView
@@ -61,7 +62,7 @@ def steps_frame(ranks: Sequence[RankReport]) -> pl.DataFrame:
 
 def by_type_frame(types: Sequence[Any]) -> pl.DataFrame:
     """Per collective type over all ranks (sums of the ranks' analysis windows)."""
-    rows = [asdict(t) for t in types]
+    rows = [structs.asdict(t) for t in types]
     return pl.DataFrame(rows, schema=_TYPE_SCHEMA, orient="row")
 
 

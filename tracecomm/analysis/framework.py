@@ -6,31 +6,44 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Annotated, Literal, cast
+
+from msgspec import Meta
 
 from tracecomm.analysis.rank import RankReport
+from tracecomm.doc import Doc
 from tracecomm.frameworks import INFERENCE, LABELS, PRIORITY
 
 EVIDENCE_NAMES = 3
 
 
-@dataclass(frozen=True)
-class DetectedFramework:
+FrameworkKey = Literal[
+    "vllm", "sglang", "torchtitan", "megatron", "deepspeed", "fsdp2", "fsdp1", "torchrec", "ddp"
+]
+
+
+class DetectedFramework(Doc, frozen=True):
     """One framework the traces name: ``key`` (``megatron``, ``fsdp2``, ...), its label, how
     many analyzed ranks hold a mark of it, and the first names that say so."""
 
-    key: str
+    key: FrameworkKey
     label: str
-    ranks: int
-    names: tuple[str, ...]
+    ranks: Annotated[int, Meta(ge=1, description="analyzed ranks whose trace holds a mark of it")]
+    names: Annotated[
+        tuple[str, ...], Meta(description="the first names in the traces that only it writes")
+    ]
 
 
-@dataclass(frozen=True)
-class Frameworks:
+class Frameworks(Doc, frozen=True):
     """What ran the job (metrics.md §14a): the frameworks detected, most specific first."""
 
-    detected: tuple[DetectedFramework, ...]
-    inference: bool  # a serving engine's trace: no training advice
+    detected: Annotated[
+        tuple[DetectedFramework, ...],
+        Meta(description="most specific first: the first with advice for a cause gives it"),
+    ]
+    inference: Annotated[
+        bool, Meta(description="a serving engine's trace (vLLM, SGLang): no training advice")
+    ]  # a serving engine's trace: no training advice
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -63,11 +76,16 @@ def detect_frameworks(
     if not holders:
         if declared is None:
             return None
-        found = DetectedFramework(declared, LABELS[declared], len(ranks), (DECLARED,))
+        found = DetectedFramework(
+            cast(FrameworkKey, declared), LABELS[declared], len(ranks), (DECLARED,)
+        )
         return Frameworks((found,), inference=declared in INFERENCE)
     detected = tuple(
         DetectedFramework(
-            key, _label(key, names[key]), holders[key], tuple(sorted(names[key]))[:EVIDENCE_NAMES]
+            cast(FrameworkKey, key),
+            _label(key, names[key]),
+            holders[key],
+            tuple(sorted(names[key]))[:EVIDENCE_NAMES],
         )
         for key in PRIORITY
         if key in holders

@@ -20,6 +20,8 @@ from tracecomm.analysis.rank import (
     RunTimeline,
     StepSummary,
 )
+from tracecomm.colltypes import CollType
+from tracecomm.doc import Doc, NonNegative, Positive
 
 if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, and must stay lean
     import polars as pl
@@ -41,15 +43,14 @@ if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, 
     from tracecomm.nccl.diagnose import NcclSummary
 
 
-@dataclass(frozen=True)
-class TypeSummary:
+class TypeSummary(Doc, frozen=True):
     """One collective type over all analyzed ranks (sums of per-rank analysis windows)."""
 
-    coll_type: str
-    kernels: int
-    ranks: int
-    comm_ns: int
-    exposed_comm_ns: int
+    coll_type: CollType
+    kernels: NonNegative
+    ranks: Positive
+    comm_ns: NonNegative
+    exposed_comm_ns: NonNegative
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,12 @@ import polars as pl
 
 from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.rank import RankReport
+from tracecomm.doc import Doc
 
 _IMBALANCE = 0.05  # stage compute this far above the others' median: the balance is the problem
 
 
-@dataclass(frozen=True)
-class StageBubble:
+class StageBubble(Doc, frozen=True):
     stage: int
     rank: int
     bubble_pct: float  # median over steps

@@ -29,6 +29,7 @@ import numpy as np
 import polars as pl
 
 from tracecomm.analysis.bandwidth import bus_factor_of, instance_transfers
+from tracecomm.doc import Doc
 from tracecomm.engine.intervals import coverage, measure
 
 FITTED = ("AllGather", "ReduceScatter", "AllReduce")
@@ -47,8 +48,7 @@ class LinkFit:
     note: str | None = None
 
 
-@dataclass(frozen=True)
-class ProjectedSize:
+class ProjectedSize(Doc, frozen=True):
     world_size: int
     step_ns: int
     compute_ns: int

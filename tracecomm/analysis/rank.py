@@ -110,8 +110,7 @@ class RankNote:
     ranks: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class MissingRank:
+class MissingRank(Doc, frozen=True):
     """A rank whose file was given but could not be used (the report is partial)."""
 
     rank: int | None

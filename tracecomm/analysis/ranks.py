@@ -257,7 +257,7 @@ def _by_type(ranks: Sequence[RankReport]) -> tuple[TypeSummary, ...]:
         if mine:
             out.append(
                 TypeSummary(
-                    coll_type=coll,
+                    coll_type=mine[0].coll_type,
                     kernels=sum(t.kernels for t in mine),
                     ranks=len(mine),
                     comm_ns=sum(t.comm_ns for t in mine),

@@ -9,8 +9,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Annotated
 
 import polars as pl
+from msgspec import Meta
 
 from tracecomm.analysis.chains import chain_of, stage_of
 from tracecomm.analysis.crossrank import CrossRank
@@ -24,6 +26,7 @@ from tracecomm.analysis.whatif import (
     WhatIf,
     what_if,
 )
+from tracecomm.doc import Doc
 
 __all__ = ["FLAG_SHARE_OF_STEP", "FLAG_TIMES_MEDIAN_RANK", "Candidate", "WhatIf"]
 
@@ -67,17 +70,26 @@ class InstanceRecord:
     delay_caused_ns: int  # latest − second-latest arrival
 
 
-@dataclass(frozen=True)
-class GroupTypeDelay:
+class GroupTypeDelay(Doc, frozen=True):
     """Where the delay happened: one process group and collective type, over included steps."""
 
     group: str
     coll_type: str
     instances: int
-    arrival_skew_ns: int  # median over instances of latest − earliest aligned arrival
+    arrival_skew_ns: Annotated[
+        int, Meta(description="median over instances of latest − earliest aligned start")
+    ]  # median over instances of latest − earliest aligned arrival
     delay_caused_ns: int  # sum over instances
     top_rank: int | None  # the rank that caused most of it
-    by_schedule: bool = False  # members at different pipeline stages: lateness by schedule
+    by_schedule: Annotated[
+        bool,
+        Meta(
+            description=(
+                "members at different pipeline stages (the embedding all-reduce): "
+                "lateness by schedule, left out of the ranks' delay caused"
+            )
+        ),
+    ] = False  # members at different pipeline stages: lateness by schedule
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,13 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Annotated, Literal, cast
 
 import numpy as np
+from msgspec import Meta, structs
 
 from tracecomm.analysis.replay import Chain, replay_both
+from tracecomm.doc import Doc, NonNegative, Percent
 
 FLAG_SHARE_OF_STEP = 0.05  # a flagged candidate gains more than this share of the step …
 FLAG_TIMES_MEDIAN_RANK = 3.0  # … and more than this many times the median rank's gain
@@ -41,29 +44,85 @@ DECOMPOSED = 5  # candidates whose gain is split by op type
 _CELLS = 1 << 23  # int64 cells per what-if array (64 MiB): how many what-ifs replay at once
 
 
-@dataclass(frozen=True)
-class Candidate:
+CandidateKind = Literal["rank", "stage", "replica", "host"]
+
+
+FixMethod = Literal["peers", "scaled", "mixed"]
+
+
+class Candidate(Doc, frozen=True):
     """One thing to fix and what the replay says fixing it gives."""
 
-    kind: str  # "rank", "stage" or "replica"
-    index: int  # the rank, the stage number, the replica number
+    kind: CandidateKind
+    index: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description=(
+                "the rank, the stage number, the replica number, or the host's place "
+                "among the hosts in name order"
+            ),
+        ),
+    ]  # the rank, the stage number, the replica number
     ranks: tuple[int, ...]
-    method: str  # "peers" (work from its peers, position by position), "scaled" or "mixed"
-    step_if_fixed_ns: int
-    gain_ns: int  # measured step − replayed step, >= 0
-    recoverable_pct: float  # 100 · gain / measured step, within 0–100
+    method: Annotated[
+        FixMethod,
+        Meta(
+            description=(
+                "peers: its own work between waits at its peers' median, position by "
+                "position; scaled: its own work scaled down to the target compute; mixed: "
+                "both, by rank; the waits are always recomputed from the arrivals"
+            )
+        ),
+    ]  # "peers" (work from its peers, position by position), "scaled" or "mixed"
+    step_if_fixed_ns: NonNegative
+    gain_ns: NonNegative  # measured step − replayed step, >= 0
+    recoverable_pct: Percent  # 100 · gain / measured step, within 0–100
     flagged: bool = False
     # gain when only that part is fixed: "compute" (own work between shared waits) and each
     # collective type / "SendRecv" (transfer times); None when not decomposed
-    by_op_type: dict[str, int] | None = None
-    by_op_type_pct: dict[str, float] | None = None  # each as 100 · gain / measured step
+    by_op_type: Annotated[
+        dict[str, NonNegative] | None,
+        Meta(
+            description=(
+                "gain with only that part fixed: compute (own work between shared "
+                "waits), each collective type and SendRecv (transfer times); the parts "
+                "need not add up to the gain"
+            )
+        ),
+    ] = None
+    by_op_type_pct: Annotated[
+        dict[str, Percent] | None,
+        Meta(description="each by_op_type gain as 100 * gain / the replay's measured step"),
+    ] = None  # each as 100 · gain / measured step
     # a stage, replica or host: the rank inside it whose own fix gives half its gain or more
-    mostly_rank: int | None = None
-    host: str | None = None  # a host candidate's host name
+    mostly_rank: Annotated[
+        int | None,
+        Meta(
+            description=(
+                "a stage, replica or host: the rank inside whose own fix gives half its gain"
+            )
+        ),
+    ] = None
+    host: Annotated[str | None, Meta(description="a host candidate's host name")] = (
+        None  # a host candidate's host name
+    )
     # over the mean step (all included steps' time): a rank slow in some steps only shows
     # here, the median step hiding it
-    total_gain_ns: int = 0
-    total_recoverable_pct: float = 0.0
+    total_gain_ns: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description=(
+                "the gain over the mean step (the run's time over its included steps): a "
+                "rank slow in some steps only shows here, the median step hiding it; a "
+                "candidate is flagged when either gain passes the flag line"
+            ),
+        ),
+    ] = 0
+    total_recoverable_pct: Annotated[
+        Percent, Meta(description="100 · total_gain_ns / replay.mean_step_ns")
+    ] = 0.0
 
     @property
     def label(self) -> str:
@@ -584,10 +643,10 @@ def _candidate(
     return Candidate(
         total_gain_ns=total,
         total_recoverable_pct=min(100.0, 100.0 * total / mean) if mean else 0.0,
-        kind=kind,
+        kind=cast(CandidateKind, kind),
         index=index,
         ranks=ranks,
-        method=fix.method,
+        method=cast(FixMethod, fix.method),
         step_if_fixed_ns=measured - gain,
         gain_ns=gain,
         recoverable_pct=min(100.0, 100.0 * gain / measured) if measured else 0.0,
@@ -680,14 +739,13 @@ def _subsumed(candidates: list[Candidate], threshold: int) -> list[Candidate]:
     is what to fix and what it costs. A flagged group that overlaps a smaller flagged one and
     gives no more than the flag line beyond it is that one seen wider (the stages a slow node
     straddles): the smaller one stays."""
-    from dataclasses import replace
 
     groups = [set(c.ranks) for c in candidates if c.flagged]
     out = []
     for c in candidates:
         mine = set(c.ranks)
         if c.flagged and any(mine < g for g in groups):
-            c = replace(c, flagged=False)
+            c = structs.replace(c, flagged=False)
         out.append(c)
     kept: list[Candidate] = []
     for c in sorted(out, key=lambda c: (len(c.ranks), -c.gain_ns, _KIND_ORDER[c.kind], c.index)):
@@ -696,16 +754,15 @@ def _subsumed(candidates: list[Candidate], threshold: int) -> list[Candidate]:
         mine = set(c.ranks)
         wider = [k for k in kept if mine & set(k.ranks) and c.gain_ns <= k.gain_ns + threshold]
         if wider:
-            out = [replace(x, flagged=False) if x is c else x for x in out]
+            out = [structs.replace(x, flagged=False) if x is c else x for x in out]
         else:
             kept.append(c)
     return out
 
 
 def _flag(c: Candidate, flagged: bool) -> Candidate:
-    from dataclasses import replace
 
-    return replace(c, flagged=flagged)
+    return structs.replace(c, flagged=flagged)
 
 
 def _decompose(
@@ -716,7 +773,6 @@ def _decompose(
 ) -> list[Candidate]:
     """The gain of the flagged candidates (or the best one when none is) and the next ones up
     to DECOMPOSED, split by op type: the gain with only that part of the work fixed."""
-    from dataclasses import replace
 
     picked = [c for c in ordered if c.flagged] or ordered[:1]
     picked = (picked + [c for c in ordered if c not in picked])[:DECOMPOSED]
@@ -729,7 +785,7 @@ def _decompose(
     for (c, part), gain in zip(jobs, gains, strict=True):
         parts.setdefault((c.kind, c.index), {})[part] = gain
     return [
-        replace(c, by_op_type=gain, by_op_type_pct=_shares_of(gain, measured))
+        structs.replace(c, by_op_type=gain, by_op_type_pct=_shares_of(gain, measured))
         for c in ordered
         for gain in [parts.get((c.kind, c.index))]
     ]
@@ -738,7 +794,6 @@ def _decompose(
 def _with_mostly(candidates: list[Candidate]) -> tuple[Candidate, ...]:
     """Each stage, replica or host with the rank inside it that gives most of its gain, if
     one gives half of it or more (the "most of it is rank N's" the views print)."""
-    from dataclasses import replace
 
     by_rank = {c.index: c for c in candidates if c.kind == "rank"}
     out = []
@@ -746,7 +801,7 @@ def _with_mostly(candidates: list[Candidate]) -> tuple[Candidate, ...]:
         inside = [by_rank[r] for r in c.ranks if r in by_rank]
         best = max(inside, key=lambda r: r.gain_ns, default=None)
         if c.kind != "rank" and c.gain_ns and best is not None and 2 * best.gain_ns >= c.gain_ns:
-            c = replace(c, mostly_rank=best.index)
+            c = structs.replace(c, mostly_rank=best.index)
         out.append(c)
     return tuple(out)
 

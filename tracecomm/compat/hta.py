@@ -63,12 +63,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
 import polars as pl
+from msgspec import Meta
 
+from tracecomm.doc import Doc
 from tracecomm.ingest.salvage import read_trace_bytes
 
 _SYNCS = ("Event Sync", "Context Sync")
@@ -149,8 +151,7 @@ def mode_for_release(version: str) -> tuple[str, str | None]:
     )
 
 
-@dataclass(frozen=True)
-class HtaFigures:
+class HtaFigures(Doc, frozen=True):
     """One rank, in HTA's units (µs) and rounding."""
 
     rank: int
@@ -159,7 +160,9 @@ class HtaFigures:
     compute_us: int
     non_compute_us: int
     kernel_time_us: int
-    hta_version: str  # the HTA release whose definitions (or run) these are
+    hta_version: Annotated[
+        str, Meta(description="the HTA release whose definitions these figures follow")
+    ]  # the HTA release whose definitions (or run) these are
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from tracecomm.doc import Doc
 from tracecomm.engine.classify import COLL_TYPES, classify_with_comm
 from tracecomm.engine.collectives import message_bytes
 from tracecomm.engine.intervals import IntArray, coverage
@@ -42,8 +43,7 @@ class TimelineLane:
     segments: tuple[TimelineSegment, ...]
 
 
-@dataclass(frozen=True)
-class ExposedSpan:
+class ExposedSpan(Doc, frozen=True):
     start_ns: int
     end_ns: int
     coll_type: str

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from tracecomm.doc import Doc
 from tracecomm.mfu.flops import FORMULAS, Attention, Formula, flops_per_token, hfu_flops_per_token
 from tracecomm.mfu.model import ConfigError, load_config
 from tracecomm.mfu.peaks import DTYPES
@@ -143,8 +144,7 @@ def flop_count(value: Any, label: str) -> int:
     return int(number.to_integral_value(decimal.ROUND_HALF_UP))
 
 
-@dataclass(frozen=True)
-class ModelFlops:
+class ModelFlops(Doc, frozen=True):
     """The model FLOPs of one training step, and how they were obtained."""
 
     per_step: int

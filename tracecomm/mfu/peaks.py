@@ -9,7 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any
+
+from msgspec import Meta
+
+from tracecomm.doc import Doc
 
 DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
 _MIG = " MIG "
@@ -80,17 +84,20 @@ class Bandwidth:
     inferred: bool = False
 
 
-@dataclass(frozen=True)
-class Peak:
+class Peak(Doc, frozen=True):
     """The dense peak one device contributes to MFU's denominator."""
 
     device: str  # the name the trace gives
-    model: str  # the table's model ("user" for --peak-tflops)
+    model: Annotated[
+        str, Meta(description="the peak table's model, or 'user' for --peak-tflops")
+    ]  # the table's model ("user" for --peak-tflops)
     dtype: str
-    tflops: float
+    tflops: Annotated[float, Meta(description="dense peak per device")]
     source: str
     confidence: str  # verified / derived / unverified (the table's word), or "user"
-    inferred: bool = False  # matched by (vendor, CC, SM count), not by name
+    inferred: Annotated[
+        bool, Meta(description="matched by (vendor, compute capability, SM count), not by name")
+    ] = False  # matched by (vendor, CC, SM count), not by name
     note: str | None = None  # MIG scaling, an ambiguous inference
 
 

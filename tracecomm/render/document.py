@@ -62,19 +62,19 @@ def report_document(report: Report, top: int | None = None) -> dict[str, Any]:
         "notes": [{"text": n.text, "ranks": list(n.ranks)} for n in report.notes],
         "cross_rank": _cross_rank(report.cross_rank),
         "stragglers": _stragglers(report.stragglers, top),
-        "throughput": None if report.throughput is None else plain(asdict(report.throughput)),
+        "throughput": None if report.throughput is None else part(report.throughput),
         "nccl": nccl_document(report.nccl),
-        "bandwidth": None if report.bandwidth is None else plain(asdict(report.bandwidth)),
-        "hta_compat": None if report.hta_compat is None else [asdict(f) for f in report.hta_compat],
-        "timeline": None if report.timeline is None else plain(asdict(report.timeline)),
+        "bandwidth": None if report.bandwidth is None else part(report.bandwidth),
+        "hta_compat": None if report.hta_compat is None else [part(f) for f in report.hta_compat],
+        "timeline": None if report.timeline is None else part(report.timeline),
         "projection": projection_document(report.projection),
-        "pipelines": [plain(asdict(p)) for p in report.pipelines],
-        "kernels": None if report.kernels is None else plain(asdict(report.kernels)),
-        "step_parts": None if report.step_parts is None else plain(asdict(report.step_parts)),
-        "findings": [plain(asdict(f)) for f in report.findings],
+        "pipelines": [part(p) for p in report.pipelines],
+        "kernels": None if report.kernels is None else part(report.kernels),
+        "step_parts": None if report.step_parts is None else part(report.step_parts),
+        "findings": [part(f) for f in report.findings],
         "partial": report.partial,
-        "all_to_all": None if report.all_to_all is None else plain(asdict(report.all_to_all)),
-        "frameworks": None if report.frameworks is None else plain(asdict(report.frameworks)),
+        "all_to_all": None if report.all_to_all is None else part(report.all_to_all),
+        "frameworks": None if report.frameworks is None else part(report.frameworks),
     }
 
 
@@ -97,11 +97,16 @@ def projection_document(projection: Projection | str | None) -> dict[str, Any] |
         return None
     if isinstance(projection, str):
         return {"reason": projection} | dict.fromkeys(_PROJECTION_FIELDS)
-    return {"reason": None} | plain(asdict(projection))
+    return {"reason": None} | part(projection)
 
 
 def nccl_document(summary: NcclSummary | None) -> dict[str, Any] | None:
-    return None if summary is None else plain(asdict(summary))
+    return None if summary is None else part(summary)
+
+
+def part(value: Any) -> Any:
+    """A typed part of the report (a Struct, or a dataclass holding some) as JSON values."""
+    return plain(value if isinstance(value, msgspec.Struct) else asdict(value))
 
 
 def plain(value: Any) -> Any:
@@ -121,7 +126,7 @@ def _stragglers(st: Stragglers | None, top: int | None) -> dict[str, Any] | None
     w = st.what_if
     decided = w is not None and w.reproduces
     return {
-        "ranks": [asdict(r) for r in st.ranks[:top]],
+        "ranks": [part(r) for r in st.ranks[:top]],
         "flagged": list(st.flagged),
         "flag_basis": st.flag_basis,
         "median_step_ns": st.median_step_ns,
@@ -134,9 +139,9 @@ def _stragglers(st: Stragglers | None, top: int | None) -> dict[str, Any] | None
         "step_if_no_straggler_replay_ns": w.step_if_fixed_ns if decided and w else None,
         "recoverable_pct_replay": w.recoverable_pct if decided and w else None,
         "replay": _replay(st),
-        "candidates": [plain(asdict(c)) for c in (w.candidates if decided and w else ())][:top],
-        "by_group_type": [asdict(g) for g in st.by_group_type],
-        "instances": [asdict(i) for i in st.instances],
+        "candidates": [part(c) for c in (w.candidates if decided and w else ())][:top],
+        "by_group_type": [part(g) for g in st.by_group_type],
+        "instances": [part(i) for i in st.instances],
         "delay_by_step": [
             {
                 "rank": rank,
@@ -149,7 +154,7 @@ def _stragglers(st: Stragglers | None, top: int | None) -> dict[str, Any] | None
                 {*st.delay_by_step.get(rank, {}), *st.root_delay_by_step.get(rank, {})}
             )
         ],
-        "slowest_instances": [asdict(i) for i in st.slowest],  # last, as the typed document
+        "slowest_instances": [part(i) for i in st.slowest],  # last, as the typed document
     }
 
 
@@ -201,7 +206,7 @@ def _cross_rank(cr: CrossRank | None) -> dict[str, Any] | None:
         "clocks": {
             "aligned": cr.clock_aligned,
             "reference_rank": cr.reference_rank,
-            "hosts": [asdict(c) | {"ranks": list(c.ranks)} for c in cr.clocks],
+            "hosts": [part(c) | {"ranks": list(c.ranks)} for c in cr.clocks],
         },
     }
 
