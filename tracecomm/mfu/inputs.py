@@ -10,9 +10,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from tracecomm.mfu.flops import FORMULAS, Attention, Formula, flops_per_token, hfu_flops_per_token
+from tracecomm.mfu.choices import ATTENTIONS, DTYPES, FORMULAS, Attention, Formula
+from tracecomm.mfu.flops import flops_per_token, hfu_flops_per_token
 from tracecomm.mfu.model import ConfigError, load_config
-from tracecomm.mfu.peaks import DTYPES
 
 
 class InputError(ValueError):
@@ -52,7 +52,7 @@ MAX_PEAK_TFLOPS = 1e6
 _INTEGERS = ("tokens_per_step", "seq_len", "global_batch")
 _CHOICES: dict[str, tuple[str, ...]] = {
     "flops_formula": FORMULAS,
-    "attention": ("halved", "full"),
+    "attention": ATTENTIONS,
     "dtype": DTYPES,
 }
 
@@ -126,8 +126,8 @@ class ModelFlops:
 def check(inputs: ModelInputs) -> None:
     if inputs.flops_formula not in FORMULAS:
         raise InputError(f"--flops-formula {inputs.flops_formula!r}: one of {', '.join(FORMULAS)}")
-    if inputs.attention not in ("halved", "full"):
-        raise InputError(f"--attention {inputs.attention!r}: 'halved' or 'full'")
+    if inputs.attention not in ATTENTIONS:
+        raise InputError(f"--attention {inputs.attention!r}: one of {', '.join(ATTENTIONS)}")
     if inputs.dtype not in DTYPES:
         raise InputError(f"--dtype {inputs.dtype!r}: one of {', '.join(DTYPES)}")
     for name in ("model_flops_per_step", "flops_per_token", "tokens_per_step", "seq_len"):

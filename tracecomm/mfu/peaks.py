@@ -11,7 +11,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
+from tracecomm.mfu.choices import DTYPES
+
 _MIG = " MIG "
 # Names that say nothing about the part (ROCm without amdgpu.ids, CUDA without a marketing
 # name): only these are identified from the device properties; any other unknown name is
