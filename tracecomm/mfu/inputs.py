@@ -67,17 +67,20 @@ def model_inputs(values: Mapping[str, Any], name: Callable[[str], str]) -> Model
         if key not in known:
             raise InputError(f"{name(key)}: unknown key")
         if value is not None:
-            out[key] = _checked(key, value, name(key))
+            out[key] = checked_input(key, value, name(key))
     return ModelInputs(**out)
 
 
-def _checked(key: str, value: Any, label: str) -> Any:
+def checked_input(key: str, value: Any, label: str) -> Any:
+    """One input (a field of ``ModelInputs``), its value or its text, checked for its type and
+    range, as the field holds it; ``label`` names it in the message. Raises ``InputError``."""
     if key in ("model_flops_per_step", "flops_per_token"):
         return flop_count(value, label)
     if key in _INTEGERS:
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        number = _number(value, int)
+        if number is None or number <= 0:
             raise InputError(f"{label} {value!r}: expected a positive whole number")
-        return value
+        return number
     if key in _CHOICES:
         if not isinstance(value, str) or value not in _CHOICES[key]:
             raise InputError(f"{label} {value!r}: one of {', '.join(_CHOICES[key])}")
@@ -87,15 +90,29 @@ def _checked(key: str, value: Any, label: str) -> Any:
             raise InputError(f"{label} {value!r}: expected a file path")
         return Path(value)
     if key == "peak_tflops":
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        peak = _number(value, float)
+        if peak is None:
             raise InputError(f"{label} {value!r}: expected a number of TFLOP/s")
-        if not (math.isfinite(value) and 0 < value <= MAX_PEAK_TFLOPS):
+        if not (math.isfinite(peak) and 0 < peak <= MAX_PEAK_TFLOPS):
             raise InputError(
                 f"{label} {value!r}: a device peak is a positive TFLOP/s figure up to "
                 f"{MAX_PEAK_TFLOPS:g}"
             )
-        return float(value)
+        return float(peak)
     raise InputError(f"{label}: unknown key")  # pragma: no cover - every field is handled above
+
+
+def _number(value: Any, kind: type[int] | type[float]) -> Any:
+    """``value`` as a number of ``kind`` (``int``: whole), from its text too (``"4096"``); None
+    when it is neither."""
+    if isinstance(value, str):
+        try:
+            value = kind(value)
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, int if kind is int else int | float):
+        return None
+    return value
 
 
 def flop_count(value: Any, label: str) -> int:
