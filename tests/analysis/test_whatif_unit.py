@@ -8,7 +8,15 @@ import polars as pl
 
 from tracecomm.analysis.replay import build_chain, replay_steps
 from tracecomm.analysis.stragglers import RankStraggle, _first_order_step
-from tracecomm.analysis.whatif import Candidate, Job, WhatIf, _decide, _median_of_others, what_if
+from tracecomm.analysis.whatif import (
+    Candidate,
+    CandidateKind,
+    Job,
+    WhatIf,
+    _decide,
+    _median_of_others,
+    what_if,
+)
 
 
 def two_ranks() -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -61,7 +69,7 @@ def test_the_median_of_the_others_leaves_the_rank_out() -> None:
     assert _median_of_others(np.array([[5], [7]])).tolist() == [[7], [5]]
 
 
-def candidate(kind: str, index: int, ranks: tuple[int, ...], gain: int) -> Candidate:
+def candidate(kind: CandidateKind, index: int, ranks: tuple[int, ...], gain: int) -> Candidate:
     return Candidate(kind, index, ranks, "peers", 1000 - gain, gain, gain / 10)
 
 

@@ -50,7 +50,7 @@ def test_bad_steps_option_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_steps_written_with_a_dash_are_a_range() -> None:
-    from tracecomm.run.request import parse_steps
+    from tracecomm.run.options import parse_steps
 
     assert parse_steps("5-7") == parse_steps("5:7") == parse_steps(" 5 \u2013 7 ") == (5, 7)
     assert parse_steps("5") == (5, 5)

@@ -1,5 +1,6 @@
-"""Options are declared once (tracecomm/cli/options.py) and every command that analyzes a run
-takes the same analysis options."""
+"""Options are declared once (tracecomm.analyze's in tracecomm/run/options.py, the CLI's own in
+tracecomm/cli/options.py) and every command that analyzes a run takes the same analysis
+options."""
 
 from __future__ import annotations
 
@@ -34,6 +35,11 @@ def test_typer_options_are_declared_only_in_the_options_module() -> None:
 
 
 def test_no_option_is_declared_twice() -> None:
+    """The CLI's own options once each in cli/options.py; tracecomm.analyze's only in
+    run.options, each one object in every group that takes it."""
+    from tracecomm.cli import options
+    from tracecomm.run.options import SPECS
+
     tree = ast.parse((CLI / "options.py").read_text())
     names = [
         call.args[0].value
@@ -42,6 +48,37 @@ def test_no_option_is_declared_twice() -> None:
         if call.args and isinstance(call.args[0], ast.Constant)
     ]
     assert names and [n for n, k in Counter(names).items() if k > 1] == []
+    assert [n for n in names if n in SPECS] == []
+    held = [
+        o
+        for value in vars(options).values()
+        for o in (value if isinstance(value, tuple) else (value,))
+        if isinstance(o, options.Option)
+    ]
+    by_name: dict[str, set[int]] = {}
+    for o in held:
+        by_name.setdefault(o.name, set()).add(id(o))
+    assert set(SPECS) <= set(by_name)
+    assert [n for n, ids in by_name.items() if len(ids) > 1] == []
+
+
+@pytest.mark.parametrize("command", ANALYZING)
+def test_the_api_options_show_their_declaration(command: str) -> None:
+    """Each flag of a tracecomm.analyze option is what run.options declares: metavar, help,
+    panel, short spelling and default."""
+    from tracecomm.cli.options import text
+    from tracecomm.run.options import SPECS
+
+    for name, param in _params(command).items():
+        spec = SPECS.get(name)
+        if spec is None:
+            continue
+        assert param.opts[0] == spec.flag_name
+        assert param.opts[1:] == ([spec.flag.short] if spec.flag.short else [])
+        assert getattr(param, "help", None) == text(spec.flag.help)
+        assert getattr(param, "rich_help_panel", None) == spec.flag.panel
+        assert (param.metavar or "") == spec.metavar
+        assert param.default == (False if spec.kind.cli is bool else spec.flag.default)
 
 
 def _params(command: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from tests.conftest import REPO, SAMPLE_RUN, analyze_json
 from tracecomm import __version__
 from tracecomm.cli import EXIT_OK, app
-from tracecomm.run.request import parse_steps
+from tracecomm.run.options import parse_steps
 
 runner = CliRunner()
 SCHEMA = json.loads((REPO / "tracecomm/schema/report.schema.json").read_text())

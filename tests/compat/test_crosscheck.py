@@ -12,7 +12,8 @@ from tests.compat.live import need_hta
 from tests.conftest import SAMPLE_RUN
 from tracecomm.cli import EXIT_HTA_FAILED, EXIT_OK, EXIT_USAGE, app
 from tracecomm.compat import crosscheck
-from tracecomm.compat.hta import HtaFigures, mode_for_release
+from tracecomm.compat.hta import HtaFigures
+from tracecomm.compat.rules import mode_for_release
 from tracecomm.synth import fsdp_run, fsdp_run_of_size, write_run
 
 

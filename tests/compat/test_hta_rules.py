@@ -14,15 +14,8 @@ import pytest
 from tests.compat.live import need_hta
 from tests.conftest import kernel, launch, step, trace_doc, write_trace
 from tracecomm.compat import crosscheck
-from tracecomm.compat.hta import (
-    HTA_0_5,
-    HTA_0_6,
-    HtaFigures,
-    _kind,
-    figures_of_files,
-    mode_for_release,
-    rules,
-)
+from tracecomm.compat.hta import HtaFigures, _kind, figures_of_files
+from tracecomm.compat.rules import HTA_0_5, HTA_0_6, mode_for_release, rules
 
 # name → (kind under 0.5.0, kind under 0.6.1)
 KINDS = {

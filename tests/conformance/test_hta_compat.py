@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from tests.compat.live import need_hta
 from tracecomm.cli import EXIT_HTA_FAILED, EXIT_OK, app
-from tracecomm.compat.hta import mode_for_release
+from tracecomm.compat.rules import mode_for_release
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
 # --compat value → the reference CSV of the release it reproduces
@@ -85,7 +85,7 @@ def test_the_releases_differ_only_on_alexnet() -> None:
 
 
 def test_hta_06_is_the_default_and_the_same_as_hta() -> None:
-    from tracecomm.compat.hta import MODES
+    from tracecomm.compat.rules import MODES
 
     assert MODES["hta"] is MODES["hta-0.6"] and MODES["hta"].release == "0.6.1"
 

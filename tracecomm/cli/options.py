@@ -1,8 +1,11 @@
 """Every command-line option, declared once, and the groups commands take them in.
 
-A command declares only its own parameters; ``command(app, GROUP, …)`` appends the groups'
-options to its signature (typer reads ``__signature__``) and hands their values to the command
-as one mapping, ``options``, which ``run.request.request_of`` turns into the request.
+The options ``tracecomm.analyze`` takes too are declared in ``run.options`` (``AnalyzeOptions``:
+type, choices, metavar, help, panel); this module makes their typer parameters and declares the
+CLI's own (formats, outputs, budgets). A command declares only its own parameters;
+``command(app, GROUP, …)`` appends the groups' options to its signature (typer reads
+``__signature__``) and hands their values to the command as one mapping, ``options``, which
+``run.request.request_of`` turns into the request.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-MFU_PANEL = "MFU (model FLOPs and device peak)"
-PROJECTION_PANEL = "Scaling projection"
+from tracecomm.run.options import SPECS, OptionSpec
+
 GATE_PANEL = "Budgets (relative: 5% or 0.05; times: 12ms, 100us)"
 
 
@@ -62,6 +65,33 @@ def choice(*values: str) -> Any:
     return Literal[values]
 
 
+def _declared(spec: OptionSpec) -> Option:
+    kind = choice(*spec.kind.choices) if spec.kind.literal else spec.kind.cli
+    default = spec.flag.default
+    if default is None and kind is bool:
+        default = False  # a switch is off
+    short = (spec.flag.short,) if spec.flag.short else ()
+    return option(
+        spec.name,
+        kind if default is not None else kind | None,
+        default,
+        *short,
+        metavar=spec.metavar,
+        help=spec.flag.help,
+        rich_help_panel=spec.flag.panel,
+    )
+
+
+# tracecomm.analyze's options, each as run.options.AnalyzeOptions declares it
+_DECLARED = {name: _declared(spec) for name, spec in SPECS.items()}
+
+
+def declared(*names: str) -> tuple[Option, ...]:
+    """The options ``names`` as ``run.options`` declares them (type, default, metavar, help and
+    panel), one object each wherever a group takes it."""
+    return tuple(_DECLARED[name] for name in names)
+
+
 def format_option(*formats: str, help: str) -> Option:
     """``--format / -f``: each command renders its own set of formats."""
     spec = typer.Option("--format", "-f", metavar="|".join(formats), help=text(help))
@@ -96,270 +126,35 @@ RUNS = Annotated[
     ),
 ]
 
-# Which events, which steps -------------------------------------------------------------------
-STEPS = option(
-    "steps",
-    str | None,
-    None,
-    metavar="A:B",
-    help="ProfilerStep numbers to analyze, inclusive: 3:7, 3:, :7 or 5.",
+# tracecomm.analyze's options, in the groups commands take them in ----------------------------
+SELECTION = declared(
+    "steps", "all_steps", "step_range", "comm_pattern", "compute_pattern", "rank_from"
 )
-ALL_STEPS = option("all_steps", bool, False, help="Also analyze incomplete (cut-short) steps.")
-STEP_RANGE = option(
-    "step_range",
-    str | None,
-    None,
-    metavar="REGEX",
-    help="Nsight Systems exports: NVTX ranges whose name matches REGEX (Rust syntax; its first "
-    "group the step number) are the steps. Default: ProfilerStep#N, else ranges named "
-    "train_step, iteration N, step N.",
+RUNNING = declared("jobs", "executor", "cache")
+ANALYSIS = declared(
+    "no_clock_align", "nccl_log", "link_gbps", "timeline_ranks", "pp_stages", "microbatches"
 )
-COMM_PATTERN = option(
-    "comm_pattern",
-    list[str] | None,
-    None,
-    metavar="REGEX[=TYPE]",
-    help="REGEX[=TYPE] (case-sensitive, Rust syntax): kernels and GPU ranges (NVTX) whose name "
-    "matches count as communication, of collective TYPE (e.g. AllReduce). Repeatable.",
+(NCCL_LOG,) = declared("nccl_log")  # ingest's, of the analysis options
+PROJECT, WEAK, TO = declared("project", "weak", "to")
+MODEL = declared(
+    "model_flops_per_step",
+    "flops_per_token",
+    "tokens_per_step",
+    "model_config",
+    "seq_len",
+    "global_batch",
+    "flops_formula",
+    "attention",
+    "dtype",
+    "peak_tflops",
 )
-COMPUTE_PATTERN = option(
-    "compute_pattern",
-    list[str] | None,
-    None,
-    metavar="REGEX",
-    help="REGEX: kernels and GPU ranges whose name matches count as compute, even when they look "
-    "like a collective. Repeatable.",
-)
-RANK_FROM = option(
-    "rank_from",
-    choice("pid", "process_name") | None,
-    None,
-    metavar="pid|process_name",
-    help="The trace files are merged traces holding several ranks: take each process's rank "
-    "from its pid or its process_name metadata ('rank 3').",
-)
-SELECTION = (STEPS, ALL_STEPS, STEP_RANGE, COMM_PATTERN, COMPUTE_PATTERN, RANK_FROM)
-
-# Where the per-rank work runs -----------------------------------------------------------------
-JOBS = option(
-    "jobs",
-    int | None,
-    None,
-    "-j",
-    metavar="N",
-    help="Parallel parse processes (default: per core).",
-)
-EXECUTOR = option(
-    "executor",
-    str | None,
-    None,
-    metavar="local|dask|dask://HOST:PORT",
-    help="Where the per-rank parse runs: local (default, a process pool), dask (a local Dask "
-    "cluster of --jobs workers) or dask://HOST:PORT (a running scheduler; its workers read the "
-    "inputs, only per-rank summaries come back). Needs tracecomm[dask].",
-)
-CACHE = option(
-    "cache",
-    Path | None,
-    None,
-    metavar="DIR",
-    help="Keep each rank's parsed columns in this folder (Parquet) so the next analyze / check "
-    "of the same files skips the parse. Off by default.",
-)
-RUNNING = (JOBS, EXECUTOR, CACHE)
-
-# Cross-rank analysis -------------------------------------------------------------------------
-NO_CLOCK_ALIGN = option(
-    "no_clock_align", bool, False, help="Do not estimate per-host clock offsets."
-)
-NCCL_LOG = option(
-    "nccl_log",
-    list[Path] | None,
-    None,
-    metavar="FILE",
-    help="An NCCL debug log outside the run folder (those inside are found). Repeatable.",
-)
-LINK_GBPS = option(
-    "link_gbps",
-    float | None,
-    None,
-    metavar="GBIT/S",
-    help="Link bandwidth in Gbit/s: the bandwidth table adds the share of collectives whose bus "
-    "bandwidth stays below it.",
-)
-TIMELINE_RANKS = option(
-    "timeline_ranks",
-    str | None,
-    None,
-    metavar="RANKS",
-    help="Ranks for the one-step timeline, e.g. 0,7,12 (default: the fastest, median and slowest "
-    "by median step window, and the worst straggler).",
-)
-PP_STAGES = option(
-    "pp_stages",
-    int | None,
-    None,
-    metavar="P",
-    help="Pipeline stages p for the textbook bubble (default: from the send/recv pattern).",
-)
-MICROBATCHES = option(
-    "microbatches",
-    int | None,
-    None,
-    metavar="M",
-    help="Micro-batches per step m for the textbook bubble (default: stage 0's sends).",
-)
-ANALYSIS = (NO_CLOCK_ALIGN, NCCL_LOG, LINK_GBPS, TIMELINE_RANKS, PP_STAGES, MICROBATCHES)
-
-# Scaling projection --------------------------------------------------------------------------
-PROJECT = option(
-    "project",
-    bool,
-    False,
-    help="Add the scaling projection (metrics.md §11) to N/2, 2N, 4N, 8N and 16N GPUs.",
-    rich_help_panel=PROJECTION_PANEL,
-)
-WEAK = option(
-    "weak",
-    bool,
-    False,
-    help="Weak scaling (per-rank batch kept) instead of strong (global batch kept): for the "
-    "projection, and for compare's scaling efficiency.",
-    rich_help_panel=PROJECTION_PANEL,
-)
-TO = option(
-    "to",
-    str | None,
-    None,
-    metavar="SIZES",
-    help="World sizes to project to, e.g. 256,512,1024 (default: N/2, 2N, 4N, 8N, 16N).",
-    rich_help_panel=PROJECTION_PANEL,
-)
-
-# MFU ----------------------------------------------------------------------------------------
-MODEL = (
-    option(
-        "model_flops_per_step",
-        str | None,
-        None,
-        metavar="FLOPS",
-        help="Model FLOPs of one training step (fwd + bwd), e.g. 3.16e15.",
-        rich_help_panel=MFU_PANEL,
-    ),
-    option(
-        "flops_per_token",
-        str | None,
-        None,
-        metavar="FLOPS",
-        help="Training FLOPs per token; needs --tokens-per-step.",
-        rich_help_panel=MFU_PANEL,
-    ),
-    option(
-        "tokens_per_step",
-        int | None,
-        None,
-        metavar="N",
-        help="Global tokens per step (each counted once).",
-        rich_help_panel=MFU_PANEL,
-    ),
-    option(
-        "model_config",
-        Path | None,
-        None,
-        metavar="FILE",
-        help="Hugging Face config.json (Llama-style, MoE, MLA); needs --seq-len and "
-        "--global-batch.",
-        rich_help_panel=MFU_PANEL,
-    ),
-    option(
-        "seq_len",
-        int | None,
-        None,
-        metavar="T",
-        help="Training sequence length T.",
-        rich_help_panel=MFU_PANEL,
-    ),
-    option(
-        "global_batch",
-        int | None,
-        None,
-        metavar="N",
-        help="Sequences per step, all ranks.",
-        rich_help_panel=MFU_PANEL,
-    ),
-    option(
-        "flops_formula",
-        str,
-        "exact",
-        metavar="FORMULA",
-        help="With --model-config: exact (default), 6n, 6n-hf, palm, torchtitan, megatron.",
-        rich_help_panel=MFU_PANEL,
-    ),
-    option(
-        "attention",
-        str,
-        "halved",
-        metavar="halved|full",
-        help="Causal attention in the exact count: halved (default) or full (the square).",
-        rich_help_panel=MFU_PANEL,
-    ),
-    option(
-        "dtype",
-        str,
-        "bf16",
-        metavar="DTYPE",
-        help="Peak to compare with: bf16 (default), fp16, fp8, tf32, fp32.",
-        rich_help_panel=MFU_PANEL,
-    ),
-    option(
-        "peak_tflops",
-        float | None,
-        None,
-        metavar="TFLOP/S",
-        help="Dense peak TFLOP/s per device, overriding the peak table.",
-        rich_help_panel=MFU_PANEL,
-    ),
-)
-
-LIMITS_PANEL = "Limits (hostile input: a file past one is refused, with the option to raise it)"
-LIMITS = (
-    option(
-        "max_inflate_ratio",
-        float | None,
-        None,
-        metavar="RATIO",
-        help="How many times its size a .gz trace may inflate (default 200; real traces: 8–30).",
-        rich_help_panel=LIMITS_PANEL,
-    ),
-    option(
-        "max_trace_size",
-        str | None,
-        None,
-        metavar="SIZE",
-        help="The largest trace, inflated, e.g. 64GiB (the default).",
-        rich_help_panel=LIMITS_PANEL,
-    ),
-    option(
-        "max_event_size",
-        str | None,
-        None,
-        metavar="SIZE",
-        help="The longest single event (or string) in a trace, e.g. 64MiB (the default).",
-        rich_help_panel=LIMITS_PANEL,
-    ),
-)
+LIMITS = declared("max_inflate_ratio", "max_trace_size", "max_event_size")
+DETAIL, COMPAT = declared("detail", "compat")  # analyze's own
+EXPORT_RANKS, EXPORT_STEPS = declared("export_ranks", "export_steps")  # export's own
 
 QUIET = (option("quiet", bool, False, "-q", help="No warnings on stderr."),)
 
 # analyze's own -------------------------------------------------------------------------------
-DETAIL = option(
-    "detail",
-    list[str] | None,
-    None,
-    metavar="instances|timeline",
-    help="Add bulky records to the JSON: 'instances' (every matched collective), 'timeline' (one "
-    "step of the fastest, median and slowest rank, as the HTML report draws it). Repeatable.",
-)
 TOP = option(
     "top",
     int | None,
@@ -370,15 +165,6 @@ TOP = option(
 BRIEF = option(
     "brief", bool, False, help="Print only the bottom line: step time, MFU, the top findings."
 )
-COMPAT = option(
-    "compat",
-    choice("hta", "hta-0.6", "hta-0.5") | None,
-    None,
-    metavar="hta|hta-0.6|hta-0.5",
-    help="Also print another tool's figures, reproduced exactly: 'hta' (HTA's current release, "
-    "0.6.1; 'hta-0.6' the same), 'hta-0.5' (HTA 0.5.0).",
-)
-
 # The options of every command that analyzes a run, in help order.
 ANALYZE_RUN = (*SELECTION, *RUNNING, *ANALYSIS, *MODEL, *LIMITS, *QUIET)
 
@@ -445,22 +231,6 @@ OPTIONAL_OUTPUT = Option(
     None,
 )
 
-
-# export's own -------------------------------------------------------------------------------
-EXPORT_RANKS = option(
-    "export_ranks",
-    str | None,
-    None,
-    help="Ranks to write, e.g. 0,7,12 (default: the fastest, median and slowest by median step "
-    "time, and the flagged stragglers).",
-)
-EXPORT_STEPS = option(
-    "export_steps",
-    str | None,
-    None,
-    help="ProfilerSteps to write: 5, 3:7, 3:, :7 or all (default: the median rank's typical "
-    "step; a trace of many steps and ranks may not open in the Perfetto UI).",
-)
 
 # docs' own ---------------------------------------------------------------------------------
 PATH = option("path", bool, False, help="Print where the file is instead of its text.")

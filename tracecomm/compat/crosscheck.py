@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracecomm.compat.hta import HtaFigures, mode_for_release
+from tracecomm.compat.hta import HtaFigures
+from tracecomm.compat.rules import mode_for_release
 
 FIGURES = ("comm_comp_overlap_pct", "idle_us", "compute_us", "non_compute_us", "kernel_time_us")
 _DISTRIBUTIONS = ("traceinsight", "holistictraceanalysis")  # 0.6 and later / up to 0.5.0

@@ -12,13 +12,9 @@ Narayanan et al. 2021's 72·l·h² form (GPT shape).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
+from tracecomm.mfu.choices import FORMULAS, Attention, Formula
 from tracecomm.mfu.model import ModelShape
-
-Formula = Literal["exact", "6n", "6n-hf", "palm", "torchtitan", "megatron"]
-Attention = Literal["halved", "full"]
-FORMULAS: tuple[str, ...] = ("exact", "6n", "6n-hf", "palm", "torchtitan", "megatron")
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tracecomm.doc import Doc
-from tracecomm.mfu.flops import FORMULAS, Attention, Formula, flops_per_token, hfu_flops_per_token
+from tracecomm.mfu.choices import ATTENTIONS, DTYPES, FORMULAS, Attention, Formula
+from tracecomm.mfu.flops import flops_per_token, hfu_flops_per_token
 from tracecomm.mfu.model import ConfigError, load_config
-from tracecomm.mfu.peaks import DTYPES
 
 
 class InputError(ValueError):
@@ -84,7 +84,7 @@ MAX_PEAK_TFLOPS = 1e6
 _INTEGERS = ("tokens_per_step", "seq_len", "global_batch")
 _CHOICES: dict[str, tuple[str, ...]] = {
     "flops_formula": FORMULAS,
-    "attention": ("halved", "full"),
+    "attention": ATTENTIONS,
     "dtype": DTYPES,
 }
 
@@ -99,17 +99,20 @@ def model_inputs(values: Mapping[str, Any], name: Callable[[str], str]) -> Model
         if key not in known:
             raise InputError(f"{name(key)}: unknown key")
         if value is not None:
-            out[key] = _checked(key, value, name(key))
+            out[key] = checked_input(key, value, name(key))
     return ModelInputs(**out)
 
 
-def _checked(key: str, value: Any, label: str) -> Any:
+def checked_input(key: str, value: Any, label: str) -> Any:
+    """One input (a field of ``ModelInputs``), its value or its text, checked for its type and
+    range, as the field holds it; ``label`` names it in the message. Raises ``InputError``."""
     if key in ("model_flops_per_step", "flops_per_token"):
         return flop_count(value, label)
     if key in _INTEGERS:
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        number = _number(value, int)
+        if number is None or number <= 0:
             raise InputError(f"{label} {value!r}: expected a positive whole number")
-        return value
+        return number
     if key in _CHOICES:
         if not isinstance(value, str) or value not in _CHOICES[key]:
             raise InputError(f"{label} {value!r}: one of {', '.join(_CHOICES[key])}")
@@ -119,15 +122,29 @@ def _checked(key: str, value: Any, label: str) -> Any:
             raise InputError(f"{label} {value!r}: expected a file path")
         return Path(value)
     if key == "peak_tflops":
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        peak = _number(value, float)
+        if peak is None:
             raise InputError(f"{label} {value!r}: expected a number of TFLOP/s")
-        if not (math.isfinite(value) and 0 < value <= MAX_PEAK_TFLOPS):
+        if not (math.isfinite(peak) and 0 < peak <= MAX_PEAK_TFLOPS):
             raise InputError(
                 f"{label} {value!r}: a device peak is a positive TFLOP/s figure up to "
                 f"{MAX_PEAK_TFLOPS:g}"
             )
-        return float(value)
+        return float(peak)
     raise InputError(f"{label}: unknown key")  # pragma: no cover - every field is handled above
+
+
+def _number(value: Any, kind: type[int] | type[float]) -> Any:
+    """``value`` as a number of ``kind`` (``int``: whole), from its text too (``"4096"``); None
+    when it is neither."""
+    if isinstance(value, str):
+        try:
+            value = kind(value)
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, int if kind is int else int | float):
+        return None
+    return value
 
 
 def flop_count(value: Any, label: str) -> int:
@@ -157,8 +174,8 @@ class ModelFlops(Doc, frozen=True):
 def check(inputs: ModelInputs) -> None:
     if inputs.flops_formula not in FORMULAS:
         raise InputError(f"--flops-formula {inputs.flops_formula!r}: one of {', '.join(FORMULAS)}")
-    if inputs.attention not in ("halved", "full"):
-        raise InputError(f"--attention {inputs.attention!r}: 'halved' or 'full'")
+    if inputs.attention not in ATTENTIONS:
+        raise InputError(f"--attention {inputs.attention!r}: one of {', '.join(ATTENTIONS)}")
     if inputs.dtype not in DTYPES:
         raise InputError(f"--dtype {inputs.dtype!r}: one of {', '.join(DTYPES)}")
     for name in ("model_flops_per_step", "flops_per_token", "tokens_per_step", "seq_len"):

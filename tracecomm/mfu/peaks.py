@@ -14,8 +14,8 @@ from typing import Annotated, Any
 from msgspec import Meta
 
 from tracecomm.doc import Doc
+from tracecomm.mfu.choices import DTYPES
 
-DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
 _MIG = " MIG "
 # Names that say nothing about the part (ROCm without amdgpu.ids, CUDA without a marketing
 # name): only these are identified from the device properties; any other unknown name is

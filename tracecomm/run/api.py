@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -11,14 +12,21 @@ from tracecomm.analysis.compare import Comparison
 from tracecomm.analysis.model import Report
 from tracecomm.run.discover import Discovery
 from tracecomm.run.executors import open_executor
+from tracecomm.run.options import SPECS, AnalyzeOptions
 from tracecomm.run.pool import SPAWNED_POOL_MIN_BYTES
-from tracecomm.run.request import AnalyzeOptions, Request, request_of
+from tracecomm.run.request import Request, request_of
 from tracecomm.run.session import run_analysis
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _type_text(python: Any) -> str:
+    """A type as written (``str | Sequence[str]``), for help() to show."""
+    text = python.__name__ if isinstance(python, type) else repr(python)
+    return re.sub(r"\b(?:collections\.abc|pathlib|typing)\.", "", text)
 
 
 def _options_in_signature(*left_out: str) -> Callable[[_F], _F]:
@@ -34,9 +42,9 @@ def _options_in_signature(*left_out: str) -> Callable[[_F], _F]:
                 name,
                 inspect.Parameter.KEYWORD_ONLY,
                 default=None,
-                annotation=getattr(hint, "__forward_arg__", hint),  # the text, as written
+                annotation=_type_text(spec.python),
             )
-            for name, hint in AnalyzeOptions.__annotations__.items()
+            for name, spec in SPECS.items()
             if name not in named and name not in left_out
         ]
         fn.__signature__ = signature.replace(parameters=kept)  # type: ignore[attr-defined]

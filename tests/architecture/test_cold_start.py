@@ -1,0 +1,27 @@
+"""The CLI builds its commands and checks a request before polars loads (docs/architecture.md,
+"Cheap until the pool starts"): the option declarations it reads (``run.options``, and the
+choice lists in ``compat.rules`` and ``mfu.choices``) import nothing heavy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+CHECK = """
+import sys, typer
+from tracecomm.cli import app
+typer.main.get_command(app)
+from tracecomm.run.request import request_of
+request_of("run/", steps="3:7", jobs="2", compat="hta", rank_from="pid", detail="timeline",
+           model_flops_per_step="3.16e15", dtype="fp8", max_trace_size="1GiB")
+assert "polars" not in sys.modules, "polars loaded"
+"""
+
+
+def test_the_cli_and_its_request_load_no_polars() -> None:
+    repo = Path(__file__).resolve().parents[2]  # this checkout's tracecomm, first on the path
+    done = subprocess.run(
+        [sys.executable, "-c", CHECK], capture_output=True, text=True, cwd=repo, check=False
+    )
+    assert done.returncode == 0, done.stderr
