@@ -76,7 +76,7 @@ def _fsdp_power_shapes(tmp: Path) -> tuple[Path, dict[str, Any]]:
 
 def _pipeline(tmp: Path) -> tuple[Path, dict[str, Any]]:
     write_run(dp_pp_run(dp=2, pp=2, microbatches=4, steps=2, slow_rank=1, slowdown=0.3), tmp)
-    return tmp, {"detail": ["timeline"], "project": "8", "weak": True}
+    return tmp, {"detail": ["timeline"], "project": True, "weak": True}
 
 
 def _graphs(tmp: Path) -> tuple[Path, dict[str, Any]]:
