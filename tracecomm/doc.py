@@ -8,7 +8,7 @@ other field is allowed, and the bounds below are checked when it is read."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Final
 
 from msgspec import Meta, Struct
 from msgspec.structs import force_setattr
@@ -16,8 +16,8 @@ from msgspec.structs import force_setattr
 # The analyze document's version: a change of a figure's meaning bumps it, so an older document
 # is refused with "analyze the run again", never read with other meanings (2: the step parts
 # became means that add up).
-SCHEMA_VERSION = 2
-NCCL_SCHEMA_VERSION = 2  # ``tracecomm nccl --format json``
+SCHEMA_VERSION: Final = 2
+NCCL_SCHEMA_VERSION: Final = 2  # ``tracecomm nccl --format json``
 
 NonNegative = Annotated[int, Meta(ge=0)]
 Positive = Annotated[int, Meta(ge=1)]

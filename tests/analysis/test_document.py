@@ -41,9 +41,8 @@ NCCL_SCHEMA = json.loads((SCHEMAS / "nccl.schema.json").read_text())
 def round_trip(doc: dict[str, Any], kind: type[msgspec.Struct]) -> None:
     """The document converts into ``kind`` and back to the same JSON text, and decodes from it."""
     text = orjson.dumps(doc)
-    typed = msgspec.convert(doc, kind)
-    assert orjson.dumps(msgspec.to_builtins(typed)) == text
-    assert orjson.dumps(msgspec.to_builtins(msgspec.json.decode(text, type=kind))) == text
+    typed = msgspec.json.decode(text, type=kind)
+    assert orjson.dumps(msgspec.to_builtins(typed, str_keys=True)) == text
 
 
 def loads_back(doc: dict[str, Any], tmp: Path) -> None:

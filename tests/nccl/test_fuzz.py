@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -26,7 +27,6 @@ from tracecomm.nccl.discover import analyze_nccl, discover
 from tracecomm.nccl.flight import FlightRecorderError, divergences, load_dump
 from tracecomm.nccl.model import NcclLog
 from tracecomm.nccl.parse import parse_stream, parse_text
-from tracecomm.render.document import nccl_document
 
 SCHEMA = json.loads(
     (Path(__file__).parents[2] / "tracecomm" / "schema" / "nccl.schema.json").read_text()
@@ -107,7 +107,12 @@ _text = st.lists(_line, max_size=25).map("\n".join)
 
 def _check(log: NcclLog) -> None:
     s = summarize(log)
-    doc = {"kind": "tracecomm-nccl", "schema_version": 2, "nccl": nccl_document(s), "warnings": []}
+    doc = {
+        "kind": "tracecomm-nccl",
+        "schema_version": 2,
+        "nccl": msgspec.to_builtins(s),
+        "warnings": [],
+    }
     jsonschema.validate(json.loads(json.dumps(doc)), SCHEMA)
     assert s.lines >= 0 and 0 <= s.unknown_lines <= s.nccl_lines
 

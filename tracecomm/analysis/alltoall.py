@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Annotated, Literal, cast
 
 import polars as pl
@@ -93,14 +92,21 @@ class TokenImbalance(Doc, frozen=True):
     gain_reason: str | None
 
 
-@dataclass(frozen=True)
-class AllToAllView:
-    use: str | None  # "expert" (MoE dispatch / combine), "embedding" (DLRM), or unknown
+class AllToAllView(Doc, frozen=True):
+    use: Annotated[
+        str | None,
+        Meta(
+            description=(
+                "what the all-to-all is for, from the trace's names: MoE token dispatch / "
+                "combine, or a DLRM embedding exchange; null when the names do not say"
+            )
+        ),
+    ]  # "expert" (MoE dispatch / combine), "embedding" (DLRM), or unknown
     libraries: tuple[str, ...]  # whose kernels carried it: "NCCL", "DeepEP", …
-    kernels: int
-    comm_ns: int  # sums over ranks of the windows' figures
-    exposed_ns: int
-    hidden_pct: float | None
+    kernels: NonNegative
+    comm_ns: NonNegative  # sums over ranks of the windows' figures
+    exposed_ns: NonNegative
+    hidden_pct: Percent | None
     wait_ns: int | None  # sums over ranks of their matched instances (None: none matched)
     transfer_ns: int | None
     wait_reason: str | None  # why there is no wait / transfer split

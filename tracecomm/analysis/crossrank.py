@@ -21,8 +21,7 @@ from tracecomm.engine.collectives import INSTANCE_SCHEMA, WORLD
 _RANK_LIST = re.compile(r"^\[\s*\d+(?:\s*,\s*\d+)*\s*\]$")
 
 
-@dataclass(frozen=True)
-class GroupMismatch:
+class GroupMismatch(Doc, frozen=True):
     """A process group whose ranks did not all make the same calls: a hang / desync clue."""
 
     group: str

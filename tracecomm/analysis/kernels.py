@@ -12,8 +12,10 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from tracecomm.analysis.rank import RankReport
+from tracecomm.doc import Doc
 from tracecomm.engine.model import KernelRow, KernelStats
 from tracecomm.mfu.peaks import find_bandwidth, find_peak
 
@@ -21,8 +23,7 @@ TOP_RUN_KERNELS = 10
 TOP_RUN_ROWS = 10
 
 
-@dataclass(frozen=True)
-class RunKernelRow:
+class RunKernelRow(Doc, frozen=True):
     """One kernel name summed over the ranks that list it among their top kernels."""
 
     name: str
@@ -37,8 +38,7 @@ class RunKernelRow:
     max_ns: int
 
 
-@dataclass(frozen=True)
-class RunKernelGroup:
+class RunKernelGroup(Doc, frozen=True):
     cls: str
     coll_type: str | None
     ranks: int
@@ -47,8 +47,7 @@ class RunKernelGroup:
     top: tuple[RunKernelRow, ...]
 
 
-@dataclass(frozen=True)
-class RunShortKernels:
+class RunShortKernels(Doc, frozen=True):
     threshold_ns: int
     kernels: int
     total_ns: int
@@ -58,8 +57,7 @@ class RunShortKernels:
     share_of_time_pct: float | None
 
 
-@dataclass(frozen=True)
-class RunStarvingOp:
+class RunStarvingOp(Doc, frozen=True):
     op: str | None
     ranks: int
     gaps: int
@@ -68,8 +66,7 @@ class RunStarvingOp:
     kernel: str
 
 
-@dataclass(frozen=True)
-class RunLaunches:
+class RunLaunches(Doc, frozen=True):
     launches: int
     per_step_median: int  # the lower median of the ranks' own medians
     graph_launches: int
@@ -80,8 +77,7 @@ class RunLaunches:
     starving: tuple[RunStarvingOp, ...]
 
 
-@dataclass(frozen=True)
-class RunGraphs:
+class RunGraphs(Doc, frozen=True):
     ranks: int  # ranks with graph launches, replays or captures
     graph_launches: int
     replayed: int
@@ -92,8 +88,7 @@ class RunGraphs:
     captures: int
 
 
-@dataclass(frozen=True)
-class RooflineRow:
+class RooflineRow(Doc, frozen=True):
     """Recorded ops of one shape and dtype on one device model, summed over ranks: achieved
     FLOP/s and bytes/s over their kernels' time against the device's peaks (metrics.md §15).
     ``bound``: ``compute`` when the op's arithmetic intensity is at or above the device's ridge
@@ -117,12 +112,15 @@ class RooflineRow:
     ridge: float | None  # FLOPs per byte where the roofs meet
     pct_of_peak_flops: float | None
     pct_of_peak_bandwidth: float | None
-    bound: str | None
+    bound: Literal["compute", "memory", None]
     note: str | None = None
 
 
-@dataclass(frozen=True)
-class KernelView:
+class KernelView(Doc, frozen=True):
+    """the kernel view across ranks (metrics.md §15-§16): each rank's top kernels summed, short
+    kernels, launches and the ops that starve the GPU, CUDA/HIP graphs, the roofline of the
+    recorded ops against the device's peaks"""
+
     ranks: int
     steps: int  # included steps summed over those ranks
     groups: tuple[RunKernelGroup, ...]

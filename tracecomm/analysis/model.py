@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
+
+from msgspec import Meta
 
 from tracecomm.analysis.finding import Finding, StepParts
 from tracecomm.analysis.rank import (
@@ -21,7 +23,8 @@ from tracecomm.analysis.rank import (
     StepSummary,
 )
 from tracecomm.colltypes import CollType
-from tracecomm.doc import Doc, NonNegative, Positive
+from tracecomm.doc import Doc, NonNegative, Percent, Positive
+from tracecomm.engine.model import Figures
 
 if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, and must stay lean
     import polars as pl
@@ -38,7 +41,6 @@ if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, 
     from tracecomm.analysis.throughput import Throughput
     from tracecomm.compat.hta import HtaFigures
     from tracecomm.engine.export import RankExport
-    from tracecomm.engine.model import Figures
     from tracecomm.mfu.inputs import ModelFlops, ModelInputs
     from tracecomm.nccl.diagnose import NcclSummary
 
@@ -53,19 +55,40 @@ class TypeSummary(Doc, frozen=True):
     exposed_comm_ns: NonNegative
 
 
-@dataclass(frozen=True)
-class RunSummary:
-    ranks_analyzed: int
+class RunSummary(Doc, frozen=True):
+    """The run at a glance: the ranks analyzed, the steps, the sums over ranks."""
+
+    ranks_analyzed: Positive
     world_size: int | None
     timelines: tuple[str, ...]
     steps: tuple[int, ...]  # step numbers included on at least one rank
     median_rank: int | None
     worst_rank: int | None
     worst_by: str  # what "worst" ranks by, in words
-    slowest_first: tuple[int, ...]  # ranks ordered by that measure, slowest first
-    total: Figures | None  # sum over ranks of their analysis windows
-    idle_by_cause: dict[str, int] | None = None  # sum over ranks (GPU timelines), §10
-    idle_by_cause_pct: dict[str, float] | None = None  # each cause's share of that idle time
+    slowest_first: Annotated[
+        tuple[int, ...], Meta(description="ranks ordered by worst_by, slowest first")
+    ]  # ranks ordered by that measure, slowest first
+    total: Annotated[
+        Figures | None, Meta(description="sum over ranks of their analysis windows")
+    ]  # sum over ranks of their analysis windows
+    idle_by_cause: Annotated[
+        dict[str, NonNegative] | None,
+        Meta(
+            description=(
+                "idle ns per cause summed over the ranks' analysis windows (GPU "
+                "timelines); null when no rank has a GPU timeline"
+            )
+        ),
+    ] = None  # sum over ranks (GPU timelines), §10
+    idle_by_cause_pct: Annotated[
+        dict[str, Percent] | None,
+        Meta(
+            description=(
+                "each cause's share of idle_by_cause's total, in % (metrics.md §10); "
+                "null without idle time"
+            )
+        ),
+    ] = None  # each cause's share of that idle time
 
 
 __all__ = [

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from typing import Annotated
 
 import polars as pl
+from msgspec import Meta, structs
 
 from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.rank import RankReport
-from tracecomm.doc import Doc
+from tracecomm.doc import Doc, NonNegative
 
 _IMBALANCE = 0.05  # stage compute this far above the others' median: the balance is the problem
 
@@ -32,8 +33,7 @@ class StageBubble(Doc, frozen=True):
     compute_ns: int  # median over steps
 
 
-@dataclass(frozen=True)
-class PipelineView:
+class PipelineView(Doc, frozen=True):
     group: str
     stages: int
     stages_source: str  # "send/recv pattern" or "--pp-stages"
@@ -45,17 +45,47 @@ class PipelineView:
     per_stage: tuple[StageBubble, ...]
     # the stage computing the most, when it computes over 5 % more than the others' median:
     # what the verdict and the stage finding name (None: the stages are balanced)
-    overloaded_stage: int | None
-    overloaded_excess_pct: float | None  # its compute over the others' median, in % more
-    slow_rank: int | None  # a rank slower than its stage in the other pipelines (a straggler)
-    balanced: bool  # neither an overloaded stage nor a slow rank of its own sets the pace
+    overloaded_stage: Annotated[
+        NonNegative | None,
+        Meta(
+            description=(
+                "the stage computing the most, when over 5 % more than the other stages' "
+                "median (metrics.md §10): the stage the verdict and the finding name"
+            ),
+        ),
+    ]
+    overloaded_excess_pct: Annotated[
+        float | None, Meta(description="its compute over the others' median, % more")
+    ]  # its compute over the others' median, in % more
+    slow_rank: Annotated[
+        NonNegative | None, Meta(description="a rank slower than its stage in the other pipelines")
+    ]  # a rank slower than its stage in the other pipelines (a straggler)
+    balanced: Annotated[
+        bool, Meta(description="no overloaded stage and no slow rank of its own")
+    ]  # neither an overloaded stage nor a slow rank of its own sets the pace
     verdict: str
     # the slow ranks of other pipelines it waits for at the data-parallel collectives, when
     # its own stages are balanced: its bubble is that wait, not its schedule
-    waits_for: tuple[int, ...] = ()
+    waits_for: Annotated[
+        tuple[int, ...],
+        Meta(
+            description=(
+                "a balanced pipeline: the slow ranks of other pipelines it waits for at the "
+                "data-parallel collectives"
+            )
+        ),
+    ] = ()
     # the pipeline whose view stands for this one (the same verdict; None: it stands for
     # itself): the views show one table per distinct verdict
-    shown_as: str | None = None
+    shown_as: Annotated[
+        str | None,
+        Meta(
+            description=(
+                "the pipeline whose view stands for this one (the same verdict, the longest "
+                "span): views show one pipeline per distinct verdict; null: it stands for itself"
+            )
+        ),
+    ] = None
 
 
 def pipeline_views(
@@ -94,7 +124,8 @@ def _folded(views: tuple[PipelineView, ...]) -> tuple[PipelineView, ...]:
         for v in group
     }
     return tuple(
-        v if shown[v.group] == v.group else replace(v, shown_as=shown[v.group]) for v in views
+        v if shown[v.group] == v.group else structs.replace(v, shown_as=shown[v.group])
+        for v in views
     )
 
 
@@ -117,7 +148,7 @@ def _waiting_verdict(view: PipelineView, views: Sequence[PipelineView]) -> Pipel
         f"data-parallel collectives: that wait, not its schedule, is most of its bubble (up to "
         f"{worst:.1f} %{schedule})"
     )
-    return replace(view, verdict=verdict, waits_for=tuple(slow))
+    return structs.replace(view, verdict=verdict, waits_for=tuple(slow))
 
 
 def _slow_rank_verdict(view: PipelineView, views: Sequence[PipelineView]) -> PipelineView:
@@ -142,7 +173,7 @@ def _slow_rank_verdict(view: PipelineView, views: Sequence[PipelineView]) -> Pip
         others = statistics.median(c for i, c in enumerate(computes) if i != s.stage)
         if typical <= (1 + _IMBALANCE) * others:
             verdict = f"{slow}: a slow rank, not the stage balance, sets this pipeline's pace"
-            return replace(
+            return structs.replace(
                 view,
                 verdict=verdict,
                 slow_rank=s.rank,
@@ -151,7 +182,7 @@ def _slow_rank_verdict(view: PipelineView, views: Sequence[PipelineView]) -> Pip
                 balanced=False,
             )
         verdict = f"{view.verdict}; {slow}"
-        return replace(view, verdict=verdict, slow_rank=s.rank, balanced=False)
+        return structs.replace(view, verdict=verdict, slow_rank=s.rank, balanced=False)
     return view
 
 

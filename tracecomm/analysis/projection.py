@@ -37,8 +37,7 @@ _SMALL_BYTES = 1 << 20  # a lone message size below this is taken as pure latenc
 _TOLERANCE_NS = 1_000  # an event starting this close to another's end waited for it
 
 
-@dataclass(frozen=True)
-class LinkFit:
+class LinkFit(Doc, frozen=True):
     coll_type: str
     alpha_ns: float  # per ring hop
     bus_gbps: float | None  # GB/s; None when every instance is latency

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 from msgspec import Meta
 
 from tracecomm.doc import Doc, NonNegative
-from tracecomm.engine.model import MedianFigures
+from tracecomm.engine.model import Figures, MedianFigures
+from tracecomm.engine.timeline import StepTimeline
 
-if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, and must stay lean
-    from tracecomm.engine.model import Figures, RankBreakdown
-    from tracecomm.engine.timeline import StepTimeline
+if TYPE_CHECKING:
+    from tracecomm.engine.model import RankBreakdown
     from tracecomm.ingest.model import TraceMeta
 
 
@@ -85,16 +85,14 @@ class RankReport:
     power_source: str | None = None  # the power log of its GPU, when one matched
 
 
-@dataclass(frozen=True)
-class RankTimeline:
+class RankTimeline(Doc, frozen=True):
     rank: int
-    role: str  # fastest / median / slowest (by median step window)
+    role: str  # fastest / median / slowest (by median step window), straggler, chosen
     timeline: StepTimeline | None
     reason: str | None = None  # why there is none
 
 
-@dataclass(frozen=True)
-class RunTimeline:
+class RunTimeline(Doc, frozen=True):
     """The same step on the run's fastest, median and slowest rank."""
 
     step: int | None
@@ -102,8 +100,7 @@ class RunTimeline:
     reason: str | None = None  # why no step was chosen
 
 
-@dataclass(frozen=True)
-class RankNote:
+class RankNote(Doc, frozen=True):
     """One engine note (an excluded step, unlinked events, …) and every rank it applies to."""
 
     text: str

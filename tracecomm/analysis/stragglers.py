@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import polars as pl
-from msgspec import Meta
+from msgspec import Meta, structs
 
 from tracecomm.analysis.chains import chain_of, stage_of
 from tracecomm.analysis.crossrank import CrossRank
@@ -26,37 +26,77 @@ from tracecomm.analysis.whatif import (
     WhatIf,
     what_if,
 )
-from tracecomm.doc import Doc
+from tracecomm.doc import Doc, NonNegative
 
 __all__ = ["FLAG_SHARE_OF_STEP", "FLAG_TIMES_MEDIAN_RANK", "Candidate", "WhatIf"]
 
 
-@dataclass(frozen=True)
-class RankStraggle:
+class RankStraggle(Doc, frozen=True):
     """One rank's figures; ``*_per_step_ns`` are sums over the included steps' instances
     divided by the number of included steps."""
 
     rank: int
-    times_last: int  # instances it alone arrived last at (lateness by schedule left out)
+    times_last: Annotated[
+        int,
+        Meta(
+            description=(
+                "instances the rank alone arrived last at, groups whose order of "
+                "arrival the pipeline schedule sets left out"
+            )
+        ),
+    ]  # instances it alone arrived last at (lateness by schedule left out)
     times_last_share: float | None  # of the matched instances the rank took part in
     delay_caused_per_step_ns: int
     # of that, lateness it had itself collected earlier in the step waiting in other groups'
     # collectives or in send/recv (a victim passing delay on): left out of the root delay
-    inherited_delay_per_step_ns: int
+    inherited_delay_per_step_ns: Annotated[
+        int,
+        Meta(
+            description=(
+                "part of delay caused that the rank had collected waiting in other "
+                "groups' collectives since its previous call in the group; not counted "
+                "in root_delay_ns"
+            )
+        ),
+    ]
     wait_per_step_ns: int
     compute_per_step_ns: int | None  # median over included steps
     compute_excess_ns: int  # over the peers' median, negative clipped to 0
     # over the median of the other stages of its pipeline (chain): an imbalanced stage
-    stage_excess_ns: int
+    stage_excess_ns: Annotated[
+        int,
+        Meta(
+            description=(
+                "compute per step over the median of the other stages of its pipeline "
+                "(the chain of send/recv peers); 0 outside pipelines"
+            )
+        ),
+    ]
     compute_ratio: float | None  # peers' median / own (1.0 = on par)
     root_delay_ns: int  # max(compute, stage excess) + delay caused − inherited delay, per step
     flagged: bool
-    gain_ns: int | None = None  # what-if gain of fixing this rank alone (None: not replayed)
-    fix: str | None = None  # the flagged candidate it belongs to ("rank 5", "stage 1", …)
+    gain_ns: Annotated[
+        NonNegative | None,
+        Meta(
+            description=(
+                "what-if gain of fixing this rank alone: measured median step − the "
+                "step replayed with its work at its peers' median (metrics.md §6); null"
+                " when the rank was not replayed"
+            )
+        ),
+    ] = None  # what-if gain of fixing this rank alone (None: not replayed)
+    fix: Annotated[
+        str | None,
+        Meta(
+            description=(
+                'the flagged candidate the rank belongs to ("rank 5", "stage 1", '
+                '"replica 3"); null when none'
+            )
+        ),
+    ] = None  # the flagged candidate it belongs to ("rank 5", "stage 1", …)
 
 
-@dataclass(frozen=True)
-class InstanceRecord:
+class InstanceRecord(Doc, frozen=True):
     """One matched collective instance on the aligned clock (``--detail instances``)."""
 
     group: str
@@ -64,7 +104,15 @@ class InstanceRecord:
     coll_type: str
     step: int | None
     ranks: int
-    last_rank: int | None  # None when several ranks share the latest arrival
+    last_rank: Annotated[
+        int | None,
+        Meta(
+            description=(
+                "the rank that alone started last; null when the latest start is shared"
+                " (nobody held the others)"
+            )
+        ),
+    ]  # None when several ranks share the latest arrival
     arrival_skew_ns: int  # latest − earliest arrival
     transfer_ns: int  # earliest end − latest arrival: the part everyone spent moving data
     delay_caused_ns: int  # latest − second-latest arrival
@@ -168,7 +216,7 @@ def stragglers(
     threshold = _root_threshold(rows, median_step)
     flagged = {r.rank for r in rows if threshold is not None and r.root_delay_ns > threshold}
     rows = [
-        replace(r, flagged=r.rank in flagged)
+        structs.replace(r, flagged=r.rank in flagged)
         for r in sorted(rows, key=lambda r: (-r.root_delay_ns, r.rank))
     ]
     step_if = _first_order_step(rows, median_step, compute_per_step)
@@ -642,7 +690,7 @@ def _decided(
                 fix.setdefault(r, c)
     flagged = set(whatif.flagged_ranks)
     rows = [
-        replace(
+        structs.replace(
             r,
             flagged=r.rank in flagged,
             gain_ns=rank_gain.get(r.rank),

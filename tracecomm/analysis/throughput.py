@@ -6,9 +6,12 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Annotated
+
+from msgspec import Meta
 
 from tracecomm.analysis.rank import RankReport
+from tracecomm.doc import Doc, Percent
 from tracecomm.mfu.inputs import ModelFlops
 from tracecomm.mfu.peaks import Peak, find_peak
 
@@ -20,8 +23,7 @@ HOW_TO_GIVE_FLOPS = (
 UNRECORDED = "(not recorded)"  # the device name of ranks whose trace names none
 
 
-@dataclass(frozen=True)
-class DevicePeak:
+class DevicePeak(Doc, frozen=True):
     """One device name of the run, how many ranks use it, and its dense peak (None: unknown)."""
 
     name: str
@@ -29,8 +31,7 @@ class DevicePeak:
     peak: Peak | None
 
 
-@dataclass(frozen=True)
-class GapShares:
+class GapShares(Doc, frozen=True):
     """One group of ranks doing the same work: where its GPU time went, in % of its analysis
     window (sums over the group's ranks). ``mfu_pct`` is the run's MFU; the compute above it
     ran below peak. The five shares add up to 100 (the compute share splits into two)."""
@@ -46,28 +47,35 @@ class GapShares:
     idle_pct: float
 
 
-@dataclass(frozen=True)
-class EnergyReport:
+class EnergyReport(Doc, frozen=True):
     """From GPU power logs: per step, sums over the GPUs with samples, medians over steps."""
 
     gpus: int  # GPUs (ranks) whose samples cover every step used
     logs: tuple[str, ...]
-    energy_per_step_j: float
+    energy_per_step_j: Annotated[
+        float,
+        Meta(description="median over steps of the sum over GPUs of each step window's energy"),
+    ]
     compute_j_per_step: float
     exposed_comm_j_per_step: float
     exposed_memory_j_per_step: float
     idle_j_per_step: float
-    avg_power_w: float  # per GPU, over the analysis windows
+    avg_power_w: Annotated[
+        float, Meta(description="per GPU over the analysis windows")
+    ]  # per GPU, over the analysis windows
     tokens_per_j: float | None  # needs every GPU of the job and tokens per step
     missing: str | None  # why a figure is absent or partial
     # shares of energy_per_step_j (each a median of its own: they need not add up to 100)
-    idle_pct: float | None = None
-    exposed_comm_pct: float | None = None
-    exposed_memory_pct: float | None = None
+    idle_pct: Annotated[Percent | None, Meta(description="share of energy_per_step_j, in %")] = None
+    exposed_comm_pct: Annotated[
+        Percent | None, Meta(description="share of energy_per_step_j, in %")
+    ] = None
+    exposed_memory_pct: Annotated[
+        Percent | None, Meta(description="share of energy_per_step_j, in %")
+    ] = None
 
 
-@dataclass(frozen=True)
-class ObservedReport:
+class ObservedReport(Doc, frozen=True):
     """FLOPs counted from recorded op shapes (mfu.md §8): a lower bound, labelled so."""
 
     ranks: int  # ranks whose trace recorded shapes
@@ -79,30 +87,58 @@ class ObservedReport:
     attention_causal_unknown_flops: int  # counted as a full square
 
 
-@dataclass(frozen=True)
-class Throughput:
-    steps: tuple[int, ...]  # the steps step time is taken over (first dropped as warm-up)
+class Throughput(Doc, frozen=True):
+    steps: Annotated[
+        tuple[int, ...],
+        Meta(
+            description=(
+                "the steps step time is taken over (the first profiled one dropped when"
+                " there are more than two)"
+            )
+        ),
+    ]  # the steps step time is taken over (first dropped as warm-up)
     step_time_ns: int | None  # median over those steps of the slowest rank's ProfilerStep span
     worst_step_ns: int | None
     worst_step: int | None
     dtype: str
     devices: tuple[DevicePeak, ...]
-    device_count: int  # one per rank: world_size, else the analyzed ranks
-    assumed_ranks: int  # ranks without a trace assumed to run the most common device
+    device_count: Annotated[
+        int, Meta(description="one device per rank: world_size, else the analyzed ranks")
+    ]  # one per rank: world_size, else the analyzed ranks
+    assumed_ranks: Annotated[
+        int, Meta(description="ranks without a trace, assumed to run the most common device")
+    ]  # ranks without a trace assumed to run the most common device
     peak_total_tflops: float | None  # Σ over devices; None when a device has no peak
     flops: ModelFlops | None
     tokens_per_s: float | None
     achieved_tflops_per_device: float | None
-    mfu: float | None  # a fraction; None without FLOPs or a peak
+    mfu: Annotated[
+        float | None, Meta(description="a fraction of the summed dense peak")
+    ]  # a fraction; None without FLOPs or a peak
     # False: MFU over 100 % or over a group's compute share, so the FLOPs input is wrong (the
     # views print it only as impossible, the bottom line's first finding says why)
-    mfu_possible: bool | None
-    hfu: float | None  # full activation recompute, when a model config gave it
+    mfu_possible: Annotated[
+        bool | None,
+        Meta(
+            description=(
+                "false: MFU over 100 % or over a group's compute share, so the FLOPs input "
+                "is wrong (shown only as impossible); null without MFU"
+            )
+        ),
+    ]
+    hfu: Annotated[
+        float | None, Meta(description="with full activation recompute (model config only)")
+    ]  # full activation recompute, when a model config gave it
     gaps: tuple[GapShares, ...]
-    missing: str | None  # why MFU is not computed, in words
+    missing: Annotated[
+        str | None, Meta(description="why MFU is not computed")
+    ]  # why MFU is not computed, in words
     warnings: tuple[str, ...] = ()
     energy: EnergyReport | None = None
-    observed: ObservedReport | None = None
+    observed: Annotated[
+        ObservedReport | None,
+        Meta(description="observed TFLOP/s from recorded shapes: a lower bound, not MFU"),
+    ] = None
 
 
 def throughput(

@@ -10,12 +10,12 @@ exact: comm of each collective type not covered by compute, as in the figures.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import polars as pl
 
-from tracecomm.doc import Doc
+from tracecomm.doc import Doc, NonNegative, Positive
 from tracecomm.engine.classify import COLL_TYPES, classify_with_comm
 from tracecomm.engine.collectives import message_bytes
 from tracecomm.engine.intervals import IntArray, coverage
@@ -26,18 +26,16 @@ from tracecomm.ingest.model import RankEvents
 SEGMENTS_PER_STEP = 2000  # resolution = window / this
 
 
-@dataclass(frozen=True)
-class TimelineSegment:
-    start_ns: int  # from the step window's start
-    end_ns: int
-    cls: str  # compute / comm / memory
+class TimelineSegment(Doc, frozen=True):
+    start_ns: NonNegative  # from the step window's start
+    end_ns: NonNegative
+    cls: Literal["compute", "comm", "memory"]  # compute / comm / memory
     coll_type: str | None
-    kernels: int  # device events merged into this segment
+    kernels: Positive  # device events merged into this segment
     name: str  # the longest of them
 
 
-@dataclass(frozen=True)
-class TimelineLane:
+class TimelineLane(Doc, frozen=True):
     device: int | None
     stream: int | None
     segments: tuple[TimelineSegment, ...]
@@ -53,8 +51,7 @@ class ExposedSpan(Doc, frozen=True):
         return self.end_ns - self.start_ns
 
 
-@dataclass(frozen=True)
-class StepTimeline:
+class StepTimeline(Doc, frozen=True):
     step: int
     start_ns: int  # absolute, on the rank's own clock
     window_ns: int

@@ -10,9 +10,12 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
+from msgspec import Meta
+
+from tracecomm.doc import Doc
 from tracecomm.nccl.flight import Divergence, FrDump, divergences
 from tracecomm.nccl.model import NO_PROC, NcclLog, PgRef, Proc, VersionRecord, WatchdogRecord
 from tracecomm.nccl.parse import NOTICE_KINDS
@@ -23,35 +26,57 @@ EVIDENCE_LINES = 4  # log lines quoted per finding
 MAX_TIMEOUT_FINDINGS = 32  # hang / desync findings listed (every group stays in the JSON)
 
 
-@dataclass(frozen=True)
-class Diagnostic:
-    rule: str  # transport_fallback, version_mismatch, fewer_channels, nvls, collnet, warn, hang,
+class Diagnostic(Doc, frozen=True):
+    rule: Annotated[
+        str,
+        Meta(
+            description=(
+                "transport_fallback, version_mismatch, fewer_channels, nvls, collnet, "
+                "warn, hang, desync, watchdog_stuck"
+            )
+        ),
+    ]  # transport_fallback, version_mismatch, fewer_channels, nvls, collnet, warn, hang,
     # desync, watchdog_stuck
     severity: Severity
     message: str
     ranks: tuple[int, ...] = ()
     hosts: tuple[str, ...] = ()
-    evidence: tuple[str, ...] = ()  # the log lines that prove it (control characters escaped)
-    pg: str | None = None  # process group label (hang / desync)
+    evidence: Annotated[
+        tuple[str, ...],
+        Meta(description="the log lines that prove the finding, control characters escaped"),
+    ] = ()  # the log lines that prove it (control characters escaped)
+    pg: Annotated[str | None, Meta(description="process group (hang, desync)")] = (
+        None  # process group label (hang / desync)
+    )
     seq: int | None = None
     op: str | None = None
 
 
-@dataclass(frozen=True)
-class VersionSeen:
+class VersionSeen(Doc, frozen=True):
     """One NCCL / RCCL version and everyone the logs show running it."""
 
-    version: str
-    library: str
+    version: Annotated[
+        str, Meta(description="as printed: 2.19.3+cuda12.3, 2.21.5-HEAD:9a0e6a1, 2.20.5")
+    ]
+    library: str  # "NCCL" or "RCCL"
     hosts: tuple[str, ...]
-    processes: tuple[str, ...]  # host:pid
-    ranks: tuple[int, ...]  # global ranks
-    sources: tuple[str, ...]  # bare, info, torch, banner
-    files: tuple[str, ...] = ()  # the log files that print it
+    processes: Annotated[tuple[str, ...], Meta(description="host:pid")]  # host:pid
+    ranks: Annotated[tuple[int, ...], Meta(description="global ranks")]  # global ranks
+    sources: Annotated[
+        tuple[str, ...],
+        Meta(
+            description=(
+                "bare: the ≤2.21 line (rank 0 only); info: 2.22+ per process; torch: "
+                "ProcessGroupNCCL's environment dump; banner: RCCL's"
+            )
+        ),
+    ]  # bare, info, torch, banner
+    files: Annotated[
+        tuple[str, ...], Meta(description="the log files that print it (several logs read at once)")
+    ] = ()  # the log files that print it
 
 
-@dataclass(frozen=True)
-class RankTimeout:
+class RankTimeout(Doc, frozen=True):
     """What one rank's watchdog lines say about one stuck collective."""
 
     rank: int
@@ -64,44 +89,67 @@ class RankTimeout:
     last_enqueued_seq: int | None
     last_started_seq: int | None
     last_completed_seq: int | None
-    pg_inferred: bool  # its lines name no group: joined to this one by its seq
+    pg_inferred: Annotated[
+        bool, Meta(description="the rank's lines name no group: joined to this one by its seq")
+    ]  # its lines name no group: joined to this one by its seq
 
 
-@dataclass(frozen=True)
-class PgTimeout:
+class PgTimeout(Doc, frozen=True):
     """The watchdog's view of one process group: where its ranks are stuck."""
 
-    pg: str  # label, as the log writes it ("PG ID 2 PG GUID 9", "PG 1"), or "unnamed …"
+    pg: Annotated[
+        str,
+        Meta(
+            description=(
+                "the group as the log names it (PG ID 2 PG GUID 9, PG 1), or 'process "
+                "group not named in the log'"
+            )
+        ),
+    ]  # label, as the log writes it ("PG ID 2 PG GUID 9", "PG 1"), or "unnamed …"
     pg_id: str | None
     pg_guid: str | None
     pg_name: str | None
     pg_desc: str | None
-    seq: int  # the earliest stuck seq
+    seq: Annotated[int, Meta(description="the earliest stuck seq")]  # the earliest stuck seq
     op_type: str | None
     numel_in: int | None
     numel_out: int | None
     timed_out_ranks: tuple[int, ...]
-    ranks_are_global: bool  # False: ranks within the group (torch ≤2.1 lines name no other)
+    ranks_are_global: Annotated[
+        bool, Meta(description="false: ranks within the group (the lines name no global rank)")
+    ]  # False: ranks within the group (torch ≤2.1 lines name no other)
     ranks: tuple[RankTimeout, ...]  # every (rank, seq) reported, by rank then seq
     last_enqueued_seq: int | None
     last_completed_seq: int | None
-    desync: bool  # ranks stuck at different seqs
+    desync: Annotated[
+        bool, Meta(description="ranks stuck at different seqs")
+    ]  # ranks stuck at different seqs
     never_joined: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class NcclSummary:
+class NcclSummary(Doc, frozen=True):
     """What the logs say about the job, and the diagnostics."""
 
     files: tuple[str, ...]
     lines: int
     nccl_lines: int
     unknown_lines: int
-    processes: int
+    processes: Annotated[
+        int,
+        Meta(
+            description=(
+                "distinct host:pid of NCCL lines, or distinct ranks of PyTorch lines when more"
+            )
+        ),
+    ]
     hosts: tuple[str, ...]
-    ranks: dict[str, int]  # "host:pid" -> global rank (the largest communicator's rank)
+    ranks: Annotated[
+        dict[str, int], Meta(description="host:pid -> global rank")
+    ]  # "host:pid" -> global rank (the largest communicator's rank)
     versions: tuple[VersionSeen, ...]
-    networks: dict[str, list[str]]  # net name -> hosts
+    networks: Annotated[
+        dict[str, list[str]], Meta(description="network -> hosts")
+    ]  # net name -> hosts
     transports: dict[str, int]  # P2P / SHM / NET/IB / NET/Socket / COLLNET … -> connections
     colls: int  # COLL lines
     warns: dict[str, int]  # kind -> count
@@ -109,7 +157,16 @@ class NcclSummary:
     watchdog_timeouts: tuple[PgTimeout, ...]
     flight_recorder_dumps: int
     diagnostics: tuple[Diagnostic, ...]
-    hang: tuple[Divergence, ...] = field(default=())  # from Flight Recorder dumps
+    hang: tuple[Divergence, ...] = ()  # from Flight Recorder dumps
+
+
+class NcclDocument(Doc, frozen=True):
+    """`tracecomm nccl LOG... --format json`: the NCCL section alone, in its own envelope."""
+
+    kind: Literal["tracecomm-nccl"]
+    schema_version: Literal[2]  # doc.NCCL_SCHEMA_VERSION
+    nccl: NcclSummary | None
+    warnings: tuple[str, ...]
 
 
 def global_ranks(log: NcclLog) -> dict[Proc, int]:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tracecomm.doc import Doc
 from tracecomm.nccl.quote import quote
 
 _RANK = re.compile(r"(\d{1,9})$")
@@ -97,8 +98,7 @@ class FrDump:
     entries: tuple[FrEntry, ...]
 
 
-@dataclass(frozen=True)
-class Divergence:
+class Divergence(Doc, frozen=True):
     """The first (group, seq) not every member rank completed: the hang point (§12)."""
 
     pg: str

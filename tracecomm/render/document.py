@@ -18,7 +18,7 @@ from tracecomm.analysis.stragglers import Stragglers
 from tracecomm.engine.model import Figures, KernelStats, StepFigures, WindowFigures
 
 if TYPE_CHECKING:
-    from tracecomm.nccl.diagnose import NcclSummary
+    pass
 
 
 def report_document(report: Report, top: int | None = None) -> dict[str, Any]:
@@ -63,7 +63,7 @@ def report_document(report: Report, top: int | None = None) -> dict[str, Any]:
         "cross_rank": _cross_rank(report.cross_rank),
         "stragglers": _stragglers(report.stragglers, top),
         "throughput": None if report.throughput is None else part(report.throughput),
-        "nccl": nccl_document(report.nccl),
+        "nccl": None if report.nccl is None else part(report.nccl),
         "bandwidth": None if report.bandwidth is None else part(report.bandwidth),
         "hta_compat": None if report.hta_compat is None else [part(f) for f in report.hta_compat],
         "timeline": None if report.timeline is None else part(report.timeline),
@@ -98,10 +98,6 @@ def projection_document(projection: Projection | str | None) -> dict[str, Any] |
     if isinstance(projection, str):
         return {"reason": projection} | dict.fromkeys(_PROJECTION_FIELDS)
     return {"reason": None} | part(projection)
-
-
-def nccl_document(summary: NcclSummary | None) -> dict[str, Any] | None:
-    return None if summary is None else part(summary)
 
 
 def part(value: Any) -> Any:

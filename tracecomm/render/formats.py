@@ -7,13 +7,16 @@ import io
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import msgspec
 import orjson
 import polars as pl
 
 from tracecomm.analysis.model import MedianFigures, Report
+from tracecomm.doc import NCCL_SCHEMA_VERSION
 from tracecomm.engine.model import PARTITION_FIELDS, Figures
+from tracecomm.nccl.diagnose import NcclDocument
 from tracecomm.render import View
-from tracecomm.render.document import nccl_document, report_document
+from tracecomm.render.document import report_document
 from tracecomm.text import csv_safe, json_safe
 
 if TYPE_CHECKING:
@@ -30,13 +33,8 @@ def render_json(report: Report, view: View) -> bytes:
 def render_nccl_json(found: tuple[NcclSummary, Sequence[str]], view: View) -> bytes:
     """``tracecomm nccl --format json``: the NCCL section alone, in its own envelope."""
     summary, warnings = found
-    doc = {
-        "kind": "tracecomm-nccl",
-        "schema_version": 2,
-        "nccl": nccl_document(summary),
-        "warnings": list(warnings),
-    }
-    return json_safe(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    doc = NcclDocument("tracecomm-nccl", NCCL_SCHEMA_VERSION, summary, tuple(warnings))
+    return json_safe(orjson.dumps(msgspec.to_builtins(doc), option=orjson.OPT_INDENT_2) + b"\n")
 
 
 def render_csv(report: Report, view: View) -> bytes:

@@ -49,7 +49,7 @@ class SavedReport:
 
     def builtins(self) -> dict[str, Any]:
         """The document as JSON-ready values, keys in the order analyze wrote them."""
-        out: dict[str, Any] = msgspec.to_builtins(self.document)
+        out: dict[str, Any] = msgspec.to_builtins(self.document, str_keys=True)
         return out
 
 
