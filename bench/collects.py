@@ -44,7 +44,7 @@ def count(run: str) -> tuple[int, collections.Counter[str]]:
         report = tracecomm.analyze(run, jobs=1)
     finally:
         sys.setprofile(None)
-    return len(report.rank_reports), where
+    return len(report.ranks), where
 
 
 def main() -> int:

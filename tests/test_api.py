@@ -125,29 +125,27 @@ def test_a_run_under_a_gib_is_parsed_on_threads(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(pool, "POOL_MIN_BYTES", 8)  # the CLI's threshold, passed
     monkeypatch.setattr(pool, "new_pool", new_pool)
-    assert tracecomm.analyze(SAMPLE_RUN).ranks.height == 8 and not started
+    assert tracecomm.analyze(SAMPLE_RUN).ranks_frame().height == 8 and not started
     with pytest.raises(RuntimeError, match="no pool here"):
         tracecomm.analyze(SAMPLE_RUN, jobs=2)
     assert started == [2]
 
 
 def test_the_frames_hold_the_cli_figures(report: tracecomm.Report, document: dict) -> None:
-    ranks = report.ranks
+    ranks = report.ranks_frame()
     assert isinstance(ranks, pl.DataFrame) and ranks["rank"].to_list() == list(range(8))
     want = {r["rank"]: r["window"]["figures"]["exposed_comm_ns"] for r in document["ranks"]}
     assert dict(zip(ranks["rank"], ranks["exposed_comm_ns"], strict=True)) == want
     medians = {r["rank"]: r["step_median"]["window_ns"] for r in document["ranks"]}
     assert dict(zip(ranks["rank"], ranks["step_median_window_ns"], strict=True)) == medians
-    steps = report.steps
+    steps = report.steps_frame()
     assert steps.height == sum(len(r["steps"]) for r in document["ranks"])
     included = steps.filter(pl.col("included"))
     assert included.group_by("rank").len()["len"].to_list() == [4] * 8
-    by_type = report.by_type
+    by_type = report.by_type_frame()
     assert by_type.to_dicts() == document["by_type"]
-    stragglers = report.straggler_ranks
+    stragglers = report.straggler_frame()
     assert stragglers["rank"].to_list() == [r["rank"] for r in document["stragglers"]["ranks"]]
-    assert report.cross_rank is not None  # 8 ranks, one group: each instance on every rank
-    assert report.collectives.height == 8 * report.cross_rank.matched
 
 
 def test_options_are_the_cli_options_as_keywords(report: tracecomm.Report) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tracecomm._version import __version__
 
 if TYPE_CHECKING:
-    from tracecomm.analysis.model import Report
+    from tracecomm.analysis.report import Report
     from tracecomm.record import profile
     from tracecomm.run.api import analyze, compare
 
@@ -36,7 +36,7 @@ def __getattr__(name: str) -> Any:
 
         return profile
     if name == "Report":
-        from tracecomm.analysis.model import Report
+        from tracecomm.analysis.report import Report
 
         return Report
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,7 @@ from typing import Any
 
 from tests.conftest import REPO, SHARED_TRACES
 from tests.nccl.test_flight import dump, entry
-from tracecomm.render.document import report_document
+from tracecomm.analysis.report import report_document
 from tracecomm.synth import fsdp_run, write_run
 from tracecomm.synth.graphs import graph_replay_run
 from tracecomm.synth.nccl_log import LogSpec, nccl_log

@@ -1,5 +1,5 @@
-"""The typed analyze document (``analysis.document``) is the document the writer makes: every
-document the suite can make converts into ``ReportDocument`` and back byte for byte (keys in
+"""The analyze document is the Report's own types (``analysis.report``), written by msgspec: every
+document the suite can make converts into ``Report`` and back byte for byte (keys in
 order, integers as integers), validates against the schema generated from the types, and
 loads back through the one loader (``run.saved``); the schema files are what the types
 generate."""
@@ -17,6 +17,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+import tracecomm
 from tests.analysis.report_documents import (
     GENERATED,
     NCCL_SPEC,
@@ -25,9 +26,10 @@ from tests.analysis.report_documents import (
     shared_folders,
 )
 from tests.conftest import REPO
-from tracecomm.analysis.document import SCHEMA_VERSION, NcclDocument, ReportDocument
+from tracecomm.analysis.report import Report as ReportDocument
 from tracecomm.cli import EXIT_OK, app
-from tracecomm.render import document as writer
+from tracecomm.doc import SCHEMA_VERSION
+from tracecomm.nccl.diagnose import NcclDocument
 from tracecomm.run.saved import load_saved_report, saved_kind
 from tracecomm.schema import generated, stale
 from tracecomm.synth.nccl_log import nccl_log
@@ -94,7 +96,7 @@ def test_the_schema_files_are_generated_from_the_types() -> None:
 
 
 def test_the_writer_and_the_types_share_the_schema_version() -> None:
-    assert writer.SCHEMA_VERSION == SCHEMA_VERSION
+    assert tracecomm.analyze(SAMPLE).schema_version == SCHEMA_VERSION
     assert REPORT_SCHEMA["$id"].endswith(f"report-{SCHEMA_VERSION}.json")
 
 

@@ -16,7 +16,7 @@ import pytest
 
 import tracecomm
 from tracecomm.analysis.findings import MIN_COST_PCT
-from tracecomm.analysis.model import Report
+from tracecomm.analysis.report import Report
 from tracecomm.synth.__main__ import _parser, _spec
 from tracecomm.synth.expected import expected_run
 from tracecomm.synth.schedule import RunSpec

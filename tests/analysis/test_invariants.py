@@ -4,16 +4,17 @@ in ../shared; and each invariant fails on a report broken the way it guards agai
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
+from msgspec.structs import replace
 
 import tracecomm
 from tests.conftest import REPO, SAMPLE_RUN
 from tracecomm.analysis.invariants import CHECKS, violations
-from tracecomm.analysis.model import Report
 from tracecomm.analysis.pipeline_view import StageBubble, overloaded
+from tracecomm.analysis.report import Report
 from tracecomm.engine.model import Figures
 from tracecomm.synth.__main__ import _parser, _spec
 from tracecomm.synth.family import member
@@ -49,6 +50,14 @@ def _shared_runs() -> list[Path]:
     return traces + exports
 
 
+def both(report: Report) -> list[str]:
+    """The invariants over the live Report and over it saved as JSON and read back, which is
+    the same Report (its types are the document)."""
+    back = msgspec.json.decode(msgspec.json.encode(report), type=Report)
+    assert back == report
+    return violations(report) + violations(back)
+
+
 @pytest.fixture(scope="module")
 def sample() -> Report:
     return tracecomm.analyze(SAMPLE_RUN)
@@ -56,7 +65,7 @@ def sample() -> Report:
 
 @pytest.mark.parametrize("name", ["sample-run", "gloo-run"])
 def test_the_fixtures_agree_with_themselves(name: str) -> None:
-    assert violations(tracecomm.analyze(REPO / "fixtures" / name)) == []
+    assert both(tracecomm.analyze(REPO / "fixtures" / name)) == []
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
@@ -66,7 +75,7 @@ def test_every_generated_shape_agrees_with_itself(
     out = tmp_path_factory.mktemp(shape) / "run"
     write_run(_spec(_parser().parse_args([str(out), *SHAPES[shape].split()])), out)
     report = tracecomm.analyze(out)
-    assert violations(report) == []
+    assert both(report) == []
     assert report.step_parts is not None  # the invariants had something to check
 
 
@@ -79,13 +88,13 @@ def test_every_straggler_family_member_agrees_with_itself(
     out = tmp_path_factory.mktemp(name) / "run"
     write_run(member(name, 8).job, out)
     report = tracecomm.analyze(out)
-    assert violations(report) == []
+    assert both(report) == []
     assert report.stragglers is not None and report.stragglers.flagged  # a cause was found
 
 
 @pytest.mark.parametrize("run", _shared_runs(), ids=lambda p: p.name)
 def test_every_real_trace_agrees_with_itself(run: Path) -> None:
-    assert violations(tracecomm.analyze(run)) == []
+    assert both(tracecomm.analyze(run)) == []
 
 
 def test_the_shared_traces_are_all_checked() -> None:
@@ -100,12 +109,16 @@ def test_the_shared_traces_are_all_checked() -> None:
 
 
 def _broken_partition(r: Report) -> Report:
-    rank = r.rank_reports[0]
-    window = rank.breakdown.window
+    rank = r.ranks[0]
+    window = rank.window
     assert window is not None
-    figures = replace(window.figures, idle_ns=window.figures.idle_ns + 1)
-    breakdown = replace(rank.breakdown, window=replace(window, figures=figures))
-    return replace(r, rank_reports=(replace(rank, breakdown=breakdown), *r.rank_reports[1:]))
+    figures = _changed(window.figures, idle_ns=window.figures.idle_ns + 1)
+    return replace(r, ranks=(replace(rank, window=replace(window, figures=figures)), *r.ranks[1:]))
+
+
+def _changed(f: Figures, **times: int) -> Figures:
+    """A partition with other times (its shares set from them again)."""
+    return replace(f, **times, overlap_pct=None, busy_pct=None)
 
 
 def _broken_types(r: Report) -> Report:
@@ -190,7 +203,7 @@ def test_each_invariant_fails_on_a_broken_report(name: str, sample: Report) -> N
 def test_the_summary_total_is_the_ranks_summed(sample: Report) -> None:
     total = sample.summary.total
     assert total is not None
-    broken = replace(sample.summary, total=replace(total, compute_ns=total.compute_ns + 1))
+    broken = replace(sample.summary, total=_changed(total, compute_ns=total.compute_ns + 1))
     assert any("summary.total" in v for v in violations(replace(sample, summary=broken)))
 
 
@@ -268,11 +281,10 @@ def test_the_step_time_analyzed_gated_and_compared_is_one_number(sample: Report)
 
 
 def test_a_ranks_mean_step_is_its_window_over_its_steps(sample: Report) -> None:
-    rank = sample.rank_reports[0]
-    summary, window = rank.step_summary, rank.breakdown.window
-    assert summary is not None and summary.mean is not None and window is not None
-    assert abs(summary.mean.window_ns * summary.steps - window.figures.window_ns) <= summary.steps
-    broken_mean = replace(summary.mean, idle_ns=summary.mean.idle_ns + 50_000)
-    broken = replace(rank, step_summary=replace(summary, mean=broken_mean))
-    report = replace(sample, rank_reports=(broken, *sample.rank_reports[1:]))
+    rank = sample.ranks[0]
+    mean, window, steps = rank.step_mean, rank.window, rank.steps_included
+    assert mean is not None and window is not None
+    assert abs(mean.window_ns * steps - window.figures.window_ns) <= steps
+    broken = replace(rank, step_mean=replace(mean, idle_ns=mean.idle_ns + 50_000))
+    report = replace(sample, ranks=(broken, *sample.ranks[1:]))
     assert any("mean step" in v for v in CHECKS["partitions add up"](report))

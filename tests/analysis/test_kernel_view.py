@@ -27,7 +27,7 @@ def test_run_figures_are_the_ranks_summed(tmp_path: Path) -> None:
     report = analyze(tmp_path / "run")
     view = report.kernels
     assert view is not None and view.ranks == 2
-    stats = [r.breakdown.kernels for r in report.rank_reports]
+    stats = [r.kernels for r in report.ranks]
     assert all(s is not None for s in stats)
     assert view.steps == sum(s.steps for s in stats if s)
     for group in view.groups:

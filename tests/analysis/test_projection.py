@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 import jsonschema
 import pytest
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 
 from tests.conftest import REPO, SAMPLE_RUN
 from tracecomm import analyze
-from tracecomm.analysis.projection import Projection
+from tracecomm.analysis.projection import LinkFit, ProjectedSize
 from tracecomm.cli import EXIT_NO_INPUT, EXIT_OK, app
 from tracecomm.engine import breakdown
 from tracecomm.ingest import load_rank
@@ -28,13 +29,23 @@ MIXED = Network(alpha_us=0.5, bus_gbps=50.0)
 BANDWIDTH_BOUND = Network(alpha_us=0.0, bus_gbps=100.0)
 
 
-def projected(
-    tmp: Path, network: Network, targets: tuple[int, ...], weak: bool = False
-) -> Projection:
+class Made(NamedTuple):
+    """A projection that was made (no reason): its fields, none of them null."""
+
+    fits: tuple[LinkFit, ...]
+    sizes: tuple[ProjectedSize, ...]
+    step: int
+    scaling: str
+    turning_point: int | None
+
+
+def projected(tmp: Path, network: Network, targets: tuple[int, ...], weak: bool = False) -> Made:
     write_run(scaling_run(64, network, weak=weak), tmp)
-    report = analyze(tmp, to=targets, weak=weak)
-    assert isinstance(report.projection, Projection), report.projection
-    return report.projection
+    p = analyze(tmp, to=targets, weak=weak).projection
+    assert p is not None and p.reason is None, p
+    assert p.fits is not None and p.sizes is not None and p.step is not None
+    assert p.scaling is not None
+    return Made(p.fits, p.sizes, p.step, p.scaling, p.turning_point)
 
 
 @cache

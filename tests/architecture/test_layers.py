@@ -29,7 +29,7 @@ LAYERS = {
     "tracecomm.mfu": 2,
     "tracecomm.compat": 2,
     "tracecomm.analysis": 3,
-    "tracecomm.schema": 3,  # the published schemas, generated from analysis.document
+    "tracecomm.schema": 3,  # the published schemas, generated from analysis.report
     "tracecomm.render": 4,
     "tracecomm.check": 4,
     "tracecomm.run": 5,

@@ -13,10 +13,11 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from tracecomm import analyze
 from tracecomm.cli import EXIT_OK, app
 from tracecomm.engine import breakdown
 from tracecomm.ingest import load_merged
+from tracecomm.run.request import request_of
+from tracecomm.run.session import analyze_run
 
 FOLDERS = (
     "bytedance-straggler-SE",
@@ -42,13 +43,14 @@ def test_real_trace_export_round_trips(shared_traces: Path, tmp_path: Path, fold
             exposed[(e["pid"], e["args"]["step"])] += round(e["dur"] * 1000)
     read_back = {ev.meta.rank: breakdown(ev) for ev in load_merged(out, "pid")}
     again = {rank: {s.step: s for s in bd.steps} for rank, bd in read_back.items()}
-    report = analyze(run)
+    analysis = analyze_run(request_of(run))
+    report = analysis.report
     kept = {r["rank"] for r in doc["tracecomm"]["ranks"]}
     assert kept and set(again) == kept
-    for rank in report.rank_reports:
+    for rank in report.ranks:
         if rank.rank not in kept:
             continue
-        for step in rank.breakdown.included_steps:
+        for step in rank.included_steps:
             back = again[rank.rank][step.step]
             assert step.window is not None and back.window is not None
             assert back.window.figures == step.window.figures, (rank.rank, step.step)
@@ -57,9 +59,9 @@ def test_real_trace_export_round_trips(shared_traces: Path, tmp_path: Path, fold
             assert exposed[(rank.rank, step.step)] == step.window.figures.exposed_comm_ns
         # the collectives read back are the same instances of the same groups (issue 34: the
         # export kept "Collective name" only, and a re-read put every group in "world")
-        steps = [s.step for s in rank.breakdown.included_steps]
+        steps = [s.step for s in rank.included_steps]
         assert _groups(read_back[rank.rank].collectives, steps) == _groups(
-            rank.breakdown.collectives, steps
+            analysis.side.breakdown(rank.rank).collectives, steps
         )
 
 

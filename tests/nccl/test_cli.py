@@ -97,7 +97,7 @@ def test_the_published_nccl_schema_is_the_reports_nccl_part() -> None:
     published = schema(NCCL_SCHEMA)
     report = schema()
     jsonschema.Draft202012Validator.check_schema(published)
-    assert report["$defs"]["ReportDocument"]["properties"]["nccl"]["anyOf"][0] == {
+    assert report["$defs"]["Report"]["properties"]["nccl"]["anyOf"][0] == {
         "$ref": "#/$defs/NcclSummary"
     }
     for name, definition in published["$defs"].items():

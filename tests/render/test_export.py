@@ -95,10 +95,10 @@ def test_the_export_round_trips_with_the_reports_figures(tmp_path: Path, name: s
     assert set(again) == kept
     exposed = track_sums(doc, TRACKS[0])
     idle = track_sums(doc, TRACKS[1])
-    for rank in report.rank_reports:
+    for rank in report.ranks:
         if rank.rank not in kept:
             continue
-        for step in rank.breakdown.included_steps:
+        for step in rank.included_steps:
             back = again[rank.rank][step.step]
             assert step.window is not None and back.window is not None and back.complete
             assert back.window.figures == step.window.figures, (rank.rank, step.step)
@@ -242,11 +242,11 @@ def test_tracecomm_reads_the_export_back_from_the_cli(tmp_path: Path) -> None:
     assert result.exit_code == EXIT_OK, result.stderr
     doc = json.loads(result.stdout)
     report = analyze(SAMPLE_RUN)
-    rank2 = next(r for r in report.rank_reports if r.rank == 2)
+    rank2 = next(r for r in report.ranks if r.rank == 2)
     assert [r["rank"] for r in doc["ranks"]] == [2]
     got = {s["step"]: s["window"]["figures"]["exposed_comm_ns"] for s in doc["ranks"][0]["steps"]}
     assert got == {
-        s.step: s.window.figures.exposed_comm_ns for s in rank2.breakdown.included_steps if s.window
+        s.step: s.window.figures.exposed_comm_ns for s in rank2.included_steps if s.window
     }
 
 
@@ -277,11 +277,9 @@ def test_perfetto_loads_the_export_and_its_exposed_track_adds_up(tmp_path: Path)
     got = {int(pid): (int(n), int(ns)) for pid, n, ns in rows}
     report = analyze(SAMPLE_RUN)
     kept = {r["rank"] for r in doc["tracecomm"]["ranks"]}
-    for rank in report.rank_reports:
+    for rank in report.ranks:
         if rank.rank in kept:
-            want = sum(
-                s.window.figures.exposed_comm_ns for s in rank.breakdown.included_steps if s.window
-            )
+            want = sum(s.window.figures.exposed_comm_ns for s in rank.included_steps if s.window)
             spans = sum(
                 1
                 for e in doc["traceEvents"]

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from tests.conftest import REPO, SAMPLE_RUN
 from tracecomm import analyze
+from tracecomm.analysis.report import report_document
 from tracecomm.cli import EXIT_IO, EXIT_OK, EXIT_USAGE, app
 from tracecomm.errors import UsageError
-from tracecomm.render.document import report_document
 from tracecomm.render.html import embed_json, render_html
 from tracecomm.synth import fsdp_run
 from tracecomm.synth.writer import write_run

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from tests.conftest import analyze_json
 from tests.run.conftest import need_distributed
+from tracecomm.analysis.report import report_document
 from tracecomm.cli import EXIT_USAGE, app
-from tracecomm.render.document import report_document
 from tracecomm.run.executors import (
     DaskExecutor,
     ExecutorSpec,
@@ -110,11 +110,11 @@ def test_a_rank_whose_worker_keeps_dying_is_reported_missing(
 
         report = analyze(request_of(run64, **OPTS), kill_once, executor=executor)
     doc = report_document(report)
-    assert 1 <= len(report.missing) <= 4
-    assert all("KilledWorker" in m.reason for m in report.missing)
+    assert 1 <= len(report.missing_ranks) <= 4
+    assert all("KilledWorker" in m.reason for m in report.missing_ranks)
     assert report.partial
-    lost = {m.rank for m in report.missing}
-    assert len(report.rank_reports) + len(lost) == 64
+    lost = {m.rank for m in report.missing_ranks}
+    assert len(report.ranks) + len(lost) == 64
     expected = {r["rank"]: r for r in local_doc["ranks"]}
     for rank in doc["ranks"]:
         assert rank == expected[rank["rank"]]

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import SAMPLE_RUN
 from tests.run.conftest import need, need_distributed
-from tracecomm.render.document import report_document
+from tracecomm.analysis.report import report_document
 from tracecomm.run.executors import DaskExecutor, ExecutorSpec, LocalExecutor
 from tracecomm.run.request import request_of
 from tracecomm.run.session import run_analysis as analyze
@@ -107,6 +107,6 @@ def test_a_corrupt_object_is_one_missing_rank_named_by_its_url(s3_run: str) -> N
         report = analyze(request_of(s3_run, jobs=1))
     finally:
         fs.rm(broken.removeprefix("s3://"))
-    assert len(report.rank_reports) == 8
-    (missing,) = report.missing
+    assert len(report.ranks) == 8
+    (missing,) = report.missing_ranks
     assert missing.path == broken and "gzip" in missing.reason

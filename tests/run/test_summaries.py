@@ -79,7 +79,7 @@ def test_ingest_then_analyze_gives_the_figures_of_the_traces(run: Path, tmp_path
 
 
 def test_summaries_written_by_a_dask_cluster(run: Path, tmp_path: Path, dask_executor: Any) -> None:
-    from tracecomm.render.document import report_document
+    from tracecomm.analysis.report import report_document
     from tracecomm.run.request import request_of
     from tracecomm.run.session import ingest
     from tracecomm.run.session import run_analysis as analyze

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Literal, cast
 
 import polars as pl
 from msgspec import Meta
 
-from tracecomm.analysis.crossrank import CrossRank, whole_group
+from tracecomm.analysis.crossrank import Matching, whole_group
 from tracecomm.analysis.rank import RankReport
-from tracecomm.analysis.stragglers import Stragglers
+from tracecomm.analysis.whatif import WhatIf
 from tracecomm.doc import Doc, NonNegative, Percent
+from tracecomm.engine.model import RankBreakdown
 
 ALL_TO_ALL = "AllToAll"
 # A busiest rank receiving this much over the median is called imbalanced (the straggler
@@ -117,8 +118,9 @@ class AllToAllView(Doc, frozen=True):
 
 def all_to_all_view(
     ranks: Sequence[RankReport],
-    cross_rank: CrossRank | None,
-    stragglers: Stragglers | None,
+    breakdowns: Mapping[int, RankBreakdown],
+    cross_rank: Matching | None,
+    stragglers: WhatIf | None,
     world_size: int | None = None,
     step_ns: int | None = None,
 ) -> AllToAllView | None:
@@ -155,10 +157,10 @@ def all_to_all_view(
     transfers = [r.transfer_ns for r in out if r.transfer_ns is not None]
     imbalance, why_not = _imbalance(received, stragglers, step_ns)
     return AllToAllView(
-        use=_one_use([r.breakdown.all_to_all_use for r in ranks]),
+        use=_one_use([breakdowns[r.rank].all_to_all_use for r in ranks]),
         libraries=tuple(
             sorted(
-                {lib for r, _ in present for lib in r.breakdown.comm_libraries},
+                {lib for r, _ in present for lib in breakdowns[r.rank].comm_libraries},
                 key=lambda lib: (lib != "NCCL", lib),
             )
         ),
@@ -176,7 +178,7 @@ def all_to_all_view(
 
 
 def _rank_figures(report: RankReport) -> tuple[int, int, int] | None:
-    window = report.breakdown.window
+    window = report.window
     if window is None:
         return None
     row = next((t for t in window.by_type if t.coll_type == ALL_TO_ALL), None)
@@ -189,7 +191,7 @@ def _hidden(comm: int, exposed: int) -> float | None:
     return 100.0 * (comm - exposed) / comm if comm > 0 else None
 
 
-def _all_to_all_rows(cross_rank: CrossRank | None) -> pl.DataFrame:
+def _all_to_all_rows(cross_rank: Matching | None) -> pl.DataFrame:
     """Matched, synchronized all-to-all kernels in included steps, on the aligned clock."""
     if cross_rank is None or cross_rank.aligned.is_empty():
         return pl.DataFrame()
@@ -248,7 +250,7 @@ def _received(rows: pl.DataFrame) -> tuple[str, dict[int, int], int, float] | No
 
 def _imbalance(
     received: tuple[str, dict[int, int], int, float] | None,
-    stragglers: Stragglers | None,
+    stragglers: WhatIf | None,
     step_ns: int | None,
 ) -> tuple[TokenImbalance | None, str | None]:
     if received is None:
@@ -282,13 +284,12 @@ def _imbalance(
 
 
 def _balancing_gain(
-    busiest: int, stragglers: Stragglers | None, step_ns: int | None
+    busiest: int, w: WhatIf | None, step_ns: int | None
 ) -> tuple[int | None, float | None, str | None]:
     """The replay's gain for the busiest rank on par with its peers: what giving it the
     median rank's tokens would give back, as far as its extra work is the extra tokens. The
     share is the one the straggler finding takes (the mean step's when the what-if is), in
     ns of the step time as the finding prices it."""
-    w = stragglers.what_if if stragglers is not None else None
     if w is None or not w.reproduces:
         reason = w.reason if w is not None and w.reason else "the straggler replay does not hold"
         return None, None, reason

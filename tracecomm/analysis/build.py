@@ -4,24 +4,29 @@ report afterwards; renderers only display it.
 
 A processor is a small function ``(report, context) -> report``; their order is the order in
 which the figures depend on each other (matching before stragglers, stragglers before the
-timeline's choice of ranks, throughput before the projection's MFU).
+timeline's choice of ranks, throughput before the projection's MFU). What a processor computes
+for the others but the report does not state (the matched instances, the what-if's working
+values, the export's events) it leaves in the context's ``Side``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
+
+from msgspec.structs import replace
 
 from tracecomm.analysis.alltoall import all_to_all_view
 from tracecomm.analysis.bandwidth import bandwidth
-from tracecomm.analysis.crossrank import ranks_cross_rank
+from tracecomm.analysis.crossrank import Matching, ranks_cross_rank
 from tracecomm.analysis.framework import detect_frameworks
 from tracecomm.analysis.kernels import kernel_view
-from tracecomm.analysis.model import RankFiles, Report, RunData
+from tracecomm.analysis.model import RankFiles, RunData, Side
 from tracecomm.analysis.options import AnalysisOptions
 from tracecomm.analysis.pipeline_view import pipeline_views
-from tracecomm.analysis.projection import Projection, fit_links, project
+from tracecomm.analysis.projection import Projection, fit_links, no_projection, project
 from tracecomm.analysis.ranks import base_report
+from tracecomm.analysis.report import Report
 from tracecomm.analysis.stragglers import rank_stragglers
 from tracecomm.analysis.throughput import throughput
 from tracecomm.analysis.timeline import run_timeline, typical_step
@@ -31,19 +36,31 @@ from tracecomm.analysis.timeline import run_timeline, typical_step
 class Context:
     data: RunData
     options: AnalysisOptions
+    side: Side = field(default_factory=Side)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What one analysis built: the Report, and what only a live run has besides it."""
+
+    report: Report
+    side: Side
 
 
 Processor = Callable[[Report, Context], Report]
 
 
 def cross_rank(report: Report, ctx: Context) -> Report:
-    return replace(
-        report, cross_rank=ranks_cross_rank(report.rank_reports, ctx.options.align_clocks)
-    )
+    side = ctx.side
+    side.matching = ranks_cross_rank(report.ranks, side.breakdowns, ctx.options.align_clocks)
+    found = side.matching.report() if side.matching is not None else None
+    return replace(report, cross_rank=found)
 
 
 def stragglers(report: Report, ctx: Context) -> Report:
-    found = rank_stragglers(report.rank_reports, report.cross_rank, ctx.options.detail_instances)
+    found, ctx.side.what_if = rank_stragglers(
+        report.ranks, ctx.side.breakdowns, ctx.side.matching, ctx.options.detail_instances
+    )
     return replace(report, stragglers=found)
 
 
@@ -51,7 +68,8 @@ def step_rate(report: Report, ctx: Context) -> Report:
     """Step time, tokens/s and MFU (metrics.md §8)."""
     model = ctx.data.model
     rate = throughput(
-        report.rank_reports,
+        report.ranks,
+        ctx.side.results,
         report.summary.world_size,
         ctx.data.flops,
         model.dtype if model is not None else "bf16",
@@ -63,12 +81,12 @@ def step_rate(report: Report, ctx: Context) -> Report:
 
 def kernels(report: Report, ctx: Context) -> Report:
     """metrics.md §15–§16: the ranks' kernel views across ranks, the roofline with peaks."""
-    return replace(report, kernels=kernel_view(report.rank_reports))
+    return replace(report, kernels=kernel_view(report.ranks, ctx.side.results))
 
 
 def link_bandwidth(report: Report, ctx: Context) -> Report:
-    cr = report.cross_rank
-    found = bandwidth(cr.aligned, ctx.options.link_gbps) if cr is not None else None
+    m = ctx.side.matching
+    found = bandwidth(m.aligned, ctx.options.link_gbps) if m is not None else None
     return replace(report, bandwidth=found)
 
 
@@ -77,9 +95,10 @@ def all_to_all(report: Report, ctx: Context) -> Report:
     step time it is priced in."""
     th = report.throughput
     found = all_to_all_view(
-        report.rank_reports,
-        report.cross_rank,
-        report.stragglers,
+        report.ranks,
+        ctx.side.breakdowns,
+        ctx.side.matching,
+        ctx.side.what_if,
         report.summary.world_size,
         th.step_time_ns if th is not None else None,
     )
@@ -88,7 +107,11 @@ def all_to_all(report: Report, ctx: Context) -> Report:
 
 def pipelines(report: Report, ctx: Context) -> Report:
     views = pipeline_views(
-        report.rank_reports, report.cross_rank, ctx.options.pp_stages, ctx.options.microbatches
+        report.ranks,
+        ctx.side.breakdowns,
+        ctx.side.matching,
+        ctx.options.pp_stages,
+        ctx.options.microbatches,
     )
     return replace(report, pipelines=views)
 
@@ -98,7 +121,7 @@ def hta_compat(report: Report, ctx: Context) -> Report:
     files, compat = ctx.data.files, ctx.options.compat
     if compat is None or files is None:
         return report
-    paths = {r.rank: r.path for r in report.rank_reports}
+    paths = {r.rank: r.path for r in report.ranks}
     return replace(report, hta_compat=files.hta_figures(paths, compat))
 
 
@@ -120,20 +143,24 @@ def export(report: Report, ctx: Context) -> Report:
         return report
     from tracecomm.analysis.export import trace_export  # the export's modules: export only
 
-    found = trace_export(report, ctx.options.export_ranks, ctx.options.export_steps, ctx.data.files)
-    return replace(report, export=found)
+    ctx.side.export = trace_export(
+        report, ctx.side, ctx.options.export_ranks, ctx.options.export_steps, ctx.data.files
+    )
+    return report
 
 
 def projection(report: Report, ctx: Context) -> Report:
     if ctx.options.project_to is None or ctx.data.files is None:
         return report
-    found = project_report(report, ctx.options.project_to, ctx.options.weak, ctx.data.files)
+    found = project_report(
+        report, ctx.side.matching, ctx.options.project_to, ctx.options.weak, ctx.data.files
+    )
     return replace(report, projection=found)
 
 
 def frameworks(report: Report, ctx: Context) -> Report:
     """metrics.md §14a: which framework ran the job, for the findings' advice."""
-    found = detect_frameworks(report.rank_reports, ctx.options.declared_framework)
+    found = detect_frameworks(ctx.side.breakdowns, ctx.options.declared_framework)
     return replace(report, frameworks=found)
 
 
@@ -142,7 +169,8 @@ def bottom_line(report: Report, ctx: Context) -> Report:
     from tracecomm.analysis.findings import findings, step_parts
 
     parts = step_parts(report)
-    return replace(report, step_parts=parts, findings=findings(report, parts))
+    aligned = ctx.side.matching.aligned if ctx.side.matching is not None else None
+    return replace(report, step_parts=parts, findings=findings(report, parts, aligned))
 
 
 PROCESSORS: tuple[Processor, ...] = (
@@ -163,38 +191,47 @@ PROCESSORS: tuple[Processor, ...] = (
 )
 
 
+def build(
+    data: RunData, options: AnalysisOptions, processors: Sequence[Processor] = PROCESSORS
+) -> Analysis:
+    report, results = base_report(data)
+    ctx = Context(data, options, Side(results))
+    for process in processors:
+        report = process(report, ctx)
+    return Analysis(report, ctx.side)
+
+
 def build_report(
     data: RunData, options: AnalysisOptions, processors: Sequence[Processor] = PROCESSORS
 ) -> Report:
-    report = base_report(data)
-    ctx = Context(data, options)
-    for process in processors:
-        report = process(report, ctx)
-    return report
+    return build(data, options, processors).report
 
 
 def project_report(
-    report: Report, targets: tuple[int, ...], weak: bool, files: RankFiles
-) -> Projection | str:
+    report: Report,
+    matching: Matching | None,
+    targets: tuple[int, ...],
+    weak: bool,
+    files: RankFiles,
+) -> Projection:
     """metrics.md §11 from the median rank's typical step; a reason when it cannot be done.
     ``targets`` empty: N/2, 2N, 4N, 8N and 16N. Also for a report built earlier (``compare``
     projects the first run to the others' sizes once it knows them)."""
     world = report.summary.world_size or report.summary.ranks_analyzed
-    median = next((r for r in report.rank_reports if r.rank == report.summary.median_rank), None)
+    median = next((r for r in report.ranks if r.rank == report.summary.median_rank), None)
     step = typical_step(median) if median is not None else None
     if median is None or step is None:
-        return "no analyzed step to replay"
-    cr = report.cross_rank
-    fits = fit_links(cr.aligned) if cr is not None else ()
+        return no_projection("no analyzed step to replay")
+    fits = fit_links(matching.aligned) if matching is not None else ()
     if not fits:
-        return (
+        return no_projection(
             "no collective to fit: the projection needs matched AllGather, ReduceScatter or "
             "AllReduce instances with message sizes (two or more ranks, PyTorch's collective "
             "metadata)"
         )
     work = files.step_work(median, step)
     if isinstance(work, str):
-        return work
+        return no_projection(work)
     targets = targets or tuple(
         size for size in (world // 2, 2 * world, 4 * world, 8 * world, 16 * world) if size >= 1
     )

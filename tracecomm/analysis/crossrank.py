@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 import polars as pl
 from msgspec import Meta
@@ -15,8 +15,11 @@ from msgspec import Meta
 from tracecomm.analysis.arrivals import FLOOR_NS, look_through, with_arrivals
 from tracecomm.analysis.chains import pipeline_chains
 from tracecomm.analysis.rank import RankReport
-from tracecomm.doc import Doc
+from tracecomm.doc import Doc, NonNegative
 from tracecomm.engine.collectives import INSTANCE_SCHEMA, WORLD
+
+if TYPE_CHECKING:
+    from tracecomm.engine.model import RankBreakdown
 
 _RANK_LIST = re.compile(r"^\[\s*\d+(?:\s*,\s*\d+)*\s*\]$")
 
@@ -48,8 +51,55 @@ class HostClock(Doc, frozen=True):
     instances: int  # matched instances the estimate rests on
 
 
+KeyedBy = Literal["seq", "ordinal"]
+
+
+class Clocks(Doc, frozen=True):
+    """metrics.md §5: whether the hosts' clocks were aligned, against which rank's host."""
+
+    aligned: bool
+    reference_rank: int | None
+    hosts: tuple[HostClock, ...]
+
+
+class CrossRank(Doc, frozen=True):
+    """Matching across ranks and clocks (metrics.md §4–§5), as the report states it; the
+    matched instances themselves are the analysis's (``Matching``)."""
+
+    instances: NonNegative  # collective instances keyed across ranks (point-to-point left out)
+    matched: NonNegative
+    unmatched: NonNegative
+    point_to_point: Annotated[
+        int, Meta(ge=0, description="send/recv kernels: paired by peer, not matched by group here")
+    ]
+    p2p_paired: Annotated[
+        int, Meta(ge=0, description="send/recv pairs found on both sides (by peer and order)")
+    ]
+    p2p_unpaired: Annotated[
+        int,
+        Meta(ge=0, description="sends or recvs whose other side is not in the analyzed traces"),
+    ]
+    unsynchronized: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description=(
+                "matched instances whose members' kernels do not overlap once every "
+                "member arrived (no rendezvous of these ranks): left out of the "
+                "straggler figures and the replay"
+            ),
+        ),
+    ]
+    keyed_by: dict[str, KeyedBy]  # group -> how its instances were keyed
+    mismatches: tuple[GroupMismatch, ...]
+    clocks: Clocks
+
+
 @dataclass(frozen=True)
-class CrossRank:
+class Matching:
+    """The matched instances of a run, clock-aligned, and what the analysis needs of them
+    (groups, pipelines, waits): the working values behind the report's ``CrossRank``."""
+
     instances: int  # collective instances keyed across ranks (point-to-point left out)
     matched: int
     unmatched: int
@@ -78,10 +128,25 @@ class CrossRank:
     # synchronized)
     p2p_pairs: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
 
+    def report(self) -> CrossRank:
+        """What the report says of the matching."""
+        return CrossRank(
+            instances=self.instances,
+            matched=self.matched,
+            unmatched=self.unmatched,
+            point_to_point=self.point_to_point,
+            p2p_paired=self.p2p_paired,
+            p2p_unpaired=self.p2p_unpaired,
+            unsynchronized=self.unsynchronized,
+            keyed_by=cast(dict[str, KeyedBy], self.keyed_by),
+            mismatches=self.mismatches,
+            clocks=Clocks(self.clock_aligned, self.reference_rank, self.clocks),
+        )
+
 
 def cross_rank(
     collectives: Mapping[int, pl.DataFrame], hosts: Mapping[int, str], align_clocks: bool = True
-) -> CrossRank:
+) -> Matching:
     """Match every collective instance across the analyzed ranks and estimate host offsets."""
     frames = [
         df.with_columns(pl.lit(r, dtype=pl.Int64).alias("rank"))
@@ -112,7 +177,7 @@ def cross_rank(
     p2p_aligned = _looked_through(_aligned(p2p, clocks), None, first)
     aligned = _arrivals_again(first, floors, align_clocks)
     point_to_point = _point_to_point(p2p_aligned, floors, align_clocks)
-    return CrossRank(
+    return Matching(
         instances=verdicts.height,
         matched=matched.height,
         unmatched=verdicts.height - matched.height,
@@ -523,14 +588,16 @@ def _relayed(
             known[host] = offset
 
 
-def ranks_cross_rank(ranks: Sequence[RankReport], align_clocks: bool) -> CrossRank | None:
+def ranks_cross_rank(
+    ranks: Sequence[RankReport], breakdowns: Mapping[int, RankBreakdown], align_clocks: bool
+) -> Matching | None:
     """Matching and clocks over the ranks with device collectives (two or more)."""
-    gpu = [r for r in ranks if r.breakdown.collectives is not None]
+    collectives = {
+        r.rank: found for r in ranks if (found := breakdowns[r.rank].collectives) is not None
+    }
+    gpu = [r for r in ranks if r.rank in collectives]
     if len(gpu) < 2:
         return None
-    collectives = {
-        r.rank: r.breakdown.collectives for r in gpu if r.breakdown.collectives is not None
-    }
     # metrics.md §5: ranks that share a host share one clock (host_name, else the file name)
     hosts = {r.rank: r.host or Path(r.path).name for r in gpu}
     return cross_rank(collectives, hosts, align_clocks)

@@ -1,4 +1,4 @@
-"""What a document's figures must satisfy beyond their types (``analysis.document``): the
+"""What a document's figures must satisfy beyond their types (``analysis.report``): the
 physical sense a saved analyze document is checked for before anything reads it
 (``run.saved.load_saved_report``), and the part of it the compact baseline shares
 (``check.figures``). Each check returns the problem in words, or None.
@@ -12,14 +12,15 @@ idle time, MFU is a fraction of the peak.
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from tracecomm.analysis.document import Rank, ReportDocument
+if TYPE_CHECKING:
+    from tracecomm.analysis.rank import RankReport as Rank
+    from tracecomm.analysis.report import Report as ReportDocument
 
 
 class Partition(Protocol):
-    """A window's partition (metrics.md §3), as the Report's ``engine.model.Figures`` and the
-    document's ``analysis.document.Figures`` both hold it."""
+    """A window's partition (metrics.md §3), as ``Figures`` and ``MedianFigures`` hold it."""
 
     @property
     def window_ns(self) -> int: ...

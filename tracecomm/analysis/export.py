@@ -11,8 +11,10 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from tracecomm.analysis.crossrank import Matching
 from tracecomm.analysis.export_model import ExportedRank, Marker, TraceExport
-from tracecomm.analysis.model import RankFiles, RankReport, Report
+from tracecomm.analysis.model import RankFiles, RankReport, Side
+from tracecomm.analysis.report import Report
 from tracecomm.analysis.timeline import typical_step
 from tracecomm.engine.export import RankExport
 from tracecomm.text import ms
@@ -30,11 +32,12 @@ __all__ = [
 
 def trace_export(
     report: Report,
+    side: Side,
     chosen_ranks: Sequence[int],
     chosen_steps: tuple[int | None, int | None] | None,
     files: RankFiles,
 ) -> TraceExport:
-    by_rank = {r.rank: r for r in report.rank_reports}
+    by_rank = {r.rank: r for r in report.ranks}
     roles = export_roles(report, chosen_ranks)
     steps = _steps(report, by_rank, chosen_steps)
     if not roles:
@@ -53,7 +56,7 @@ def trace_export(
         offset = _offset(report, rank)
         got: RankExport | str = files.rank_export(r, steps)
         if isinstance(got, RankExport) and not got.windows:
-            timeline = r.breakdown.timeline.upper()
+            timeline = r.timeline.upper()
             got = f"no device work in step(s) {', '.join(map(str, steps))} ({timeline} timeline)"
         events = got if isinstance(got, RankExport) else None
         out.append(
@@ -64,7 +67,7 @@ def trace_export(
                 r.devices,
                 offset,
                 events,
-                _waits(report, rank, steps, offset),
+                _waits(side.matching, rank, steps, offset),
                 reason=got if isinstance(got, str) else None,
             )
         )
@@ -73,7 +76,7 @@ def trace_export(
 
 def export_roles(report: Report, chosen: Sequence[int]) -> dict[int, str]:
     """Rank -> why it is exported, in the order the trace lists them."""
-    analyzed = {r.rank for r in report.rank_reports}
+    analyzed = {r.rank for r in report.ranks}
     if chosen:
         return {r: "chosen" for r in chosen if r in analyzed}
     order = report.summary.slowest_first
@@ -128,19 +131,18 @@ def _steps(
 
 def _offset(report: Report, rank: int) -> int:
     cr = report.cross_rank
-    if cr is None or not cr.clock_aligned:
+    if cr is None or not cr.clocks.aligned:
         return 0
-    for clock in cr.clocks:
+    for clock in cr.clocks.hosts:
         if rank in clock.ranks:
             return clock.offset_ns or 0
     return 0
 
 
-def _waits(report: Report, rank: int, steps: tuple[int, ...], offset: int) -> pl.DataFrame:
+def _waits(cr: Matching | None, rank: int, steps: tuple[int, ...], offset: int) -> pl.DataFrame:
     """Per collective of the rank in ``steps``: how long it waited inside the kernel for the
     last member to arrive (§6: latest start − own start), on its own clock."""
     schema = pl.Schema({"start_ns": pl.Int64(), "wait_ns": pl.Int64(), "kind": pl.String()})
-    cr = report.cross_rank
     if cr is None:
         return pl.DataFrame(schema=schema)
     parts = []

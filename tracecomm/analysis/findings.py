@@ -27,10 +27,11 @@ from tracecomm.analysis.advice import (
 from tracecomm.analysis.alltoall import TokenImbalance
 from tracecomm.analysis.crossrank import whole_group
 from tracecomm.analysis.finding import Finding, StepParts
-from tracecomm.analysis.model import Report
 from tracecomm.analysis.pipeline_view import heaviest_stage
 from tracecomm.analysis.rank import RankReport
-from tracecomm.analysis.whatif import Candidate, WhatIf
+from tracecomm.analysis.report import Report
+from tracecomm.analysis.stragglers import Stragglers, decides, on_mean_step
+from tracecomm.analysis.whatif import Candidate
 from tracecomm.engine.model import WindowFigures
 from tracecomm.text import compact_ranges
 
@@ -54,9 +55,9 @@ def step_basis(report: Report) -> StepBasis | None:
     th = report.throughput
     if th is not None and th.step_time_ns:
         return StepBasis(th.step_time_ns, "the step time", per_step=True)
-    median = next((r for r in report.rank_reports if r.rank == report.summary.median_rank), None)
-    if median is not None and median.breakdown.window is not None:
-        window = median.breakdown.window.figures.window_ns
+    median = next((r for r in report.ranks if r.rank == report.summary.median_rank), None)
+    if median is not None and median.window is not None:
+        window = median.window.figures.window_ns
         if window > 0:
             return StepBasis(window, f"rank {median.rank}'s analysis window", per_step=False)
     return None
@@ -66,8 +67,8 @@ def step_parts(report: Report) -> StepParts | None:
     basis = step_basis(report)
     if basis is None:
         return None
-    ranks = report.rank_reports
-    types = [t.coll_type for t in report.type_summaries]
+    ranks = report.ranks
+    types = [t.coll_type for t in report.by_type]
     exposed_by_type = {t: _per_step(ranks, _of_type(t, exposed=True), basis)[0] for t in types}
     comm_by_type = {t: _per_step(ranks, _of_type(t, exposed=False), basis)[0] for t in types}
     compute, _ = _per_step(ranks, lambda w: w.figures.compute_ns, basis)
@@ -108,16 +109,22 @@ def _type_overlap(w: WindowFigures) -> int:
     return max(0, sum(t.exposed_comm_ns for t in w.by_type) - w.figures.exposed_comm_ns)
 
 
-def findings(report: Report, parts: StepParts | None) -> tuple[Finding, ...]:
+def findings(
+    report: Report, parts: StepParts | None, aligned: pl.DataFrame | None = None
+) -> tuple[Finding, ...]:
+    """``aligned``: the matched instances (``analysis.crossrank.Matching``), which name each
+    collective type's groups and whether a group has members without a trace."""
     found: list[Finding] = []
     found += _impossible_mfu(report)
+    matched = aligned if aligned is not None and not aligned.is_empty() else None
     if parts is not None:
         basis = StepBasis(parts.step_ns, parts.basis, parts.per_step)
         stages = _stage_imbalance(report, basis)
-        found += stages + _exposed_comm(report, basis, parts)
+        found += stages + _exposed_comm(report, basis, parts, matched)
         found += _pipeline_bubble(
             report, basis, parts, max((f.cost_ns or 0 for f in stages), default=0)
         )
+        found += _stragglers(report, basis, _untraced_members(matched, report.summary.world_size))
         for rule in _COSTED:
             found += rule(report, basis)
     found += _nccl(report)
@@ -162,12 +169,12 @@ def _period_share(r: RankReport, value: Callable[[WindowFigures], int]) -> float
     windows run from a step's first device work to its last, so a data loader stall before the
     first kernel falls in a gap), and one mean gap is added for the gap before the first step.
     Step windows that overlap (the GPU still busy with the last step) leave no gap. In [0, 1]."""
-    whole = r.breakdown.window
+    whole = r.window
     if whole is None or whole.figures.window_ns <= 0:
         return None
     inside = [
         s.window
-        for s in r.breakdown.steps
+        for s in r.steps
         if s.window is not None
         and whole.start_ns <= s.window.start_ns
         and s.window.end_ns <= whole.end_ns
@@ -202,7 +209,7 @@ def _share(ns: int, basis: StepBasis) -> float:
 
 
 def _where(ranks: Sequence[int], report: Report) -> str:
-    everyone = {r.rank for r in report.rank_reports}
+    everyone = {r.rank for r in report.ranks}
     if set(ranks) == everyone and len(everyone) > 1:
         return "all ranks"
     return f"rank{'s' if len(ranks) != 1 else ''} {compact_ranges(ranks)}"
@@ -266,14 +273,16 @@ _OTHER_COMM_ADVICE = (
 )
 
 
-def _exposed_comm(report: Report, basis: StepBasis, parts: StepParts) -> list[Finding]:
+def _exposed_comm(
+    report: Report, basis: StepBasis, parts: StepParts, aligned: pl.DataFrame | None
+) -> list[Finding]:
     socket = _socket_fallback(report)
     out = []
     for coll, cost in parts.exposed_comm_by_type_ns.items():
         if coll == "SendRecv" and report.pipelines:
             continue  # waits of pipeline stages: the pipeline bubble finding
         total = parts.comm_by_type_ns.get(coll, 0)  # the same mean the step parts took
-        _, ranks = _per_step(report.rank_reports, _of_type(coll, exposed=True), basis)
+        _, ranks = _per_step(report.ranks, _of_type(coll, exposed=True), basis)
         evidence = [
             f"{coll} runs {_ms(total)} per step (mean over ranks); {_ms(cost)} of it with no "
             "compute kernel running beside it (exposed, metrics.md §3)"
@@ -295,7 +304,7 @@ def _exposed_comm(report: Report, basis: StepBasis, parts: StepParts) -> list[Fi
                 ranks=ranks,
                 coll_type=coll,
                 stage=None,
-                group=_group_of(report, coll),
+                group=_group_of(aligned, coll),
                 hosts=(),
                 evidence=tuple(evidence),
                 advice=tuple(advice),
@@ -349,11 +358,10 @@ def _of_type(coll: str, exposed: bool) -> Callable[[WindowFigures], int]:
     return value
 
 
-def _group_of(report: Report, coll: str) -> str | None:
-    cr = report.cross_rank
-    if cr is None or cr.aligned.is_empty():
+def _group_of(aligned: pl.DataFrame | None, coll: str) -> str | None:
+    if aligned is None:
         return None
-    groups = sorted(set(cr.aligned.filter(cr.aligned["coll_type"] == coll)["pg"].to_list()))
+    groups = sorted(set(aligned.filter(aligned["coll_type"] == coll)["pg"].to_list()))
     return ", ".join(groups[:3]) + (" …" if len(groups) > 3 else "") if groups else None
 
 
@@ -384,7 +392,7 @@ def _socket_fallback(report: Report) -> bool:
 # --- stragglers and stages -----------------------------------------------------------------------
 
 
-def _stragglers(report: Report, basis: StepBasis) -> list[Finding]:
+def _stragglers(report: Report, basis: StepBasis, caveat: tuple[str, ...]) -> list[Finding]:
     """The ranks or replicas whose fixing the what-if says shortens the step (metrics.md §6):
     every flagged one, or, with none flagged, the rank that would give most when that is 2 %
     of the step or more (a slow rank under §6's flag line still costs the step). Stage
@@ -392,14 +400,13 @@ def _stragglers(report: Report, basis: StepBasis) -> list[Finding]:
     st = report.stragglers
     if st is None:
         return []
-    w = st.what_if
-    if w is None or not w.reproduces:
-        return _first_order_straggler(report, basis)
-    shown = [c for c in w.candidates if c.flagged and c.kind != "stage"]
+    if not decides(st):
+        return _first_order_straggler(report, basis, caveat)
+    shown = [c for c in st.candidates if c.flagged and c.kind != "stage"]
     if not shown:
-        best = next((c for c in w.candidates if c.kind == "rank" and c.gain_ns > 0), None)
+        best = next((c for c in st.candidates if c.kind == "rank" and c.gain_ns > 0), None)
         shown = [best] if best is not None and best.recoverable_pct >= MIN_COST_PCT else []
-    on_mean = w.step_basis == "mean"  # the what-if is the mean step's (metrics.md §6)
+    on_mean = on_mean_step(st)  # the what-if is the mean step's (metrics.md §6)
     return [
         _straggler(
             report,
@@ -408,19 +415,20 @@ def _stragglers(report: Report, basis: StepBasis) -> list[Finding]:
             c.label,
             c.total_recoverable_pct if on_mean else c.recoverable_pct,
             c.flagged,
-            w,
+            caveat,
+            st,
             c,
         )
         for c in shown
     ]
 
 
-def _flag_line(w: WhatIf, candidate: Candidate | None) -> str:
+def _flag_line(st: Stragglers, candidate: Candidate | None) -> str:
     """Why a candidate is not flagged, with the line it had to pass: the larger of 5 % of the
     step and 3× the median rank's gain (metrics.md §6), which on two ranks is 1.5× the one
     rank's own gain (so is never passed); or a group it is part of explains the gain."""
-    line = w.threshold_ns
-    step = w.measured_step_ns
+    line = st.threshold_ns
+    step = st.replay.measured_step_ns if st.replay is not None else None
     if line is None or not step:
         return "under the flag line"
     if candidate is not None and candidate.gain_ns > line:
@@ -428,11 +436,13 @@ def _flag_line(w: WhatIf, candidate: Candidate | None) -> str:
     return f"under the flag line ({100 * line / step:.1f} % of the step)"
 
 
-def _first_order_straggler(report: Report, basis: StepBasis) -> list[Finding]:
+def _first_order_straggler(
+    report: Report, basis: StepBasis, caveat: tuple[str, ...]
+) -> list[Finding]:
     st = report.stragglers
     if st is None or not st.flagged or st.recoverable_pct is None:
         return []
-    return [_straggler(report, basis, st.flagged, None, st.recoverable_pct, True, None)]
+    return [_straggler(report, basis, st.flagged, None, st.recoverable_pct, True, caveat, None)]
 
 
 def _straggler(
@@ -442,15 +452,17 @@ def _straggler(
     label: str | None,
     recoverable_pct: float,
     is_flagged: bool,
-    w: WhatIf | None,
+    caveat: tuple[str, ...],
+    w: Stragglers | None,
     candidate: Candidate | None = None,
 ) -> Finding:
+    """``w``: the stragglers whose replay decides (None: the first-order figures do)."""
     st = report.stragglers
     assert st is not None
     recoverable = min(100.0, max(0.0, recoverable_pct))
     cost = math.floor(basis.step_ns * recoverable / 100 + 0.5)
     by_rank = {r.rank: r for r in st.ranks}
-    hosts = {r.rank: r.host for r in report.rank_reports}
+    hosts = {r.rank: r.host for r in report.ranks}
     evidence = []
     for rank in list(flagged)[:3]:
         r = by_rank.get(rank)
@@ -463,7 +475,7 @@ def _straggler(
             f"arrived last at {r.times_last} collectives (metrics.md §6)"
         )
     if w is not None:
-        which = "the mean step over its steps" if w.step_basis == "mean" else "the step"
+        which = "the mean step over its steps" if on_mean_step(w) else "the step"
         line = (
             f"the dependency replay with {'it' if len(flagged) == 1 else 'them'} on par gives "
             f"back {recoverable:.1f} % of {which} (metrics.md §6)"
@@ -482,7 +494,7 @@ def _straggler(
     where_hosts = tuple(sorted({h for rank in flagged if (h := hosts.get(rank)) is not None}))
     on = f" on {', '.join(where_hosts[:3])}" if where_hosts else ""
     first = flagged[0]
-    evidence += _untraced_members(report)
+    evidence += caveat
     imbalance = _token_imbalance(report, flagged)
     if imbalance is not None:
         evidence.append(
@@ -549,22 +561,19 @@ _IMBALANCE_ADVICE = {
 }
 
 
-def _untraced_members(report: Report) -> list[str]:
+def _untraced_members(aligned: pl.DataFrame | None, world_size: int | None) -> tuple[str, ...]:
     """A caveat when the matched instances' groups have members without a trace: the rank the
     others waited for may be one of those (crossrank.whole_group)."""
-    cr = report.cross_rank
-    if cr is None or cr.aligned.is_empty():
-        return []
-    per = cr.aligned.select(
-        "pg", "key", whole_group(report.summary.world_size).alias("whole")
-    ).unique(["pg", "key"])
+    if aligned is None:
+        return ()
+    per = aligned.select("pg", "key", whole_group(world_size).alias("whole")).unique(["pg", "key"])
     partial = per.filter(~pl.col("whole")).height
     if partial == 0:
-        return []
-    return [
+        return ()
+    return (
         f"{partial} of {per.height} matched instances belong to groups with members that left "
-        "no trace: the rank the others waited for may be one of those (metrics.md §4)"
-    ]
+        "no trace: the rank the others waited for may be one of those (metrics.md §4)",
+    )
 
 
 def _token_imbalance(report: Report, flagged: Sequence[int]) -> TokenImbalance | None:
@@ -647,10 +656,9 @@ def _stage_imbalance(report: Report, basis: StepBasis) -> list[Finding]:
 def _stage_candidates(report: Report) -> dict[int, Candidate]:
     """The what-if's stage candidates by stage, when the replay reproduces the run."""
     st = report.stragglers
-    w = st.what_if if st is not None else None
-    if w is None or not w.reproduces:
+    if st is None or not decides(st):
         return {}
-    return {c.index: c for c in w.candidates if c.kind == "stage" and c.gain_ns > 0}
+    return {c.index: c for c in st.candidates if c.kind == "stage" and c.gain_ns > 0}
 
 
 def _pipeline_bubble(
@@ -663,7 +671,7 @@ def _pipeline_bubble(
     if not report.pipelines:
         return []
     stage_ranks = {s.rank for v in report.pipelines for s in v.per_stage}
-    ranks = [r for r in report.rank_reports if r.rank in stage_ranks] or report.rank_reports
+    ranks = [r for r in report.ranks if r.rank in stage_ranks] or report.ranks
     recv, _ = _per_step(ranks, _of_type("SendRecv", exposed=True), basis)
     idle, _ = _per_step(ranks, _idle_of(_PIPELINE_IDLE), basis)
     cost = max(0, recv + idle - imbalance_ns)
@@ -735,7 +743,7 @@ def _idle_causes(report: Report, basis: StepBasis) -> list[Finding]:
     out = []
     for cause, (what, advice) in _IDLE.items():
         names = (cause,)
-        cost, ranks = _per_step(report.rank_reports, _idle_of(names), basis)
+        cost, ranks = _per_step(report.ranks, _idle_of(names), basis)
         if cost <= 0:
             continue
         out.append(
@@ -772,9 +780,9 @@ def graphs_in(report: Report) -> str | None:
     """ "replay" when a rank's steps replay CUDA / HIP graphs, "capture" when a rank records a
     capture and none replays one, None without graphs (metrics.md §16)."""
     stats = [
-        r.breakdown.kernels.graphs
-        for r in report.rank_reports
-        if r.breakdown.kernels is not None and r.breakdown.kernels.graphs is not None
+        r.kernels.graphs
+        for r in report.ranks
+        if r.kernels is not None and r.kernels.graphs is not None
     ]
     if any(g.graph_launches or g.replayed for g in stats):
         return "replay"
@@ -788,7 +796,7 @@ def _idle_of(causes: Sequence[str]) -> Callable[[WindowFigures], int]:
 
 
 def _exposed_memory(report: Report, basis: StepBasis) -> list[Finding]:
-    cost, ranks = _per_step(report.rank_reports, lambda w: w.figures.exposed_memory_ns, basis)
+    cost, ranks = _per_step(report.ranks, lambda w: w.figures.exposed_memory_ns, basis)
     if cost <= 0:
         return []
     return [
@@ -817,7 +825,7 @@ def _exposed_memory(report: Report, basis: StepBasis) -> list[Finding]:
     ]
 
 
-_COSTED = (_stragglers, _idle_causes, _exposed_memory)
+_COSTED = (_idle_causes, _exposed_memory)
 
 
 # --- problems with the inputs, and what the traces cannot cost -------------------------------

@@ -11,7 +11,6 @@ from typing import Any
 import polars as pl
 from msgspec import structs
 
-from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.kernels import KernelView
 from tracecomm.analysis.rank import RankReport
 from tracecomm.analysis.stragglers import Stragglers
@@ -25,18 +24,18 @@ def ranks_frame(ranks: Sequence[RankReport]) -> pl.DataFrame:
     the included steps (``step_median_*``)."""
     rows = []
     for r in ranks:
-        median = r.step_summary.median if r.step_summary else None
+        median = r.step_median if r.step_median else None
         rows.append(
             {
                 "rank": r.rank,
                 "host": r.host,
                 "path": r.path,
-                "timeline": r.breakdown.timeline,
+                "timeline": r.timeline,
                 "device": r.devices[0] if r.devices else None,
-                "steps_included": r.step_summary.steps if r.step_summary else 0,
-                **_window_row(r.breakdown.window),
+                "steps_included": r.steps_included if r.step_median else 0,
+                **_window_row(r.window),
                 **{f"step_median_{k}": getattr(median, k) if median else None for k in _FIGURES},
-                "comm_kernels": r.breakdown.comm_kernels,
+                "comm_kernels": r.comm_kernels,
                 "partial": r.partial,
             }
         )
@@ -55,7 +54,7 @@ def steps_frame(ranks: Sequence[RankReport]) -> pl.DataFrame:
             **_window_row(s.window),
         }
         for r in ranks
-        for s in r.breakdown.steps
+        for s in r.steps
     ]
     return pl.DataFrame(rows, schema=_STEP_SCHEMA, orient="row")
 
@@ -68,13 +67,8 @@ def by_type_frame(types: Sequence[Any]) -> pl.DataFrame:
 
 def straggler_frame(found: Stragglers | None) -> pl.DataFrame:
     """metrics.md §6 per rank, by root delay (largest first); empty without matching."""
-    rows = [asdict(r) for r in found.ranks] if found else []
+    rows = [structs.asdict(r) for r in found.ranks] if found else []
     return pl.DataFrame(rows, schema=_STRAGGLER_SCHEMA, orient="row")
-
-
-def collectives_frame(cr: CrossRank | None) -> pl.DataFrame:
-    """Every matched collective instance per rank, on the aligned clock."""
-    return cr.aligned if cr is not None else pl.DataFrame()
 
 
 def kernels_frame(view: KernelView | None) -> pl.DataFrame:

@@ -5,13 +5,13 @@ detected framework's that has advice for its cause; with none detected, the gene
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Annotated, Literal, cast
 
 from msgspec import Meta
 
-from tracecomm.analysis.rank import RankReport
 from tracecomm.doc import Doc
+from tracecomm.engine.model import RankBreakdown
 from tracecomm.frameworks import INFERENCE, LABELS, PRIORITY
 
 EVIDENCE_NAMES = 3
@@ -62,16 +62,16 @@ DECLARED = "tracecomm.toml [run] framework"
 
 
 def detect_frameworks(
-    ranks: Sequence[RankReport], declared: str | None = None
+    ranks: Mapping[int, RankBreakdown], declared: str | None = None
 ) -> Frameworks | None:
     """The frameworks whose marks any analyzed rank holds; with none, the one the settings
     file declares (a key of ``frameworks.PRIORITY``); None when neither says one."""
     holders: Counter[str] = Counter()
     names: dict[str, dict[str, None]] = {}
-    for r in ranks:
-        seen = {m.framework for m in r.breakdown.frameworks}
+    for r in ranks.values():
+        seen = {m.framework for m in r.frameworks}
         holders.update(seen)
-        for m in r.breakdown.frameworks:
+        for m in r.frameworks:
             names.setdefault(m.framework, {})[m.name] = None
     if not holders:
         if declared is None:

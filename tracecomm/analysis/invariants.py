@@ -20,8 +20,8 @@ from typing import Any
 import msgspec
 
 from tracecomm.analysis.document_checks import partition_problem
-from tracecomm.analysis.model import Report
 from tracecomm.analysis.pipeline_view import heaviest_stage
+from tracecomm.analysis.report import Report
 from tracecomm.engine.model import WindowFigures
 
 # Step parts are rounded to whole ns one by one: sums may differ by half a ns a term.
@@ -39,22 +39,21 @@ def partitions_add_up(report: Report) -> list[str]:
     overlapped comm within comm, idle causes adding up to idle; the summary's total is the sum
     of the ranks' windows."""
     out = []
-    for rank in report.rank_reports:
-        bd = rank.breakdown
-        windows = [("window", bd.window)] + [(f"step {s.step}", s.window) for s in bd.steps]
+    for rank in report.ranks:
+        windows = [("window", rank.window)] + [(f"step {s.step}", s.window) for s in rank.steps]
         for name, window in windows:
             if window is None:
                 continue
             problem = _window_problem(window)
             if problem:
                 out.append(f"rank {rank.rank} {name}: {problem}")
-        mean = rank.step_summary.mean if rank.step_summary is not None else None
+        mean = rank.step_mean if rank.step_median is not None else None
         if mean is not None:
             parts = mean.compute_ns + mean.exposed_comm_ns + mean.exposed_memory_ns + mean.idle_ns
             if abs(parts - mean.window_ns) > _ROUNDING_NS:
                 out.append(f"rank {rank.rank} mean step: parts {parts} ns != {mean.window_ns} ns")
     total = report.summary.total
-    whole = [r.breakdown.window for r in report.rank_reports if r.breakdown.window is not None]
+    whole = [r.window for r in report.ranks if r.window is not None]
     if total is not None and whole:
         for name in ("window_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns"):
             summed = sum(getattr(w.figures, name) for w in whole)
@@ -82,13 +81,13 @@ def types_add_up(report: Report) -> list[str]:
     exposed comm plus the time two or more types are exposed at once (``step_parts``)."""
     out = []
     summed: dict[str, list[int]] = {}
-    for rank in report.rank_reports:
-        window = rank.breakdown.window
+    for rank in report.ranks:
+        window = rank.window
         for t in window.by_type if window is not None else ():
             row = summed.setdefault(t.coll_type, [0, 0])
             row[0] += t.comm_ns
             row[1] += t.exposed_comm_ns
-    for summary in report.type_summaries:
+    for summary in report.by_type:
         comm, exposed = summed.get(summary.coll_type, [0, 0])
         if (summary.comm_ns, summary.exposed_comm_ns) != (comm, exposed):
             out.append(f"by_type {summary.coll_type}: comm / exposed != Σ ranks")
@@ -262,13 +261,13 @@ def all_to_all_is_its_type(report: Report) -> list[str]:
     if view is None:
         return []
     out = []
-    summary = next((t for t in report.type_summaries if t.coll_type == "AllToAll"), None)
+    summary = next((t for t in report.by_type if t.coll_type == "AllToAll"), None)
     if summary is None or (view.comm_ns, view.exposed_ns) != (
         summary.comm_ns,
         summary.exposed_comm_ns,
     ):
         out.append("all_to_all: comm / exposed != by_type AllToAll")
-    windows = {r.rank: r.breakdown.window for r in report.rank_reports}
+    windows = {r.rank: r.window for r in report.ranks}
     for row in view.ranks:
         window = windows.get(row.rank)
         mine = next(

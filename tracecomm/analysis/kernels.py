@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tracecomm.analysis.rank import RankReport
+from tracecomm.analysis.rank import RankReport, RankResult
 from tracecomm.doc import Doc
 from tracecomm.engine.model import KernelRow, KernelStats
 from tracecomm.mfu.peaks import find_bandwidth, find_peak
@@ -130,9 +130,11 @@ class KernelView(Doc, frozen=True):
     roofline: tuple[RooflineRow, ...]
 
 
-def kernel_view(ranks: Sequence[RankReport]) -> KernelView | None:
+def kernel_view(
+    ranks: Sequence[RankReport], results: Mapping[int, RankResult]
+) -> KernelView | None:
     """None when no rank has a kernel view (CPU timelines, no included step)."""
-    mine = [(r, r.breakdown.kernels) for r in ranks if r.breakdown.kernels is not None]
+    mine = [(r, r.kernels) for r in ranks if r.kernels is not None]
     stats = [k for _, k in mine if k is not None]
     if not stats:
         return None
@@ -143,7 +145,7 @@ def kernel_view(ranks: Sequence[RankReport]) -> KernelView | None:
         short=_short(stats),
         launches=_launches(stats),
         graphs=_graphs(stats),
-        roofline=_roofline([(r, k) for r, k in mine if k is not None]),
+        roofline=_roofline([(r, k) for r, k in mine if k is not None], results),
     )
 
 
@@ -282,12 +284,14 @@ class _OpSum:
     kernel_ns: int = 0
 
 
-def _roofline(ranks: Sequence[tuple[RankReport, KernelStats]]) -> tuple[RooflineRow, ...]:
+def _roofline(
+    ranks: Sequence[tuple[RankReport, KernelStats]], results: Mapping[int, RankResult]
+) -> tuple[RooflineRow, ...]:
     summed: dict[tuple[str, str, str, str], _OpSum] = {}
     props: dict[str, dict[str, object]] = {}
     for rank, k in ranks:
         device = rank.devices[0] if rank.devices else "unknown device"
-        props.setdefault(device, dict(rank.device_props))
+        props.setdefault(device, results[rank.rank].device_props())
         for o in k.ops:
             row = summed.setdefault((device, o.op, o.dtype, o.shapes), _OpSum(o.family))
             row.ranks.add(rank.rank)

@@ -20,7 +20,6 @@ from tracecomm.analysis.rank import (
     RankResult,
     RankTimeline,
     RunTimeline,
-    StepSummary,
 )
 from tracecomm.colltypes import CollType
 from tracecomm.doc import Doc, NonNegative, Percent, Positive
@@ -29,18 +28,12 @@ from tracecomm.engine.model import Figures
 if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, and must stay lean
     import polars as pl
 
-    from tracecomm.analysis.alltoall import AllToAllView
-    from tracecomm.analysis.bandwidth import Bandwidth
-    from tracecomm.analysis.crossrank import CrossRank
+    from tracecomm.analysis.crossrank import Matching
     from tracecomm.analysis.export_model import TraceExport
-    from tracecomm.analysis.framework import Frameworks
-    from tracecomm.analysis.kernels import KernelView
-    from tracecomm.analysis.pipeline_view import PipelineView
-    from tracecomm.analysis.projection import Projection
-    from tracecomm.analysis.stragglers import Stragglers
-    from tracecomm.analysis.throughput import Throughput
+    from tracecomm.analysis.whatif import WhatIf
     from tracecomm.compat.hta import HtaFigures
     from tracecomm.engine.export import RankExport
+    from tracecomm.engine.model import RankBreakdown
     from tracecomm.mfu.inputs import ModelFlops, ModelInputs
     from tracecomm.nccl.diagnose import NcclSummary
 
@@ -101,87 +94,12 @@ __all__ = [
     "RankReport",
     "RankResult",
     "RankTimeline",
-    "Report",
     "RunData",
     "RunSummary",
     "RunTimeline",
     "StepParts",
-    "StepSummary",
     "TypeSummary",
 ]
-
-
-@dataclass(frozen=True)
-class Report:
-    tool_version: str
-    inputs: tuple[str, ...]
-    options: dict[str, Any]
-    summary: RunSummary
-    rank_reports: tuple[RankReport, ...]  # by rank; ``ranks`` is the same as a polars frame
-    type_summaries: tuple[TypeSummary, ...]  # by collective type; ``by_type`` as a frame
-    missing: tuple[MissingRank, ...]
-    skipped: tuple[FileFailure, ...]  # files that are not traces (no traceEvents)
-    absent_ranks: tuple[int, ...] = ()  # below world_size, no file at all: a warning, not an error
-    warnings: tuple[str, ...] = field(default=())
-    notes: tuple[RankNote, ...] = ()  # engine notes, each with the ranks it applies to
-    cross_rank: CrossRank | None = None  # matching and clocks, when two or more ranks are analyzed
-    stragglers: Stragglers | None = None  # metrics.md §6, from the matched instances
-    throughput: Throughput | None = None  # step time, tokens/s, MFU (metrics.md §8)
-    nccl: NcclSummary | None = None  # NCCL logs and Flight Recorder dumps in the run folder
-    bandwidth: Bandwidth | None = None  # metrics.md §7, from matched instances with sizes
-    hta_compat: tuple[HtaFigures, ...] | None = None  # --compat hta[-0.6|-0.5]
-    timeline: RunTimeline | None = None  # one step of chosen ranks, for the HTML report
-    # metrics.md §11 with --project: the projection, or why there is none
-    projection: Projection | str | None = None
-    pipelines: tuple[PipelineView, ...] = ()  # §10's pipeline view, one per send/recv group
-    step_parts: StepParts | None = None  # the bottom line (metrics.md §14): one step's parts
-    findings: tuple[Finding, ...] = ()  # and what costs the most, costliest first
-    kernels: KernelView | None = None  # §15–§16: top kernels, launches, graphs, roofline
-    export: TraceExport | None = None  # §17: the chosen ranks' and steps' events (export)
-    all_to_all: AllToAllView | None = None  # §7a: all-to-all / expert parallelism
-    frameworks: Frameworks | None = None  # §14a: which framework ran it, from the trace's names
-
-    @property
-    def partial(self) -> bool:
-        """Some rank is missing or was only partly readable."""
-        return bool(self.missing) or any(r.partial for r in self.rank_reports)
-
-    # The tables as polars frames, for notebooks (analysis.frames): built on each access.
-
-    @property
-    def ranks(self) -> pl.DataFrame:
-        """One row per analyzed rank: window figures and per-step medians."""
-        from tracecomm.analysis.frames import ranks_frame
-
-        return ranks_frame(self.rank_reports)
-
-    @property
-    def steps(self) -> pl.DataFrame:
-        """One row per rank and profiler step."""
-        from tracecomm.analysis.frames import steps_frame
-
-        return steps_frame(self.rank_reports)
-
-    @property
-    def by_type(self) -> pl.DataFrame:
-        """One row per collective type, summed over ranks."""
-        from tracecomm.analysis.frames import by_type_frame
-
-        return by_type_frame(self.type_summaries)
-
-    @property
-    def straggler_ranks(self) -> pl.DataFrame:
-        """metrics.md §6 per rank, largest root delay first."""
-        from tracecomm.analysis.frames import straggler_frame
-
-        return straggler_frame(self.stragglers)
-
-    @property
-    def collectives(self) -> pl.DataFrame:
-        """Every matched collective instance per rank, clock-aligned."""
-        from tracecomm.analysis.frames import collectives_frame
-
-        return collectives_frame(self.cross_rank)
 
 
 class RankFiles(Protocol):
@@ -211,3 +129,24 @@ class RunData:
     nccl: NcclSummary | None = None  # NCCL logs and Flight Recorder dumps, diagnosed
     nccl_warnings: tuple[str, ...] = ()
     files: RankFiles | None = None  # None: the trace files cannot be read again
+
+
+@dataclass
+class Side:
+    """What the processors hand each other besides the report: each rank's breakdown (its
+    collectives, the signature of its work), the matched instances, the what-if's working values
+    and the export's events. Filled once, in processor order, by the processor that computes
+    each; never saved, never read by a renderer (a saved document renders the same without
+    it)."""
+
+    results: dict[int, RankResult] = field(default_factory=dict)  # by rank
+    matching: Matching | None = None
+    what_if: WhatIf | None = None
+    export: TraceExport | None = None
+
+    def breakdown(self, rank: int) -> RankBreakdown:
+        return self.results[rank].breakdown
+
+    @property
+    def breakdowns(self) -> dict[int, RankBreakdown]:
+        return {rank: r.breakdown for rank, r in self.results.items()}

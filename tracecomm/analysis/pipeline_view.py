@@ -19,9 +19,10 @@ from typing import Annotated
 import polars as pl
 from msgspec import Meta, structs
 
-from tracecomm.analysis.crossrank import CrossRank
+from tracecomm.analysis.crossrank import Matching
 from tracecomm.analysis.rank import RankReport
 from tracecomm.doc import Doc, NonNegative
+from tracecomm.engine.model import RankBreakdown
 
 _IMBALANCE = 0.05  # stage compute this far above the others' median: the balance is the problem
 
@@ -90,19 +91,21 @@ class PipelineView(Doc, frozen=True):
 
 def pipeline_views(
     ranks: Sequence[RankReport],
-    cr: CrossRank | None,
+    breakdowns: Mapping[int, RankBreakdown],
+    cr: Matching | None,
     stages: int | None = None,
     microbatches: int | None = None,
 ) -> tuple[PipelineView, ...]:
     if cr is None or not cr.pipelines:
         return ()
     offset = {r: c.offset_ns or 0 for c in cr.clocks for r in c.ranks}
+    spans = {rank: b.compute_spans for rank, b in breakdowns.items()}
     by_rank = {r.rank: r for r in ranks}
     views = []
     for group, members in sorted(cr.pipelines.items(), key=lambda kv: kv[1]):
         present = [by_rank[r] for r in members if r in by_rank]
         if len(present) >= 2:
-            view = _view(group, present, offset, stages, microbatches, cr.p2p_pairs)
+            view = _view(group, present, offset, spans, stages, microbatches, cr.p2p_pairs)
             if view is not None:
                 views.append(view)
     judged = tuple(_slow_rank_verdict(v, views) for v in views)
@@ -190,19 +193,20 @@ def _view(
     group: str,
     members: Sequence[RankReport],
     offset: Mapping[int, int],
+    compute_spans: Mapping[int, Mapping[int, tuple[int, int]]],
     stages: int | None,
     microbatches: int | None,
     pairs: pl.DataFrame,
 ) -> PipelineView | None:
-    spans = {r.rank: _aligned_spans(r, offset.get(r.rank, 0)) for r in members}
+    spans = {
+        r.rank: _aligned_spans(r, compute_spans[r.rank], offset.get(r.rank, 0)) for r in members
+    }
     steps = sorted(set.intersection(*(set(s) for s in spans.values())))
     if not steps:
         return None
     order = [r.rank for r in members]  # the chain's order: first stage first
     compute = {
-        r.rank: {
-            s.step: s.window.figures.compute_ns for s in r.breakdown.included_steps if s.window
-        }
+        r.rank: {s.step: s.window.figures.compute_ns for s in r.included_steps if s.window}
         for r in members
     }
     per_step_span = {
@@ -243,11 +247,12 @@ def _view(
     )
 
 
-def _aligned_spans(rank: RankReport, offset: int) -> dict[int, tuple[int, int]]:
-    spans = rank.breakdown.compute_spans
+def _aligned_spans(
+    rank: RankReport, spans: Mapping[int, tuple[int, int]], offset: int
+) -> dict[int, tuple[int, int]]:
     return {
         s.step: (spans[s.step][0] - offset, spans[s.step][1] - offset)
-        for s in rank.breakdown.included_steps
+        for s in rank.included_steps
         if s.step in spans
     }
 

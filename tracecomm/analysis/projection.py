@@ -23,7 +23,7 @@ CPU keeps up, one network model per collective type (no separate intra- and inte
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import polars as pl
@@ -58,17 +58,25 @@ class ProjectedSize(Doc, frozen=True):
     mfu: float | None
 
 
-@dataclass(frozen=True)
-class Projection:
-    measured_world: int
-    rank: int
-    step: int
-    scaling: str  # strong / weak
-    fits: tuple[LinkFit, ...]
-    sizes: tuple[ProjectedSize, ...]  # the measured size first, replayed (a check), then targets
-    turning_point: int | None  # world size of the highest throughput, when not the largest
-    assumptions: tuple[str, ...]
-    notes: tuple[str, ...] = ()
+class Projection(Doc, frozen=True, kw_only=True):
+    """metrics.md §11: the run replayed at other world sizes; or, with only ``reason`` set, why
+    no projection could be made."""
+
+    reason: str | None = None  # why there is none (every other field null)
+    measured_world: int | None = None
+    rank: int | None = None
+    step: int | None = None
+    scaling: Literal["strong", "weak"] | None = None
+    fits: tuple[LinkFit, ...] | None = None
+    # the measured size first, replayed (a check), then the targets
+    sizes: tuple[ProjectedSize, ...] | None = None
+    turning_point: int | None = None  # world size of the highest throughput, when not the largest
+    assumptions: tuple[str, ...] | None = None
+    notes: tuple[str, ...] | None = None
+
+
+def no_projection(reason: str) -> Projection:
+    return Projection(reason=reason)
 
 
 ASSUMPTIONS = (

@@ -4,13 +4,21 @@ holds the Report itself)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from msgspec import Meta
 
 from tracecomm.doc import Doc, NonNegative
-from tracecomm.engine.model import Figures, MedianFigures
+from tracecomm.engine.model import (
+    Figures,
+    KernelStats,
+    MedianFigures,
+    ObservedFlops,
+    StepFigures,
+    Timeline,
+    WindowFigures,
+)
 from tracecomm.engine.timeline import StepTimeline
 
 if TYPE_CHECKING:
@@ -32,6 +40,11 @@ class RankResult:
     power_source: str | None = None  # the power log its GPU's samples came from
     cache_problem: str | None = None  # why its --cache entry could not be used (parsed again)
 
+    def device_props(self) -> dict[str, object]:
+        """The properties the trace lists of the rank's most used GPU (empty when none)."""
+        used = self.breakdown.devices
+        return dict(self.meta.device_props.get(used[0], {})) if used else {}
+
 
 @dataclass(frozen=True)
 class FileFailure:
@@ -40,6 +53,13 @@ class FileFailure:
     path: str
     reason: str
     not_a_trace: bool = False
+
+
+class SkippedFile(Doc, frozen=True):
+    """A file that is not a trace (the report lists it; the run is not partial for it)."""
+
+    path: str
+    reason: str
 
 
 class MeanStep(Doc, frozen=True):
@@ -59,30 +79,58 @@ class MeanStep(Doc, frozen=True):
     ]
 
 
-@dataclass(frozen=True)
-class StepSummary:
-    """Median of each figure over the included steps, the slowest step's own figures, and the
-    mean step (the analysis window over the steps)."""
+class WorstStep(Doc, frozen=True):
+    """The rank's included step with the longest window."""
 
-    steps: int
-    median: MedianFigures
-    worst_step: int
-    worst: Figures
-    mean: MeanStep | None = None  # None: the rank has no analysis window
+    step: int
+    figures: Figures
 
 
-@dataclass(frozen=True)
-class RankReport:
-    rank: int
-    rank_source: str  # "distributedInfo" | "file name" | "file order"
+RankSource = Literal["distributedInfo", "file name", "file order"]
+
+
+class RankReport(Doc, frozen=True):
+    """One analyzed rank: its file, its analysis window, its steps and its kernels. What only
+    the analysis needs of it (its collectives, its work's signature) is its ``RankBreakdown``."""
+
+    rank: NonNegative
+    rank_source: RankSource
     path: str
     host: str | None
-    devices: tuple[str, ...]
-    breakdown: RankBreakdown
-    step_summary: StepSummary | None
-    partial: bool  # truncated file or repaired events: figures may be low
-    device_props: dict[str, Any] = field(default_factory=dict)  # of its (most used) GPU
-    power_source: str | None = None  # the power log of its GPU, when one matched
+    devices: tuple[str, ...]  # names of the GPUs its kernels ran on
+    timeline: Timeline
+    partial: Annotated[bool, Meta(description="the file was truncated or had events repaired")]
+    comm_kernels: Annotated[
+        int, Meta(ge=0, description="communication kernels in the whole file, before windowing")
+    ]
+    device_events: NonNegative
+    unlinked_events: NonNegative  # device work with no matching runtime launch
+    window: WindowFigures | None  # the analysis window: first to last included step
+    steps_included: NonNegative
+    step_median: MedianFigures | None  # each figure's median over the included steps
+    step_mean: MeanStep | None  # the analysis window over its steps
+    step_worst: WorstStep | None
+    steps: tuple[StepFigures, ...]
+    observed: Annotated[
+        ObservedFlops | None,
+        Meta(
+            description=(
+                "FLOPs of recorded matmul / conv / attention ops (record_shapes) over "
+                "the included steps, and their kernels' time: a lower bound (metrics.md"
+                " §8)"
+            )
+        ),
+    ]
+    power_log: Annotated[
+        str | None,
+        Meta(description="the power log its GPU's samples came from, and how it was matched"),
+    ]
+    kernels: KernelStats | None
+    notes: tuple[str, ...]
+
+    @property
+    def included_steps(self) -> tuple[StepFigures, ...]:
+        return tuple(s for s in self.steps if s.included and s.window is not None)
 
 
 class RankTimeline(Doc, frozen=True):

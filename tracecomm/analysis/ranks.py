@@ -8,6 +8,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
+from typing import cast
 
 from tracecomm._version import __version__
 from tracecomm.analysis.model import (
@@ -16,15 +17,15 @@ from tracecomm.analysis.model import (
     RankNote,
     RankReport,
     RankResult,
-    Report,
     RunData,
     RunSummary,
-    StepSummary,
     TypeSummary,
 )
-from tracecomm.analysis.rank import MeanStep
+from tracecomm.analysis.rank import MeanStep, RankSource, SkippedFile, WorstStep
+from tracecomm.analysis.report import Report, Tool
+from tracecomm.doc import SCHEMA_VERSION
 from tracecomm.engine.classify import COLL_TYPES
-from tracecomm.engine.model import PARTITION_FIELDS, Figures, RankBreakdown, WindowFigures
+from tracecomm.engine.model import PARTITION_FIELDS, Figures, WindowFigures
 from tracecomm.ingest.discover import RankClaim, assign_ranks, rank_from_filename
 from tracecomm.text import compact_ranges
 
@@ -32,8 +33,9 @@ from tracecomm.text import compact_ranges
 _SAME_JOB_SPAN_NS = 3600 * 10**9
 
 
-def base_report(data: RunData) -> Report:
-    """Ranks, missing and absent ranks, skipped files, the run summary and its warnings."""
+def base_report(data: RunData) -> tuple[Report, dict[int, RankResult]]:
+    """Ranks, missing and absent ranks, skipped files, the run summary and its warnings; and
+    each analyzed rank's result (its breakdown: what the analysis reads beyond the report)."""
     results, failures = data.results, data.failures
     warnings: list[str] = list(data.run_warnings)
     by_path = {r.path: r for r in results}
@@ -47,10 +49,8 @@ def base_report(data: RunData) -> Report:
     for rank, paths in sorted(assignment.duplicates.items()):
         reason = f"rank {rank} is claimed by {len(paths)} files: {', '.join(paths)}"
         missing.append(MissingRank(rank, None, reason + " (pass one of them)"))
-    ranks = [
-        _rank_report(rank, assignment.source[rank], by_path[path])
-        for rank, path in sorted(assignment.ranks.items())
-    ]
+    chosen = {rank: by_path[path] for rank, path in sorted(assignment.ranks.items())}
+    ranks = [_rank_report(rank, assignment.source[rank], r) for rank, r in chosen.items()]
     for result in results:
         warnings.extend(result.warnings)
     world = _world_size(results, warnings)
@@ -61,35 +61,54 @@ def base_report(data: RunData) -> Report:
             + compact_ranges(absent)
         )
     warnings.extend(_mixed_job_warnings(results))
-    return Report(
-        tool_version=__version__,
+    missing.sort(key=lambda m: (m.rank is None, m.rank or 0, m.path or ""))
+    partial = bool(missing) or any(r.partial for r in ranks)
+    report = Report(
+        schema_version=SCHEMA_VERSION,
+        tool=Tool("tracecomm", __version__),
         inputs=data.inputs,
         options=data.options,
         summary=_summary(ranks, world),
-        rank_reports=tuple(ranks),
-        type_summaries=_by_type(ranks),
-        missing=tuple(sorted(missing, key=lambda m: (m.rank is None, m.rank or 0, m.path or ""))),
+        ranks=tuple(ranks),
+        by_type=_by_type(ranks),
+        missing_ranks=tuple(missing),
         absent_ranks=tuple(absent),
-        notes=_grouped_notes(ranks),
-        skipped=tuple(f for f in failures if f.not_a_trace),
+        skipped_files=tuple(SkippedFile(f.path, f.reason) for f in failures if f.not_a_trace),
         # a file read as several ranks (an Nsight export of a node) warns once, not per rank
         warnings=tuple(dict.fromkeys(warnings)),
+        notes=_grouped_notes(ranks),
+        partial=partial,
     )
+    return report, chosen
 
 
 def _rank_report(rank: int, source: str, result: RankResult) -> RankReport:
     bd = result.breakdown
+    steps = [(s.step, s.window.figures) for s in bd.included_steps if s.window is not None]
+    worst_step, worst = (
+        max(steps, key=lambda item: (item[1].window_ns, item[0])) if steps else (0, None)
+    )
     return RankReport(
         rank=rank,
-        rank_source=source,
+        rank_source=cast(RankSource, source),
         path=result.path,
         host=result.meta.host_name,
         devices=_devices(result),
-        device_props=result.meta.device_props.get(bd.devices[0], {}) if bd.devices else {},
-        power_source=result.power_source,
-        breakdown=bd,
-        step_summary=step_summary(bd),
+        timeline=bd.timeline,
         partial=result.truncated or result.repaired_events > 0,
+        comm_kernels=bd.comm_kernels,
+        device_events=bd.device_events,
+        unlinked_events=bd.unlinked_events,
+        window=bd.window,
+        steps_included=len(steps),
+        step_median=_median_figures([f for _, f in steps]),
+        step_mean=_mean_step(bd.window, len(steps)) if steps else None,
+        step_worst=WorstStep(worst_step, worst) if worst is not None else None,
+        steps=bd.steps,
+        observed=bd.observed,
+        power_log=result.power_source,
+        kernels=bd.kernels,
+        notes=bd.notes,
     )
 
 
@@ -102,23 +121,20 @@ def _devices(result: RankResult) -> tuple[str, ...]:
     return tuple(dict.fromkeys(used)) if used else tuple(sorted(set(names.values())))
 
 
-def step_summary(bd: RankBreakdown) -> StepSummary | None:
-    """Median of each figure over the included steps (rounded to whole ns) and the slowest step."""
-    steps = [(s.step, s.window.figures) for s in bd.included_steps if s.window is not None]
+def _median_figures(steps: Sequence[Figures]) -> MedianFigures | None:
+    """Median of each figure over the included steps (rounded to whole ns)."""
     if not steps:
         return None
     medians = {
         # an even count averages two ns values: halves round up
-        name: math.floor(statistics.median(getattr(fig, name) for _, fig in steps) + 0.5)
+        name: math.floor(statistics.median(getattr(fig, name) for fig in steps) + 0.5)
         for name in PARTITION_FIELDS
     }
-    median = MedianFigures(
+    return MedianFigures(
         **medians,
-        overlap_pct=_median_pct([fig.overlap_pct for _, fig in steps]),
-        busy_pct=_median_pct([fig.busy_pct for _, fig in steps]),
+        overlap_pct=_median_pct([fig.overlap_pct for fig in steps]),
+        busy_pct=_median_pct([fig.busy_pct for fig in steps]),
     )
-    worst_step, worst = max(steps, key=lambda item: (item[1].window_ns, item[0]))
-    return StepSummary(len(steps), median, worst_step, worst, _mean_step(bd.window, len(steps)))
 
 
 def _mean_step(window: WindowFigures | None, steps: int) -> MeanStep | None:
@@ -154,7 +170,7 @@ def _median_pct(values: list[float | None]) -> float | None:
 def _grouped_notes(ranks: Sequence[RankReport]) -> tuple[RankNote, ...]:
     by_text: dict[str, list[int]] = {}
     for rank in ranks:
-        for note in rank.breakdown.notes:
+        for note in rank.notes:
             by_text.setdefault(note, []).append(rank.rank)
     return tuple(RankNote(text, tuple(r)) for text, r in by_text.items())
 
@@ -200,13 +216,13 @@ def _mixed_job_warnings(results: Sequence[RankResult]) -> list[str]:
 def _summary(ranks: Sequence[RankReport], world: int | None) -> RunSummary:
     timed = [(r.rank, pace) for r in ranks if (pace := _pace(r)) is not None]
     timed.sort(key=lambda item: (item[1], item[0]))
-    windows = [r.breakdown.window.figures for r in ranks if r.breakdown.window is not None]
-    steps = sorted({s.step for r in ranks for s in r.breakdown.included_steps})
+    windows = [r.window.figures for r in ranks if r.window is not None]
+    steps = sorted({s.step for r in ranks for s in r.included_steps})
     causes = _sum_causes(ranks)
     return RunSummary(
         ranks_analyzed=len(ranks),
         world_size=world,
-        timelines=tuple(sorted({r.breakdown.timeline for r in ranks})),
+        timelines=tuple(sorted({r.timeline for r in ranks})),
         steps=tuple(steps),
         median_rank=timed[(len(timed) - 1) // 2][0] if timed else None,
         worst_rank=timed[-1][0] if timed else None,
@@ -228,9 +244,9 @@ def _cause_shares(causes: dict[str, int] | None) -> dict[str, float] | None:
 
 def _sum_causes(ranks: Sequence[RankReport]) -> dict[str, int] | None:
     per_rank = [
-        r.breakdown.window.idle_by_cause
+        r.window.idle_by_cause
         for r in ranks
-        if r.breakdown.window is not None and r.breakdown.window.idle_by_cause is not None
+        if r.window is not None and r.window.idle_by_cause is not None
     ]
     if not per_rank:
         return None
@@ -239,9 +255,9 @@ def _sum_causes(ranks: Sequence[RankReport]) -> dict[str, int] | None:
 
 def _pace(rank: RankReport) -> int | None:
     """What ranks are ordered by: median step time, else the analysis window's length."""
-    if rank.step_summary is not None:
-        return rank.step_summary.median.window_ns
-    window = rank.breakdown.window
+    if rank.step_median is not None:
+        return rank.step_median.window_ns
+    window = rank.window
     return window.figures.window_ns if window is not None else None
 
 
@@ -250,7 +266,7 @@ def _sum_figures(figures: Sequence[Figures]) -> Figures:
 
 
 def _by_type(ranks: Sequence[RankReport]) -> tuple[TypeSummary, ...]:
-    rows = [t for r in ranks if r.breakdown.window is not None for t in r.breakdown.window.by_type]
+    rows = [t for r in ranks if r.window is not None for t in r.window.by_type]
     out = []
     for coll in COLL_TYPES:
         mine = [t for t in rows if t.coll_type == coll]

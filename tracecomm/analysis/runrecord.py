@@ -11,8 +11,9 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracecomm.analysis.bandwidth import size_bucket
-from tracecomm.analysis.model import Report
+from tracecomm.analysis.crossrank import Matching
 from tracecomm.analysis.projection import ProjectedSize, Projection
+from tracecomm.analysis.report import Report
 from tracecomm.engine.model import Figures, TypeFigures
 
 # one row per rank and matched collective instance (metrics.md §18): the group as it compares
@@ -100,7 +101,11 @@ class RunRecord:
     frameworks: tuple[str, ...] = ()  # the labels of the frameworks its traces name (§14a)
 
 
-def record_of_report(report: Report, label: str, source: str) -> RunRecord:
+def record_of_report(
+    report: Report, label: str, source: str, matching: Matching | None = None
+) -> RunRecord:
+    """The run to compare, of a Report analyzed now or read from its saved document (alike);
+    ``matching``: its matched instances, when analyzed now (a saved document holds none)."""
     tp = report.throughput
     st = report.stragglers
     recoverable = st.recoverable_pct if st is not None else None
@@ -130,17 +135,19 @@ def record_of_report(report: Report, label: str, source: str) -> RunRecord:
         energy_per_step_j=energy.energy_per_step_j if energy is not None else None,
         tokens_per_j=energy.tokens_per_j if energy is not None else None,
         partial=report.partial,
-        collectives=(
-            collective_rows(report.cross_rank.aligned, report.summary.world_size)
-            if report.cross_rank is not None
+        collectives=None
+        if source == SAVED
+        else (
+            collective_rows(matching.aligned, report.summary.world_size)
+            if matching is not None
             else pl.DataFrame(schema=COLLECTIVE_SCHEMA)
         ),
-        projection=projection_record(report.projection),
+        projection=None if report.projection is None else projection_record(report.projection),
         frameworks=tuple(f.label for f in report.frameworks.detected) if report.frameworks else (),
         warnings=report.warnings
         + tuple(
             f"rank {m.rank if m.rank is not None else '?'} missing: {m.reason}"
-            for m in report.missing
+            for m in report.missing_ranks
         ),
     )
 
@@ -161,25 +168,30 @@ def model_record(
     return ModelRecord(per_step, per_token, tokens, source)
 
 
-def projection_record(projection: Projection | str | None) -> ProjectionRecord | str | None:
-    if projection is None or isinstance(projection, str):
-        return projection
-    return ProjectionRecord(
-        projection.measured_world,
-        projection.scaling,
-        projection.rank,
-        projection.step,
-        projection.sizes,
-    )
+SAVED = "analyze JSON"  # a record's source when it was read from a saved document
+
+
+def projection_record(projection: Projection | None) -> ProjectionRecord | str:
+    """A run's projection to compare, or why there is none."""
+    p = projection
+    if p is None:
+        return (
+            "the saved report holds no projection (write it with "
+            "`tracecomm project RUN --to N,… -f json`)"
+        )
+    if p.reason is not None:
+        return p.reason
+    if p.sizes is None or p.measured_world is None or p.rank is None or p.step is None:
+        return "the saved report's projection is incomplete"
+    return ProjectionRecord(p.measured_world, p.scaling or "strong", p.rank, p.step, p.sizes)
 
 
 def _steps(report: Report) -> tuple[StepRecord, ...]:
     out = []
-    for rank in report.rank_reports:
-        bd = rank.breakdown
-        included = [s for s in bd.included_steps if s.window is not None]
-        whole = bd.window
-        if not bd.steps and whole is not None:  # no ProfilerStep: one window (§2)
+    for rank in report.ranks:
+        included = rank.included_steps
+        whole = rank.window
+        if not rank.steps and whole is not None:  # no ProfilerStep: one window (§2)
             out.append(
                 StepRecord(rank.rank, None, None, whole.figures, whole.by_type, whole.idle_by_cause)
             )

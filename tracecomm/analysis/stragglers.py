@@ -9,13 +9,13 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Literal, cast
 
 import polars as pl
 from msgspec import Meta, structs
 
 from tracecomm.analysis.chains import chain_of, stage_of
-from tracecomm.analysis.crossrank import CrossRank
+from tracecomm.analysis.crossrank import Matching
 from tracecomm.analysis.rank import RankReport
 from tracecomm.analysis.replay import WAIT_COLUMNS, build_chain
 from tracecomm.analysis.whatif import (
@@ -26,7 +26,13 @@ from tracecomm.analysis.whatif import (
     WhatIf,
     what_if,
 )
-from tracecomm.doc import Doc, NonNegative
+from tracecomm.doc import Doc, NonNegative, Percent
+
+if TYPE_CHECKING:
+    from tracecomm.engine.model import RankBreakdown
+
+FlagBasis = Literal["replay gain", "root delay"]
+RecoverableBasis = Literal["replay", "replay (mean step)", "first-order"]
 
 __all__ = ["FLAG_SHARE_OF_STEP", "FLAG_TIMES_MEDIAN_RANK", "Candidate", "WhatIf"]
 
@@ -140,8 +146,221 @@ class GroupTypeDelay(Doc, frozen=True):
     ] = False  # members at different pipeline stages: lateness by schedule
 
 
+class Replay(Doc, frozen=True):
+    measured_step_ns: NonNegative
+    step_ns: Annotated[
+        int, Meta(ge=0, description="the median step replayed with the recorded work")
+    ]
+    reproduction_error_pct: Annotated[float, Meta(ge=0)]
+    tolerance_pct: Annotated[float, Meta(ge=0)]
+    reproduces: Annotated[
+        bool,
+        Meta(
+            description=(
+                "the replayed step is within the tolerance of the measured one: only "
+                "then does the replay decide"
+            )
+        ),
+    ]
+    shared_waits: Annotated[
+        int,
+        Meta(ge=0, description="synchronized collective instances and send/recv pairs replayed"),
+    ]
+    step_if_no_straggler_ns: NonNegative | None
+    recoverable_pct: Percent | None
+    by_peers: Annotated[
+        tuple[int, ...],
+        Meta(description="flagged ranks whose work came from their peers, position by position"),
+    ]
+    by_scaling: Annotated[
+        tuple[int, ...],
+        Meta(
+            description=(
+                "flagged ranks whose own work was scaled to the target compute (a whole"
+                " stage; a rank without shape-alike peers)"
+            )
+        ),
+    ]
+    reason: Annotated[
+        str | None, Meta(description="why the replay does not decide, when it does not")
+    ]
+    mean_step_ns: Annotated[
+        NonNegative | None,
+        Meta(
+            description=(
+                "the recorded work's mean step (median over ranks of each rank's mean over "
+                "its included steps): the base of the candidates' total_recoverable_pct"
+            ),
+        ),
+    ] = None
+
+
+class StepDelay(Doc, frozen=True):
+    rank: int
+    step: int
+    delay_caused_ns: Annotated[
+        int, Meta(description="the delay the rank alone caused in the step, inherited included")
+    ]
+    root_delay_ns: Annotated[
+        int | None,
+        Meta(
+            description=(
+                "what the rank caused itself in the step (the heat map): max(compute "
+                "excess over its peers, over the other stages) + delay caused − inherited"
+            )
+        ),
+    ] = None
+
+
+class Stragglers(Doc, frozen=True, kw_only=True):
+    ranks: Annotated[
+        tuple[RankStraggle, ...],
+        Meta(
+            description=(
+                "flagged ranks first (by the gain of the candidate that flags them), "
+                "then by replay gain and root delay; by root delay when the first-order"
+                " figures decide"
+            )
+        ),
+    ]
+    flagged: tuple[int, ...]
+    flag_basis: Annotated[
+        FlagBasis,
+        Meta(
+            description=(
+                "what ranks and flags: the replay's gains when the replay reproduces "
+                "the measured step, else the first-order root delay"
+            )
+        ),
+    ]
+    median_step_ns: int | None
+    threshold_ns: Annotated[
+        int | None,
+        Meta(
+            description=(
+                "the gain (or root delay, see flag_basis) a flagged candidate exceeds: "
+                "max(5 % of the median step, 3 × the median rank's)"
+            )
+        ),
+    ]
+    step_if_no_straggler_ns: Annotated[
+        int | None,
+        Meta(
+            description=(
+                "the median step with every flagged candidate fixed: the dependency "
+                "replay's what-if where the replay reproduces the run, else the "
+                "first-order estimate (recoverable_basis says which)"
+            )
+        ),
+    ]
+    recoverable_pct: Annotated[
+        Percent | None,
+        Meta(description="100 · (median step − step_if_no_straggler_ns) / median step"),
+    ]
+    recoverable_basis: Annotated[
+        RecoverableBasis,
+        Meta(
+            description=(
+                "what step_if_no_straggler_ns and recoverable_pct come from: the replay of "
+                "the ranks' median step; the replay of their mean step (replay."
+                "mean_step_ns), when a flagged candidate is slow in some steps only and the "
+                "median step hides it; or the first-order estimate"
+            )
+        ),
+    ] = "first-order"
+    first_order_step_ns: Annotated[
+        int | None,
+        Meta(
+            description=(
+                "the fast estimate: the median step minus the largest gain among the"
+                " flagged ranks (the larger of their compute / stage excess and the "
+                "delay they alone caused, per step), never below the longest rank's own"
+                " work once fixed; never the headline where the replay reproduces the run"
+            )
+        ),
+    ] = None
+    first_order_recoverable_pct: Percent | None = None
+    step_if_no_straggler_replay_ns: Annotated[
+        int | None,
+        Meta(
+            description=(
+                "dependency-replay estimate with every flagged candidate fixed at once "
+                "(null when the replay could not run or did not reproduce the measured "
+                "step)"
+            )
+        ),
+    ]
+    recoverable_pct_replay: Percent | None
+    replay: Annotated[
+        Replay | None,
+        Meta(
+            description=(
+                "the dependency replay (metrics.md §6): its self-check and its what-if "
+                "with every flagged candidate fixed"
+            )
+        ),
+    ]
+    candidates: Annotated[
+        tuple[Candidate, ...],
+        Meta(
+            description=(
+                "what-if candidates (ranks, pipeline stages, data-parallel replicas) by"
+                " replay gain, largest first; empty when the replay does not decide"
+            )
+        ),
+    ]
+    by_group_type: Annotated[
+        tuple[GroupTypeDelay, ...],
+        Meta(
+            description=(
+                "delay per process group and collective type over the included steps, largest first"
+            )
+        ),
+    ]
+    instances: Annotated[
+        tuple[InstanceRecord, ...],
+        Meta(description="every matched collective instance (empty unless --detail instances)"),
+    ]
+    delay_by_step: tuple[StepDelay, ...]
+    slowest_instances: Annotated[
+        tuple[InstanceRecord, ...],
+        Meta(
+            description=(
+                "the 10 instances that took longest from the first member's arrival to the "
+                "earliest end (the wait for the last member, arrival_skew_ns, plus the "
+                "transfer, transfer_ns), slowest first"
+            )
+        ),
+    ] = ()
+
+    def root_delay_by_rank(self) -> dict[int, dict[int, int]]:
+        """The heat map (metrics.md §6): per rank and step the delay it caused itself."""
+        out: dict[int, dict[int, int]] = {}
+        for d in self.delay_by_step:
+            if d.root_delay_ns is not None:
+                out.setdefault(d.rank, {})[d.step] = d.root_delay_ns
+        return out
+
+    def root_delay_by_host(self, hosts: Mapping[int, str]) -> dict[str, dict[int, int]]:
+        """The heat map of a run too large to list: per host its worst rank's root delay."""
+        return _by_host(self.root_delay_by_rank(), hosts)
+
+
+def decides(st: Stragglers) -> bool:
+    """The replay reproduces the measured step, so its gains flag and price (metrics.md §6)."""
+    return st.replay is not None and st.replay.reproduces
+
+
+def on_mean_step(st: Stragglers) -> bool:
+    """The replay's what-if is of the mean step (a flagged rank slow in some steps only)."""
+    return st.recoverable_basis == "replay (mean step)"
+
+
 @dataclass(frozen=True)
-class Stragglers:
+class StragglerWork:
+    """The first-order figures and the replay's what-if as the analysis computes them (dicts
+    by rank and step); ``Stragglers`` is what the report states of them."""
+
     ranks: tuple[RankStraggle, ...]  # flagged first, by gain (else root delay)
     flagged: tuple[int, ...]
     median_step_ns: int | None
@@ -182,7 +401,7 @@ def stragglers(
     pipelines: Mapping[int, tuple[int, ...]] | None = None,
     by_schedule: frozenset[str] = frozenset(),
     compute_by_step: Mapping[int, Mapping[int, int]] | None = None,
-) -> Stragglers:
+) -> StragglerWork:
     """The first-order figures. ``aligned``: matched instances on one clock (rank, pg, key,
     step, start_ns, end_ns; arrival_ns and synchronized when known); ``compute_per_step`` /
     ``step_time``: each rank's median over its included steps; ``peers``: the ranks doing the
@@ -222,7 +441,7 @@ def stragglers(
     step_if = _first_order_step(rows, median_step, compute_per_step)
     by_rank = _delay_by_step(in_steps)
     root = _root_by_step(lasts, compute_by_step or {}, peers or {}, pipelines or {}, included_steps)
-    return Stragglers(
+    return StragglerWork(
         ranks=tuple(rows),
         flagged=tuple(sorted(flagged)),
         median_step_ns=median_step,
@@ -569,31 +788,40 @@ def _halves_up(value: float) -> int:
 
 
 def rank_stragglers(
-    ranks: Sequence[RankReport], cr: CrossRank | None, detail_instances: bool
-) -> Stragglers | None:
+    ranks: Sequence[RankReport],
+    breakdowns: Mapping[int, RankBreakdown],
+    cr: Matching | None,
+    detail_instances: bool,
+) -> tuple[Stragglers | None, WhatIf | None]:
     """metrics.md §6 over the ranks with analyzed steps: first-order figures, then the
-    what-if by replay, which decides the flags when it reproduces the measured step."""
-    timed = [r for r in ranks if r.step_summary is not None]
+    what-if by replay, which decides the flags when it reproduces the measured step; and the
+    what-if's working values (the all-to-all view prices its imbalance with them)."""
+    timed = [r for r in ranks if r.step_median is not None]
     if cr is None or cr.matched == 0 or len(timed) < 2:
-        return None
-    peers = peer_groups(cr.groups, {r.rank: r.breakdown.work_signature for r in timed})
+        return None, None
+    found = _work(timed, breakdowns, cr, detail_instances)
+    return stragglers_report(found), found.what_if
+
+
+def _work(
+    timed: Sequence[RankReport],
+    breakdowns: Mapping[int, RankBreakdown],
+    cr: Matching,
+    detail_instances: bool,
+) -> StragglerWork:
+    signatures = {r.rank: breakdowns[r.rank].work_signature for r in timed}
+    peers = peer_groups(cr.groups, signatures)
     chains = chain_of(cr.pipelines)
-    compute = {r.rank: r.step_summary.median.compute_ns for r in timed if r.step_summary}
+    compute = {r.rank: r.step_median.compute_ns for r in timed if r.step_median}
     compute_by_step = {
-        r.rank: {
-            s.step: s.window.figures.compute_ns
-            for s in r.breakdown.included_steps
-            if s.window is not None
-        }
+        r.rank: {s.step: s.window.figures.compute_ns for s in r.included_steps if s.window}
         for r in timed
     }
     found = stragglers(
         cr.aligned,
         compute_per_step=compute,
-        step_time={r.rank: r.step_summary.median.window_ns for r in timed if r.step_summary},
-        included_steps={
-            r.rank: frozenset(s.step for s in r.breakdown.included_steps) for r in timed
-        },
+        step_time={r.rank: r.step_median.window_ns for r in timed if r.step_median},
+        included_steps={r.rank: frozenset(s.step for s in r.included_steps) for r in timed},
         keep_instances=detail_instances,
         peers=peers,
         hosts={r.rank: r.host or Path(r.path).name for r in timed},
@@ -617,7 +845,63 @@ def rank_stragglers(
     return _decided(found, _what_if(timed, cr, job), compute)
 
 
-def _shortlist_delay(found: Stragglers) -> dict[int, int]:
+def stragglers_report(found: StragglerWork) -> Stragglers:
+    """What the report states of the stragglers (metrics.md §6): the replay's figures only
+    where it decides."""
+    w = found.what_if
+    decided = w is not None and w.reproduces
+    return Stragglers(
+        ranks=found.ranks,
+        flagged=found.flagged,
+        flag_basis=cast(FlagBasis, found.flag_basis),
+        median_step_ns=found.median_step_ns,
+        threshold_ns=found.threshold_ns,
+        step_if_no_straggler_ns=found.step_if_no_straggler_ns,
+        recoverable_pct=found.recoverable_pct,
+        recoverable_basis=cast(RecoverableBasis, found.recoverable_basis),
+        first_order_step_ns=found.first_order_step_ns,
+        first_order_recoverable_pct=found.first_order_recoverable_pct,
+        step_if_no_straggler_replay_ns=w.step_if_fixed_ns if w is not None and decided else None,
+        recoverable_pct_replay=w.recoverable_pct if w is not None and decided else None,
+        replay=None if w is None else _replay(w),
+        candidates=w.candidates if w is not None and decided else (),
+        by_group_type=found.by_group_type,
+        instances=found.instances,
+        delay_by_step=tuple(
+            StepDelay(
+                rank,
+                step,
+                found.delay_by_step.get(rank, {}).get(step, 0),
+                found.root_delay_by_step.get(rank, {}).get(step, 0),
+            )
+            for rank in sorted({*found.delay_by_step, *found.root_delay_by_step})
+            for step in sorted(
+                {*found.delay_by_step.get(rank, {}), *found.root_delay_by_step.get(rank, {})}
+            )
+        ),
+        slowest_instances=found.slowest,
+    )
+
+
+def _replay(w: WhatIf) -> Replay:
+    """The replay's self-check and its all-flagged what-if (metrics.md §6)."""
+    return Replay(
+        measured_step_ns=w.measured_step_ns,
+        step_ns=w.replayed_step_ns,
+        reproduction_error_pct=w.reproduction_error_pct,
+        tolerance_pct=w.tolerance_pct,
+        reproduces=w.reproduces,
+        shared_waits=w.shared_waits,
+        step_if_no_straggler_ns=w.step_if_fixed_ns,
+        recoverable_pct=w.recoverable_pct,
+        by_peers=w.by_peers,
+        by_scaling=w.by_scaling,
+        reason=w.reason,
+        mean_step_ns=w.mean_step_ns,
+    )
+
+
+def _shortlist_delay(found: StragglerWork) -> dict[int, int]:
     """What ranks the candidates of a large run (whatif.MAX_RANK_CANDIDATES): each rank's
     root delay per step, or its mean over the steps of the heat map where that is larger — a
     rank slow in a third of the steps has a median of nothing and still costs the run."""
@@ -638,14 +922,14 @@ def _hosts_of(timed: Sequence[RankReport]) -> tuple[tuple[str, tuple[int, ...]],
     return tuple((h, tuple(ranks)) for h, ranks in sorted(out.items()))
 
 
-def _what_if(timed: Sequence[RankReport], cr: CrossRank, job: Job) -> WhatIf | None:
+def _what_if(timed: Sequence[RankReport], cr: Matching, job: Job) -> WhatIf | None:
     """The replay what-if over the included steps, on the aligned clock."""
     offset = {r: c.offset_ns or 0 for c in cr.clocks for r in c.ranks}
     windows = pl.DataFrame(
         [
             (r.rank, s.step, s.window.start_ns, s.window.end_ns)
             for r in timed
-            for s in r.breakdown.included_steps
+            for s in r.included_steps
             if s.window is not None
         ],
         schema={"rank": pl.Int64, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
@@ -674,8 +958,8 @@ def _what_if(timed: Sequence[RankReport], cr: CrossRank, job: Job) -> WhatIf | N
 
 
 def _decided(
-    found: Stragglers, whatif: WhatIf | None, compute: Mapping[int, int | None]
-) -> Stragglers:
+    found: StragglerWork, whatif: WhatIf | None, compute: Mapping[int, int | None]
+) -> StragglerWork:
     """With a replay that reproduces the measured step, its gains rank and flag the ranks (and
     the first-order estimate is taken for those ranks); else the first-order figures keep
     deciding and the what-if says why."""

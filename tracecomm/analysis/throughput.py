@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated
 
 from msgspec import Meta
 
-from tracecomm.analysis.rank import RankReport
+from tracecomm.analysis.rank import RankReport, RankResult
 from tracecomm.doc import Doc, Percent
 from tracecomm.mfu.inputs import ModelFlops
 from tracecomm.mfu.peaks import Peak, find_peak
@@ -143,6 +143,7 @@ class Throughput(Doc, frozen=True):
 
 def throughput(
     ranks: Sequence[RankReport],
+    results: Mapping[int, RankResult],
     world_size: int | None,
     flops: ModelFlops | None,
     dtype: str = "bf16",
@@ -158,7 +159,7 @@ def throughput(
     times = [spans[s] for s in steps]
     step_time = math.floor(statistics.median(times) + 0.5)
     worst = max(steps, key=lambda s: (spans[s], s))
-    devices = _device_peaks(ranks, dtype, peak_tflops)
+    devices = _device_peaks(ranks, results, dtype, peak_tflops)
     count = world_size if world_size and world_size >= len(ranks) else len(ranks)
     assumed = count - len(ranks)
     total = _peak_total(devices, assumed)
@@ -170,8 +171,9 @@ def throughput(
         if flops and flops.hfu_per_step and total and not missing
         else None
     )
-    possible = None if mfu is None else _mfu_possible(mfu, _gaps(ranks, None))
-    gaps = _gaps(ranks, mfu if possible else None)
+    signatures = {rank: r.breakdown.work_signature for rank, r in results.items()}
+    possible = None if mfu is None else _mfu_possible(mfu, _gaps(ranks, signatures, None))
+    gaps = _gaps(ranks, signatures, mfu if possible else None)
     energy, energy_warnings = _energy(ranks, steps, flops.tokens_per_step if flops else None, count)
     return Throughput(
         steps=tuple(steps),
@@ -205,14 +207,10 @@ def _observed(
     devices: Sequence[DevicePeak],
     peak_tflops: float | None,
 ) -> ObservedReport | None:
-    shaped = [
-        (r, r.breakdown.observed)
-        for r in ranks
-        if r.breakdown.observed is not None and r.breakdown.included_steps
-    ]
+    shaped = [(r, r.observed) for r in ranks if r.observed is not None and r.included_steps]
     if not shaped:
         return None
-    per_step = sum(o.flops / len(r.breakdown.included_steps) for r, o in shaped)
+    per_step = sum(o.flops / len(r.included_steps) for r, o in shaped)
     kernel_ns = sum(o.kernel_ns for _, o in shaped)
     every = sum(o.compute_kernel_ns for _, o in shaped)
     peaks = {d.name: d.peak.tflops for d in devices if d.peak is not None}
@@ -237,16 +235,16 @@ def _observed(
 def _energy(
     ranks: Sequence[RankReport], steps: Sequence[int], tokens: int | None, device_count: int
 ) -> tuple[EnergyReport | None, tuple[str, ...]]:
-    powered = [r for r in ranks if r.power_source]
+    powered = [r for r in ranks if r.power_log]
     warnings: tuple[str, ...] = ()
-    shared = [r for r in powered if r.power_source and r.power_source.endswith("(the only log)")]
+    shared = [r for r in powered if r.power_log and r.power_log.endswith("(the only log)")]
     if len({r.host for r in shared}) > 1:
         warnings = (
             "one power log without host names, for ranks on several hosts: energy left out "
             "(add a host column, or put the host name in each log's file name)",
         )
         powered = [r for r in powered if r not in shared]
-    by_rank = {r.rank: {s.step: s.window for s in r.breakdown.included_steps} for r in powered}
+    by_rank = {r.rank: {s.step: s.window for s in r.included_steps} for r in powered}
     covered = [
         r
         for r in powered
@@ -264,7 +262,7 @@ def _energy(
         ]
         return float(statistics.median(sums))
 
-    windows = [r.breakdown.window for r in covered if r.breakdown.window is not None]
+    windows = [r.window for r in covered if r.window is not None]
     joules = sum(w.energy.joules for w in windows if w.energy)
     seconds = sum(w.figures.window_ns for w in windows if w.energy) / 1e9
     energy = per_step("joules")
@@ -279,7 +277,7 @@ def _energy(
     return (
         EnergyReport(
             gpus=len(covered),
-            logs=tuple(sorted({str(r.power_source).rsplit(" (", 1)[0] for r in covered})),
+            logs=tuple(sorted({str(r.power_log).rsplit(" (", 1)[0] for r in covered})),
             energy_per_step_j=energy,
             compute_j_per_step=per_step("compute_j"),
             exposed_comm_j_per_step=per_step("exposed_comm_j"),
@@ -323,17 +321,20 @@ def _slowest_spans(ranks: Sequence[RankReport]) -> dict[int, int]:
     """Per step: the longest ProfilerStep span over the ranks that include it."""
     out: dict[int, int] = {}
     for rank in ranks:
-        for step in rank.breakdown.included_steps:
+        for step in rank.included_steps:
             if step.cpu_span_ns is not None and step.cpu_span_ns > 0:
                 out[step.step] = max(out.get(step.step, 0), step.cpu_span_ns)
     return out
 
 
 def _device_peaks(
-    ranks: Sequence[RankReport], dtype: str, peak_tflops: float | None
+    ranks: Sequence[RankReport],
+    results: Mapping[int, RankResult],
+    dtype: str,
+    peak_tflops: float | None,
 ) -> tuple[DevicePeak, ...]:
     names = Counter(r.devices[0] if r.devices else "" for r in ranks)
-    props = {r.devices[0]: r.device_props for r in ranks if r.devices}
+    props = {r.devices[0]: results[r.rank].device_props() for r in ranks if r.devices}
     out = []
     for name, n in names.most_common():
         if peak_tflops is not None:
@@ -367,14 +368,16 @@ def _why_no_mfu(flops: ModelFlops | None, devices: Sequence[DevicePeak]) -> str 
     return None if flops is not None else HOW_TO_GIVE_FLOPS
 
 
-def _gaps(ranks: Sequence[RankReport], mfu: float | None) -> tuple[GapShares, ...]:
+def _gaps(
+    ranks: Sequence[RankReport], signatures: Mapping[int, str | None], mfu: float | None
+) -> tuple[GapShares, ...]:
     groups: dict[str | None, list[RankReport]] = {}
     for rank in ranks:
-        if rank.breakdown.window is not None:
-            groups.setdefault(rank.breakdown.work_signature, []).append(rank)
+        if rank.window is not None:
+            groups.setdefault(signatures.get(rank.rank), []).append(rank)
     out = []
     for members in sorted(groups.values(), key=lambda m: m[0].rank):
-        windows = [m.breakdown.window for m in members if m.breakdown.window is not None]
+        windows = [m.window for m in members if m.window is not None]
         total = sum(w.figures.window_ns for w in windows)
         if total == 0:
             continue

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tracecomm.analysis.model import RankFiles, RankReport, RankTimeline, Report, RunTimeline
+from tracecomm.analysis.model import RankFiles, RankReport, RankTimeline, RunTimeline
+from tracecomm.analysis.report import Report
 
 
 def run_timeline(report: Report, chosen: Sequence[int], files: RankFiles) -> RunTimeline:
-    by_rank = {r.rank: r for r in report.rank_reports}
+    by_rank = {r.rank: r for r in report.ranks}
     roles = _timeline_roles(report, chosen)
     if not roles:
         return RunTimeline(None, (), "no rank has a complete step")
@@ -50,8 +51,6 @@ def _timeline_roles(report: Report, chosen: Sequence[int]) -> dict[int, str]:
 def typical_step(rank: RankReport) -> int | None:
     """The included step whose window is the (lower) median of the rank's."""
     steps = sorted(
-        (s.window.figures.window_ns, s.step)
-        for s in rank.breakdown.included_steps
-        if s.window is not None
+        (s.window.figures.window_ns, s.step) for s in rank.included_steps if s.window is not None
     )
     return steps[(len(steps) - 1) // 2][1] if steps else None

@@ -15,8 +15,7 @@ import orjson
 from tracecomm.analysis.document_checks import median_problem, mfu_problem, world_problem
 
 if TYPE_CHECKING:
-    from tracecomm.analysis.document import ReportDocument, Window
-    from tracecomm.analysis.model import Report
+    from tracecomm.analysis.report import Report
     from tracecomm.engine.model import WindowFigures
 
 BASELINE_KIND = "tracecomm-baseline"
@@ -54,22 +53,23 @@ class RunFigures:
 
 
 def from_report(report: Report, source: str) -> RunFigures:
-    """Figures of a Report (the run analyzed now)."""
+    """Figures of a Report: the run analyzed now, or its saved analyze document (read with
+    ``run.saved.load_saved_report``, into the same Report)."""
     st = report.stragglers
     delays = {r.rank: r.root_delay_ns for r in st.ranks} if st is not None else {}
     ranks = {
         r.rank: RankFigures(
-            step_window_ns=r.step_summary.median.window_ns,
-            exposed_comm_ns=r.step_summary.median.exposed_comm_ns,
-            idle_ns=r.step_summary.median.idle_ns,
-            overlap_pct=r.step_summary.median.overlap_pct,
+            step_window_ns=r.step_median.window_ns,
+            exposed_comm_ns=r.step_median.exposed_comm_ns,
+            idle_ns=r.step_median.idle_ns,
+            overlap_pct=r.step_median.overlap_pct,
             exposed_by_type_ns=_type_medians(
-                [s.window for s in r.breakdown.steps if s.included and s.window is not None]
+                [s.window for s in r.steps if s.included and s.window is not None]
             ),
             root_delay_ns=max(0, delays.get(r.rank, 0)),
         )
-        for r in report.rank_reports
-        if r.step_summary is not None
+        for r in report.ranks
+        if r.step_median is not None
     }
     return RunFigures(
         step_time_ns=report.throughput.step_time_ns if report.throughput is not None else None,
@@ -78,12 +78,12 @@ def from_report(report: Report, source: str) -> RunFigures:
         world_size=report.summary.world_size,
         mfu=report.throughput.mfu if report.throughput is not None else None,
         source=source,
-        tool_version=report.tool_version,
+        tool_version=report.tool.version,
         flops_per_token=_per_token(report.throughput.flops if report.throughput else None),
     )
 
 
-def _type_medians(windows: Sequence[WindowFigures | Window]) -> dict[str, int]:
+def _type_medians(windows: Sequence[WindowFigures]) -> dict[str, int]:
     """Median over the included steps' windows of each type's exposed time (0 in a step
     without it): of a Report's steps or of a saved document's."""
     types = sorted({t.coll_type for w in windows for t in w.by_type})
@@ -93,36 +93,6 @@ def _type_medians(windows: Sequence[WindowFigures | Window]) -> dict[str, int]:
         )
         for coll in types
     }
-
-
-def from_document(doc: ReportDocument, source: str) -> RunFigures:
-    """Figures of an ``analyze --format json`` document (``run.saved.load_saved_report``)."""
-    st = doc.stragglers
-    delays = {r.rank: r.root_delay_ns for r in st.ranks} if st is not None else {}
-    ranks = {
-        rank.rank: RankFigures(
-            step_window_ns=rank.step_median.window_ns,
-            exposed_comm_ns=rank.step_median.exposed_comm_ns,
-            idle_ns=rank.step_median.idle_ns,
-            overlap_pct=rank.step_median.overlap_pct,
-            exposed_by_type_ns=_type_medians(
-                [s.window for s in rank.steps if s.included and s.window is not None]
-            ),
-            root_delay_ns=max(0, delays.get(rank.rank, 0)),
-        )
-        for rank in doc.ranks
-        if rank.step_median is not None
-    }
-    return RunFigures(
-        step_time_ns=doc.throughput.step_time_ns if doc.throughput is not None else None,
-        ranks=ranks,
-        steps=tuple(doc.summary.steps),
-        world_size=doc.summary.world_size,
-        mfu=doc.throughput.mfu if doc.throughput is not None else None,
-        source=source,
-        tool_version=doc.tool.version,
-        flops_per_token=_per_token(doc.throughput.flops if doc.throughput else None),
-    )
 
 
 def _per_token(flops: Any) -> int | None:
@@ -169,7 +139,7 @@ def baseline_document(figures: RunFigures) -> dict[str, Any]:
 
 def read_baseline_file(path: Path) -> RunFigures:
     """A compact baseline written by ``tracecomm baseline``. A whole analyze document is read by
-    ``run.saved.load_saved_report`` (then ``from_document``)."""
+    ``run.saved.load_saved_report`` (then ``from_report``)."""
     try:
         doc = orjson.loads(path.read_bytes())
     except OSError as exc:

@@ -21,9 +21,12 @@ from tracecomm.cli.exits import EXIT_IO, EXIT_NO_INPUT, EXIT_USAGE, fail, stderr
 from tracecomm.text import visible
 
 if TYPE_CHECKING:
-    from tracecomm.analysis.model import Report
+    from tracecomm.analysis.build import Analysis
+    from tracecomm.analysis.model import Side
+    from tracecomm.analysis.report import Report
     from tracecomm.render import View
     from tracecomm.run.request import Request
+    from tracecomm.run.saved import SavedReport
 
 
 def request(inputs: Sequence[str | Path], options: Mapping[str, Any], **extra: Any) -> Request:
@@ -42,8 +45,16 @@ def request(inputs: Sequence[str | Path], options: Mapping[str, Any], **extra: A
 def report_for(
     req: Request, show_progress: bool = False, no_input_code: int = EXIT_NO_INPUT
 ) -> Report:
-    """Run the analysis. A local pool starts first, from the one discovery of the inputs, so its
-    workers import while this process loads the analysis."""
+    """Run the analysis: its Report."""
+    return analysis_for(req, show_progress, no_input_code).report
+
+
+def analysis_for(
+    req: Request, show_progress: bool = False, no_input_code: int = EXIT_NO_INPUT
+) -> Analysis:
+    """Run the analysis: its Report and what the run has besides it (``analysis.model.Side``).
+    A local pool starts first, from the one discovery of the inputs, so its workers import
+    while this process loads the analysis."""
     from tracecomm.errors import NoUsableInput, UsageError
     from tracecomm.run.discover import discover
     from tracecomm.run.pool import return_freed_pages, start_pool
@@ -56,7 +67,7 @@ def report_for(
             if req.cache is None and req.rank_from is None:
                 pool = start_pool(discovery.traces, req.jobs)
         from tracecomm.run.executors import open_executor
-        from tracecomm.run.session import run_analysis
+        from tracecomm.run.session import analyze_run
 
         executor = open_executor(req.executor, req.jobs, pool)
     except UsageError as exc:
@@ -65,7 +76,7 @@ def report_for(
     except NoUsableInput as exc:
         fail(str(exc), no_input_code)
     try:
-        return run_analysis(req, progress() if show_progress else None, executor, discovery)
+        return analyze_run(req, progress() if show_progress else None, executor, discovery)
     except UsageError as exc:
         fail(str(exc), EXIT_USAGE)
     except NoUsableInput as exc:
@@ -74,31 +85,58 @@ def report_for(
         executor.close()
 
 
+def saved_document(run: Sequence[str], options: Mapping[str, Any]) -> SavedReport | None:
+    """The saved analyze document given as RUN, read with the one loader into its Report;
+    None for a run to analyze. A saved document is drawn alone and as it was saved."""
+    from tracecomm.run.saved import SavedReportError, load_saved_report, looks_saved
+
+    saved = [p for p in map(Path, run) if p.is_file() and looks_saved(p)]
+    if not saved:
+        return None
+    if len(run) > 1:
+        fail(
+            f"{saved[0]}: a saved analyze document is drawn alone, not with other runs", EXIT_USAGE
+        )
+    for name in ("project", "weak"):
+        if options.get(name):
+            fail(
+                f"--{name} projects a run folder; a saved document is drawn as it was saved "
+                "(save one with `tracecomm project RUN -f json`)",
+                EXIT_USAGE,
+            )
+    try:
+        return load_saved_report(saved[0])
+    except SavedReportError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
 def _close_pool(pool: Any) -> None:
     if pool is not None:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def view(top: int | None = None, brief: bool = False, table: str = "ranks") -> View:
+def view(
+    top: int | None = None, brief: bool = False, table: str = "ranks", side: Side | None = None
+) -> View:
     """What stdout can show: a terminal's width and colours, or none of them."""
     from tracecomm.render import View
 
     if sys.stdout.isatty():
         columns = shutil.get_terminal_size().columns
-        return View(width=columns, color=True, top=top, brief=brief, table=table)
+        return View(width=columns, color=True, top=top, brief=brief, table=table, side=side)
     # a pipe has no width: COLUMNS, when set, says which one to lay out for
     columns_env = os.environ.get("COLUMNS", "")
     width = int(columns_env) if columns_env.isdigit() and 40 <= int(columns_env) <= 1000 else None
-    return View(width=width, top=top, brief=brief, table=table)
+    return View(width=width, top=top, brief=brief, table=table, side=side)
 
 
 def warning_lines(report: Report) -> list[str]:
     lines = [f"warning: {line}" for line in report.warnings]
-    for missing in report.missing:
+    for missing in report.missing_ranks:
         who = f"rank {missing.rank}" if missing.rank is not None else "a rank"
         where = f"{missing.path}: " if missing.path else ""
         lines.append(f"error: {who} missing: {where}{missing.reason}")
-    lines += [f"warning: skipped {s.path}: {s.reason}" for s in report.skipped]
+    lines += [f"warning: skipped {s.path}: {s.reason}" for s in report.skipped_files]
     return lines
 
 

@@ -8,6 +8,10 @@ destination can show.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tracecomm.analysis.model import Side
 
 
 @dataclass(frozen=True)
@@ -19,3 +23,6 @@ class View:
     top: int | None = None  # straggler rows to list (terminal default 8; JSON: all)
     brief: bool = False  # the bottom line alone (terminal)
     table: str = "ranks"  # which table CSV writes (analyze --table)
+    # what a run analyzed now has besides its report (the matched instances for ``--table
+    # instances``, the exported events); a saved document has none of it
+    side: Side | None = None

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tracecomm.analysis.finding import Finding, StepParts
-from tracecomm.analysis.model import Report
+from tracecomm.analysis.report import Report
 from tracecomm.analysis.throughput import Throughput
 from tracecomm.text import compact_ranges, duration
 
@@ -58,8 +58,8 @@ def findings_section(report: Report) -> Group | None:
 def _identity(report: Report) -> Text:
     s = report.summary
     world = f" of {s.world_size}" if s.world_size is not None else ""
-    hosts = {r.host for r in report.rank_reports if r.host}
-    devices = sorted({d for r in report.rank_reports for d in r.devices})
+    hosts = {r.host for r in report.ranks if r.host}
+    devices = sorted({d for r in report.ranks for d in r.devices})
     parts = [f"{s.ranks_analyzed} rank{'s' if s.ranks_analyzed != 1 else ''}{world}"]
     if hosts:
         parts.append(f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}")
@@ -70,7 +70,7 @@ def _identity(report: Report) -> Text:
     if s.timelines != ("gpu",):
         parts.append(f"{'/'.join(s.timelines).upper()} timeline")
     parts.append(_steps(s.steps))
-    text = Text(f"tracecomm {report.tool_version}", style="bold")
+    text = Text(f"tracecomm {report.tool.version}", style="bold")
     text.append(" · " + " · ".join(parts))
     if report.frameworks is not None:
         fw = report.frameworks
@@ -184,7 +184,7 @@ def _cost(f: Finding, parts: StepParts | None) -> str:
 
 
 def _where(f: Finding, report: Report) -> str:
-    everyone = {r.rank for r in report.rank_reports}
+    everyone = {r.rank for r in report.ranks}
     parts = []
     if f.ranks:
         if set(f.ranks) == everyone and len(everyone) > 1:

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from tracecomm.analysis.export_model import ExportedRank, TraceExport
-from tracecomm.analysis.model import Report
+from tracecomm.analysis.report import Report
 from tracecomm.engine.export import COLLECTIVE_NAME, META_ARG_NAMES, RankExport
 from tracecomm.render import View
 from tracecomm.text import json_safe
@@ -30,7 +30,7 @@ _DEVICE_CAT = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset
 
 
 def render_trace(report: Report, view: View) -> bytes:
-    export = report.export
+    export = view.side.export if view.side is not None else None
     assert export is not None, "the report was built without --export"
     origin = _origin(export)
     events = list(_events(report, export, origin))
@@ -40,7 +40,7 @@ def render_trace(report: Report, view: View) -> bytes:
         "baseTimeNanoseconds": origin,
         "traceEvents": events,
         "tracecomm": {
-            "version": report.tool_version,
+            "version": report.tool.version,
             "inputs": list(report.inputs),
             "steps": list(export.steps),
             "ranks": [

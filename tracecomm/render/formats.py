@@ -11,12 +11,12 @@ import msgspec
 import orjson
 import polars as pl
 
-from tracecomm.analysis.model import MedianFigures, Report
+from tracecomm.analysis.model import MedianFigures
+from tracecomm.analysis.report import Report, report_document
 from tracecomm.doc import NCCL_SCHEMA_VERSION
 from tracecomm.engine.model import PARTITION_FIELDS, Figures
 from tracecomm.nccl.diagnose import NcclDocument
 from tracecomm.render import View
-from tracecomm.render.document import report_document
 from tracecomm.text import csv_safe, json_safe
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def render_csv(report: Report, view: View) -> bytes:
     """The table ``view.table`` names (``render.tables.CSV_TABLES``): by default one row per
     analyzed rank, the analysis window's figures, then the median step's."""
     if view.table != "ranks":
-        return _frame_csv(_table(report, view.table))
+        return _frame_csv(_table(report, view))
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     median_columns = [f"step_median_{c}" for c in _FIGURE_COLUMNS]
@@ -58,21 +58,21 @@ def render_csv(report: Report, view: View) -> bytes:
             "comm_kernels",
         ]
     )
-    for rank in report.rank_reports:
-        window = rank.breakdown.window
+    for rank in report.ranks:
+        window = rank.window
         figures = window.figures if window else None
-        median = rank.step_summary.median if rank.step_summary else None
+        median = rank.step_median if rank.step_median else None
         writer.writerow(
             [
                 rank.rank,
                 csv_safe(rank.path),
-                rank.breakdown.timeline,
-                rank.step_summary.steps if rank.step_summary else 0,
+                rank.timeline,
+                rank.steps_included if rank.step_median else 0,
                 *_values(figures),
                 _pct(figures.overlap_pct if figures else None),
                 _pct(figures.busy_pct if figures else None),
                 *_values(median),
-                rank.breakdown.comm_kernels,
+                rank.comm_kernels,
             ]
         )
     return out.getvalue().encode()
@@ -89,24 +89,33 @@ def _pct(value: float | None) -> str:
 def render_parquet(report: Report, view: View) -> bytes:
     """The table ``view.table`` names as Parquet (ranks: the Report's ranks frame), columns
     typed as the frame has them (times in ns)."""
-    frame = report.ranks if view.table == "ranks" else _table(report, view.table)
+    frame = _table(report, view)
     out = io.BytesIO()
     frame.write_parquet(out)
     return out.getvalue()
 
 
-def _table(report: Report, name: str) -> pl.DataFrame:
-    """The Report's own frames (analysis.frames): the same figures as the JSON document."""
+def _table(report: Report, view: View) -> pl.DataFrame:
+    """The Report's own frames (analysis.frames): the same figures as the JSON document; the
+    instances are the run's (a saved document holds none)."""
     from tracecomm.analysis.frames import kernels_frame
 
     frames: dict[str, Callable[[], pl.DataFrame]] = {
-        "steps": lambda: report.steps,
-        "types": lambda: report.by_type,
-        "stragglers": lambda: report.straggler_ranks,
-        "instances": lambda: report.collectives,
+        "ranks": report.ranks_frame,
+        "steps": report.steps_frame,
+        "types": report.by_type_frame,
+        "stragglers": report.straggler_frame,
+        "instances": lambda: _instances(view),
         "kernels": lambda: kernels_frame(report.kernels),
     }
-    return frames[name]()
+    return frames[view.table]()
+
+
+def _instances(view: View) -> pl.DataFrame:
+    """Every matched collective instance per rank, clock-aligned: the run's (a saved document
+    holds none)."""
+    matching = view.side.matching if view.side is not None else None
+    return matching.aligned if matching is not None else pl.DataFrame()
 
 
 def _frame_csv(frame: pl.DataFrame) -> bytes:

@@ -16,9 +16,8 @@ from typing import Any
 
 import orjson
 
-from tracecomm.analysis.model import Report
+from tracecomm.analysis.report import Report, report_document
 from tracecomm.render import View
-from tracecomm.render.document import report_document
 
 # Inside a <script> data block only "</" (and "<!--") can end or confuse the element: JSON
 # allows "\u003c" for "<", so no trace text can close it. U+2028/2029 are escaped for old

@@ -9,9 +9,9 @@ from tracecomm.analysis.projection import Projection
 from tracecomm.render.fit import FitTable
 
 
-def projection_section(projection: Projection | str) -> Group | Text:
-    if isinstance(projection, str):
-        return Text(f"Scaling projection: none ({projection})", style="yellow")
+def projection_section(projection: Projection) -> Group | Text:
+    if projection.reason is not None or projection.sizes is None or projection.fits is None:
+        return Text(f"Scaling projection: none ({projection.reason})", style="yellow")
     types = sorted({t for size in projection.sizes for t in size.exposed_comm_ns})
     table = FitTable(
         title=(
@@ -51,7 +51,7 @@ def projection_section(projection: Projection | str) -> Group | Text:
         if projection.turning_point is not None
         else Text("no turning point in the projected range: throughput still grows")
     )
-    notes = Text("assumptions:\n" + "\n".join(f"  · {a}" for a in projection.assumptions))
-    for note in projection.notes:
+    notes = Text("assumptions:\n" + "\n".join(f"  · {a}" for a in projection.assumptions or ()))
+    for note in projection.notes or ():
         notes.append(f"\n  note: {note}")
     return Group(table, fits, verdict, notes)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from tracecomm.analysis.model import RankReport, Report
+from tracecomm.analysis.model import RankReport
 from tracecomm.analysis.pipeline_view import PipelineView
+from tracecomm.analysis.report import Report
+from tracecomm.analysis.stragglers import on_mean_step
 from tracecomm.compat.crosscheck import Crosscheck
 from tracecomm.render import View
 from tracecomm.render.alltoall_section import all_to_all_section
@@ -95,7 +98,7 @@ def _report(
         console.print(_hta_table(report))
         console.print()
     console.print(_rank_table(report))
-    if report.type_summaries:
+    if report.by_type:
         console.print()
         console.print(_type_table(report))
     if report.all_to_all is not None:
@@ -115,7 +118,7 @@ def _report(
         console.print()
         console.print(_straggler_table(report, straggler_rows or MAX_STRAGGLER_ROWS))
         console.print(_group_type_delays(report))
-        if report.stragglers.slowest:
+        if report.stragglers.slowest_instances:
             console.print(_slowest_instances(report))
         console.print(_heat_map(report, console.width))
         fix = whatif_section(report.stragglers)
@@ -136,7 +139,7 @@ def _report(
     if report.nccl is not None:
         console.print()
         console.print(nccl_section(report.nccl))
-    if report.missing:
+    if report.missing_ranks:
         console.print()
         console.print(_missing_table(report))
     if report.notes:
@@ -156,7 +159,7 @@ def _headline(report: Report) -> Text:
 
 
 def _rank_rows(report: Report) -> tuple[list[RankReport], str | None]:
-    ranks = list(report.rank_reports)
+    ranks = list(report.ranks)
     if len(ranks) <= MAX_RANK_ROWS:
         return ranks, None
     shown = set(report.summary.slowest_first[:MAX_RANK_ROWS])
@@ -172,7 +175,7 @@ def _rank_table(report: Report) -> Table:
     """Each rank's mean step (its analysis window over its included steps, metrics.md §3):
     figures a person compares across ranks and runs, in one unit chosen for their size."""
     rows, note = _rank_rows(report)
-    means = [r.step_summary.mean if r.step_summary else None for r in rows]
+    means = [r.step_mean if r.step_median else None for r in rows]
     unit, per = time_unit(max((m.window_ns for m in means if m is not None), default=0))
     caption = (
         "mean step = the analysis window (first to last included step, the gaps between them "
@@ -198,15 +201,15 @@ def _rank_table(report: Report) -> Table:
     ):
         table.add_column(name, justify="right", style=style, overflow="fold")
     for rank, mean in zip(rows, means, strict=True):
-        window = rank.breakdown.window
+        window = rank.window
         label = f"{rank.rank}{'*' if rank.partial else ''}"
-        if window is None or mean is None or rank.step_summary is None:
+        if window is None or mean is None or rank.step_median is None:
             table.add_row(label, "0", *(["–"] * 8))
             continue
         f = window.figures
         table.add_row(
             label,
-            str(rank.step_summary.steps),
+            str(rank.steps_included),
             in_unit(mean.window_ns, per),
             in_unit(mean.compute_ns, per),
             in_unit(mean.comm_ns, per),
@@ -227,7 +230,7 @@ def _type_table(report: Report) -> Table:
     )
     for name in ("Type", "Kernels", "Ranks", "Comm", "Exposed"):
         table.add_column(name, justify="left" if name == "Type" else "right")
-    for t in report.type_summaries:
+    for t in report.by_type:
         table.add_row(
             t.coll_type, f"{t.kernels:,}", str(t.ranks), ms(t.comm_ns), ms(t.exposed_comm_ns)
         )
@@ -325,8 +328,8 @@ def _straggler_table(report: Report, rows: int) -> Table:
     flagged = rank_list(st.flagged) or "none"
     caption = f"flagged (by {st.flag_basis}): {flagged}"
     if st.flagged and st.recoverable_pct is not None:
-        w = st.what_if
-        on_mean = st.recoverable_basis == "replay (mean step)" and w is not None
+        w = st.replay
+        on_mean = on_mean_step(st) and w is not None
         base = w.mean_step_ns if on_mean and w is not None else st.median_step_ns
         caption += (
             f" · without them the ranks' {'mean' if on_mean else 'median'} step would take ≈ "
@@ -381,7 +384,7 @@ def _slowest_instances(report: Report) -> Table:
     )
     for name in ("Group", "Type", "Seq / key", "Step", "Ranks", "Last", "Wait", "Transfer"):
         table.add_column(name, justify="left" if name in ("Group", "Type") else "right")
-    for i in st.slowest:
+    for i in st.slowest_instances:
         table.add_row(
             i.group,
             i.coll_type,
@@ -428,13 +431,14 @@ def _heat_map(report: Report, width: int = 160) -> Text:
     that only waited for it stay pale. Large runs show hosts (their worst rank)."""
     st = report.stragglers
     assert st is not None
-    heat = st.root_delay_by_step
+    heat = st.root_delay_by_rank()
     every = sorted({s for row in heat.values() for s in row})
     peak = max((d for row in heat.values() for d in row.values()), default=0)
     if not every or peak == 0:
         return Text("root delay per step: none\n")
-    by_host = len(report.rank_reports) > MAX_HEAT_ROWS
-    rows = sorted(st.delay_by_host_step.items(), key=lambda kv: -sum(kv[1].values()))
+    by_host = len(report.ranks) > MAX_HEAT_ROWS
+    hosts = {r.rank: r.host or Path(r.path).name for r in report.ranks}
+    rows = sorted(st.root_delay_by_host(hosts).items(), key=lambda kv: -sum(kv[1].values()))
     label = max(4, *(len(h) for h, _ in rows[:MAX_HEAT_ROWS])) if by_host and rows else 4
     # as many steps as fit the width (a wrapped row reads as two ranks)
     room = (width - 3 - label) // (_cell_width(every) + 1)
@@ -451,7 +455,7 @@ def _heat_map(report: Report, width: int = 160) -> Text:
         )
         text.append(f"  step {_step_labels(steps)}\n")
         host: str | None = None
-        for r in sorted(report.rank_reports, key=lambda r: (natural_key(r.host or ""), r.rank)):
+        for r in sorted(report.ranks, key=lambda r: (natural_key(r.host or ""), r.rank)):
             if r.host and r.host != host:
                 host = r.host
                 text.append(f"  {host}\n", style="dim")
@@ -487,7 +491,7 @@ def _cross_rank(report: Report) -> Text:
     cr = report.cross_rank
     assert cr is not None
     text = Text("Collectives across ranks\n", style="bold")
-    keys = sorted(set(cr.keyed_by.values())) or ["–"]
+    keys: list[str] = sorted(set(cr.keyed_by.values())) or ["–"]
     text.append(
         f"  {cr.matched} of {cr.instances} instances matched on every member rank "
         f"(keyed by {' / '.join(keys)})"
@@ -512,11 +516,12 @@ def _cross_rank(report: Report) -> Text:
             f"{missing}{sizes}\n",
             style="yellow",
         )
-    if len(cr.clocks) > 1:
-        text.append(f"  clock offsets against rank {cr.reference_rank}'s host:\n")
-        shown = sorted(cr.clocks, key=lambda c: -abs(c.offset_ns or 0))[:MAX_CLOCK_ROWS]
-        if len(cr.clocks) > MAX_CLOCK_ROWS:
-            text.append(f"    ({MAX_CLOCK_ROWS} largest of {len(cr.clocks)} hosts; all in JSON)\n")
+    clocks = cr.clocks.hosts
+    if len(clocks) > 1:
+        text.append(f"  clock offsets against rank {cr.clocks.reference_rank}'s host:\n")
+        shown = sorted(clocks, key=lambda c: -abs(c.offset_ns or 0))[:MAX_CLOCK_ROWS]
+        if len(clocks) > MAX_CLOCK_ROWS:
+            text.append(f"    ({MAX_CLOCK_ROWS} largest of {len(clocks)} hosts; all in JSON)\n")
         for c in sorted(shown, key=lambda c: min(c.ranks)):
             if c.offset_ns is None:
                 text.append(f"    {c.host}: unknown (no collective shared with the reference)\n")
@@ -525,14 +530,14 @@ def _cross_rank(report: Report) -> Text:
                     f"    {c.host} (ranks {compact_ranges(c.ranks)}): {c.offset_ns / 1e6:+,.3f} ms "
                     f"± {(c.error_ns or 0) / 1e3:,.1f} µs over {c.instances} instance ends\n"
                 )
-    elif not cr.clock_aligned:
+    elif not cr.clocks.aligned:
         text.append("  clock alignment off (--no-clock-align)\n")
     return text
 
 
 def _notes(report: Report) -> Text:
     text = Text("Notes\n", style="bold")
-    everyone = len(report.rank_reports)
+    everyone = len(report.ranks)
     for note in report.notes:
         who = "all ranks" if len(note.ranks) == everyone else f"ranks {compact_ranges(note.ranks)}"
         text.append(f"  {who}: {note.text}\n")
@@ -544,7 +549,7 @@ def _missing_table(report: Report) -> Table:
     table.add_column("Rank", justify="right")
     table.add_column("File")
     table.add_column("Why")
-    for m in report.missing:
+    for m in report.missing_ranks:
         table.add_row("?" if m.rank is None else str(m.rank), m.path or "–", m.reason)
     return table
 

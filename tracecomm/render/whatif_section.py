@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from tracecomm.analysis.stragglers import Candidate, Stragglers, WhatIf
+from tracecomm.analysis.stragglers import Candidate, Replay, Stragglers, on_mean_step
 from tracecomm.text import ms, pct, rank_list
 
 MAX_CANDIDATES = 5
@@ -18,7 +18,7 @@ _STAGE = "every rank at the stage's median work, scaled to the other stages' med
 
 
 def whatif_section(st: Stragglers) -> Text | None:
-    w = st.what_if
+    w = st.replay
     if w is None:
         return None
     text = Text("What to fix ", style="bold")
@@ -27,17 +27,17 @@ def whatif_section(st: Stragglers) -> Text | None:
     if not w.reproduces:
         return text.append(f"  {w.reason}\n")
     # the flagged, then the ones worth a look: a tenth of the flag line or more
-    floor = (w.threshold_ns or 0) / 10
-    shown = [c for c in w.candidates if c.flagged or (c.gain_ns > 0 and c.gain_ns >= floor)]
+    floor = (st.threshold_ns or 0) / 10
+    shown = [c for c in st.candidates if c.flagged or (c.gain_ns > 0 and c.gain_ns >= floor)]
     shown = shown[:MAX_CANDIDATES]
     if not shown:
         return text.append("  no rank, stage, replica or host would shorten the step\n")
-    if w.flagged_ranks and w.step_if_fixed_ns is not None:
-        on_mean = w.step_basis == "mean"
+    if st.flagged and w.step_if_no_straggler_ns is not None:
+        on_mean = on_mean_step(st)
         base = w.mean_step_ns if on_mean and w.mean_step_ns else w.measured_step_ns
         text.append(
-            f"  fixing the flagged ({_names(w)}): the ranks' {'mean' if on_mean else 'median'} "
-            f"step ≈ {ms(w.step_if_fixed_ns)} ms instead of "
+            f"  fixing the flagged ({_names(st)}): the ranks' {'mean' if on_mean else 'median'} "
+            f"step ≈ {ms(w.step_if_no_straggler_ns)} ms instead of "
             f"{ms(base)} ms ({pct(w.recoverable_pct)} % back)\n",
             style="bold",
         )
@@ -49,7 +49,7 @@ def whatif_section(st: Stragglers) -> Text | None:
     else:
         text.append(
             "  nothing gains more than the flag line "
-            f"({ms(w.threshold_ns)} ms: 5 % of the step, or 3× the median rank's gain)\n"
+            f"({ms(st.threshold_ns)} ms: 5 % of the step, or 3× the median rank's gain)\n"
         )
     for c in shown:
         text.append(_candidate_line(c, w.measured_step_ns, _mostly(c)))
@@ -60,17 +60,17 @@ def _mostly(c: Candidate) -> str:
     return f"; most of it is rank {c.mostly_rank}'s" if c.mostly_rank is not None else ""
 
 
-def _check(w: WhatIf) -> str:
+def _check(w: Replay) -> str:
     verdict = "reproduces" if w.reproduces else "does not reproduce"
     return (
-        f"replaying the recorded work gives {ms(w.replayed_step_ns)} ms for the ranks' median "
+        f"replaying the recorded work gives {ms(w.step_ns)} ms for the ranks' median "
         f"step of {ms(w.measured_step_ns)} ms: {verdict} it ({w.reproduction_error_pct:.2f} % off, "
         f"tolerance {w.tolerance_pct:g} %)"
     )
 
 
-def _names(w: WhatIf) -> str:
-    flagged = [c for c in w.candidates if c.flagged]
+def _names(st: Stragglers) -> str:
+    flagged = [c for c in st.candidates if c.flagged]
     return ", ".join(_label(c) for c in flagged)
 
 

@@ -8,14 +8,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tracecomm.analysis.build import Analysis
 from tracecomm.analysis.compare import Comparison
-from tracecomm.analysis.model import Report
+from tracecomm.analysis.report import Report
 from tracecomm.run.discover import Discovery
 from tracecomm.run.executors import open_executor
 from tracecomm.run.options import SPECS, AnalyzeOptions
 from tracecomm.run.pool import SPAWNED_POOL_MIN_BYTES
 from tracecomm.run.request import Request, request_of
-from tracecomm.run.session import run_analysis
+from tracecomm.run.session import analyze_run
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -73,7 +74,7 @@ def analyze(paths: str | Path | Sequence[str | Path], **options: Unpack[AnalyzeO
     The options are ``AnalyzeOptions`` (typed for a type checker; help() lists them).
     Raises ``tracecomm.errors.UsageError`` for a bad option or path and
     ``tracecomm.errors.NoUsableInput`` when nothing can be analyzed."""
-    return _analyze(request_of(paths, **options))
+    return _analyze(request_of(paths, **options)).report
 
 
 @_options_in_signature()
@@ -101,11 +102,11 @@ def compare(
     )
 
 
-def _analyze(request: Request, discovery: Discovery | None = None) -> Report:
+def _analyze(request: Request, discovery: Discovery | None = None) -> Analysis:
     """A worker process here is a fresh interpreter (polars is loaded: no fork), which pays
     for itself only on a large run: below ``SPAWNED_POOL_MIN_BYTES`` the ranks go to threads."""
     executor = open_executor(request.executor, request.jobs, pool_min_bytes=SPAWNED_POOL_MIN_BYTES)
     try:
-        return run_analysis(request, executor=executor, discovery=discovery)
+        return analyze_run(request, executor=executor, discovery=discovery)
     finally:
         executor.close()

@@ -11,17 +11,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tracecomm.analysis.build import Analysis
 from tracecomm.analysis.compare import Comparison, compare, ordered
-from tracecomm.analysis.model import Report
 from tracecomm.analysis.runrecord import RunRecord, projection_record, record_of_report
 from tracecomm.errors import UsageError
 from tracecomm.run.discover import Discovery, discover
 from tracecomm.run.executors import open_executor
 from tracecomm.run.request import Request, request_of
 from tracecomm.run.saved import looks_saved, read_saved
-from tracecomm.run.session import project_later, run_analysis
+from tracecomm.run.session import analyze_run as analyze_now
+from tracecomm.run.session import project_later
 
-Analyze = Callable[[Request, Discovery], Report]
+Analyze = Callable[[Request, Discovery], Analysis]
 
 
 def compare_runs(
@@ -41,7 +42,7 @@ def compare_runs(
         if options.get(name):
             raise UsageError(f"compare sets --{name} itself")
     labels = _labels([str(i) for i in inputs])
-    requests: dict[str, tuple[Request, Discovery, Report]] = {}
+    requests: dict[str, tuple[Request, Discovery, Analysis]] = {}
     records = []
     for given, label in zip(inputs, labels, strict=True):
         path = Path(given)
@@ -50,10 +51,10 @@ def compare_runs(
             continue
         request = request_of([given], **options)
         discovery = discover(list(request.inputs))
-        report = (analyze_run or _analyze)(request, discovery)
+        analysis = (analyze_run or _analyze)(request, discovery)
         source = "summaries" if discovery.summaries else "traces"
-        records.append(record_of_report(report, label, source))
-        requests[label] = (request, discovery, report)
+        records.append(record_of_report(analysis.report, label, source, analysis.side.matching))
+        requests[label] = (request, discovery, analysis)
     first = ordered(records, keep_order)[0]
     if first.label in requests:
         records = [
@@ -63,10 +64,10 @@ def compare_runs(
     return compare(records, weak=weak, keep_order=keep_order)
 
 
-def _analyze(request: Request, discovery: Discovery) -> Report:
+def _analyze(request: Request, discovery: Discovery) -> Analysis:
     executor = open_executor(request.executor, request.jobs)
     try:
-        return run_analysis(request, executor=executor, discovery=discovery)
+        return analyze_now(request, executor=executor, discovery=discovery)
     finally:
         executor.close()
 
@@ -74,7 +75,7 @@ def _analyze(request: Request, discovery: Discovery) -> Report:
 def _projected(
     first: RunRecord,
     records: Sequence[RunRecord],
-    analyzed: tuple[Request, Discovery, Report],
+    analyzed: tuple[Request, Discovery, Analysis],
     weak: bool,
 ) -> RunRecord:
     """The first run projected (metrics.md §11) to the other runs' world sizes."""

@@ -1,9 +1,9 @@
 """A saved ``analyze --format json`` document: the one loader every command reads it with
 (``report``, ``check``, ``baseline``, ``compare``; metrics.md §18).
 
-The document is untrusted input. It is read whole into the typed document
-(``analysis.document.ReportDocument``: every field, no unknown one, each of its type and
-bounds), its tool and schema version are checked, then its figures for physical sense
+The document is untrusted input. It is read whole into the Report itself
+(``analysis.report.Report``: every field, no unknown one, each of its type and bounds), its
+tool and schema version are checked, then its figures for physical sense
 (``analysis.document_checks``: every window's parts adding up to it, median steps holding
 their parts, MFU not negative, …). Anything else is a ``SavedReportError`` with one line naming
 the file and the problem, never a traceback: the same line whichever command read it.
@@ -18,19 +18,13 @@ from typing import Any
 
 import msgspec
 
-from tracecomm.analysis import document as d
 from tracecomm.analysis.document_checks import document_problem
-from tracecomm.analysis.projection import ProjectedSize
-from tracecomm.analysis.runrecord import (
-    ProjectionRecord,
-    RunRecord,
-    StepRecord,
-    model_record,
-    recoverable_by,
-)
+from tracecomm.analysis.report import Report
+from tracecomm.analysis.runrecord import SAVED, RunRecord, record_of_report
+from tracecomm.doc import SCHEMA_VERSION
 from tracecomm.errors import UsageError
 
-REPORT_SCHEMA_VERSION = d.SCHEMA_VERSION
+REPORT_SCHEMA_VERSION = SCHEMA_VERSION
 _SNIFF_BYTES = 256
 # the largest saved report read (a 4,096-rank analyze JSON with every step is ~100 MB)
 MAX_SAVED_BYTES = 1 << 30
@@ -45,15 +39,15 @@ class SavedReport:
     """A saved analyze document, read and checked."""
 
     path: Path
-    document: d.ReportDocument
+    report: Report
 
     def builtins(self) -> dict[str, Any]:
         """The document as JSON-ready values, keys in the order analyze wrote them."""
-        out: dict[str, Any] = msgspec.to_builtins(self.document, str_keys=True)
+        out: dict[str, Any] = msgspec.to_builtins(self.report, str_keys=True)
         return out
 
 
-_DECODER = msgspec.json.Decoder(d.ReportDocument)
+_DECODER = msgspec.json.Decoder(Report)
 
 
 class _Envelope(msgspec.Struct):
@@ -104,6 +98,8 @@ def load_saved_report(path: Path) -> SavedReport:
         doc = _DECODER.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise SavedReportError(f"{path}: {_not_readable(raw, exc)}") from None
+    if doc.schema_version != REPORT_SCHEMA_VERSION:
+        raise SavedReportError(f"{path}: {_not_readable(raw, ValueError())}")
     problem = document_problem(doc)
     if problem:
         raise SavedReportError(f"{path}: impossible figures: {problem}")
@@ -140,86 +136,4 @@ def read_saved(path: Path, label: str) -> RunRecord:
 
 
 def saved_record(saved: SavedReport, label: str) -> RunRecord:
-    doc = saved.document
-    tp, st = doc.throughput, doc.stragglers
-    flops = tp.flops if tp is not None else None
-    energy = tp.energy if tp is not None else None
-    replayed = st.recoverable_pct_replay if st is not None else None
-    first_order = st.recoverable_pct if st is not None else None
-    return RunRecord(
-        label=label,
-        source="analyze JSON",
-        world_size=doc.summary.world_size,
-        ranks_analyzed=doc.summary.ranks_analyzed,
-        median_rank=doc.summary.median_rank,
-        rate_steps=tuple(tp.steps) if tp is not None else (),
-        steps=tuple(_steps(doc)),
-        step_time_ns=tp.step_time_ns if tp is not None else None,
-        device_count=tp.device_count if tp is not None else doc.summary.ranks_analyzed,
-        model=model_record(
-            flops.per_step if flops else None,
-            flops.per_token if flops else None,
-            flops.tokens_per_step if flops else None,
-            flops.source if flops else None,
-        ),
-        tokens_per_s=tp.tokens_per_s if tp is not None else None,
-        mfu=tp.mfu if tp is not None else None,
-        recoverable_pct=replayed if replayed is not None else first_order,
-        recoverable_by=recoverable_by(replayed, first_order),
-        avg_power_w=energy.avg_power_w if energy is not None else None,
-        energy_per_step_j=energy.energy_per_step_j if energy is not None else None,
-        tokens_per_j=energy.tokens_per_j if energy is not None else None,
-        partial=doc.partial,
-        collectives=None,
-        projection=_projection(doc.projection),
-        warnings=tuple(doc.warnings),
-        frameworks=tuple(f.label for f in doc.frameworks.detected) if doc.frameworks else (),
-    )
-
-
-def _steps(doc: d.ReportDocument) -> list[StepRecord]:
-    out = []
-    for rank in doc.ranks:
-        if not rank.steps and rank.window is not None:
-            w = rank.window
-            out.append(StepRecord(rank.rank, None, None, w.figures, w.by_type, w.idle_by_cause))
-        for s in rank.steps:
-            if s.included and s.window is not None:
-                w = s.window
-                out.append(
-                    StepRecord(
-                        rank.rank, s.step, s.cpu_span_ns, w.figures, w.by_type, w.idle_by_cause
-                    )
-                )
-    return out
-
-
-def _projection(p: d.Projection | None) -> ProjectionRecord | str | None:
-    if p is None:
-        return (
-            "the saved report holds no projection (write it with "
-            "`tracecomm project RUN --to N,… -f json`)"
-        )
-    if p.reason is not None:
-        return p.reason
-    if p.sizes is None or p.measured_world is None or p.rank is None or p.step is None:
-        return "the saved report's projection is incomplete"
-    return ProjectionRecord(
-        p.measured_world,
-        p.scaling or "strong",
-        p.rank,
-        p.step,
-        tuple(
-            ProjectedSize(
-                s.world_size,
-                s.step_ns,
-                s.compute_ns,
-                s.comm_ns,
-                s.exposed_comm_ns,
-                s.exposed_comm_total_ns,
-                s.relative_throughput,
-                s.mfu,
-            )
-            for s in p.sizes
-        ),
-    )
+    return record_of_report(saved.report, label, SAVED)

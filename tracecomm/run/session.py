@@ -16,7 +16,6 @@ from tracecomm.analysis.model import (
     RankReport,
     RankResult,
     RankTimeline,
-    Report,
     RunData,
 )
 from tracecomm.engine import BreakdownOptions
@@ -35,7 +34,9 @@ from tracecomm.run.worker import rank_timeline as rank_timeline_of
 from tracecomm.run.worker import step_work as step_work_of
 
 if TYPE_CHECKING:
+    from tracecomm.analysis.build import Analysis
     from tracecomm.analysis.projection import Projection
+    from tracecomm.analysis.report import Report
     from tracecomm.nccl.diagnose import NcclSummary
 
 Progress = Callable[[int, int, str], None]
@@ -110,6 +111,17 @@ def run_analysis(
     """Analyze a run folder (or trace files, or the summaries ``ingest`` wrote). Raises
     ``UsageError`` and ``NoUsableInput``. ``discovery``: the inputs already discovered (the
     CLI does it before its heavy imports, to size its pool)."""
+    return analyze_run(request, progress, executor, discovery).report
+
+
+def analyze_run(
+    request: Request,
+    progress: Progress | None = None,
+    executor: Executor | None = None,
+    discovery: Discovery | None = None,
+) -> Analysis:
+    """``run_analysis``, with what only a run analyzed now has besides its Report (the matched
+    instances, the exported events: ``analysis.model.Side``)."""
     executor = executor or LocalExecutor()
     discovery = discovery or executor.call(discover, list(request.inputs))
     run = executor.call(read_run, discovery, request.model)
@@ -145,37 +157,39 @@ def run_analysis(
     options = replace(request.analysis, declared_framework=run.framework)
     if request.rank_from is not None:
         options = replace(options, compat=None)
-    from tracecomm.analysis.build import build_report
+    from tracecomm.analysis.build import build
 
-    report = build_report(data, options)
+    analysis = build(data, options)
+    report = analysis.report
     _check_chosen_ranks(report, options.timeline_ranks)
     _check_chosen_ranks(report, options.export_ranks, "--export-ranks")
-    if not report.rank_reports:
-        reasons = "; ".join(m.reason for m in report.missing[:3])
+    if not report.ranks:
+        reasons = "; ".join(m.reason for m in report.missing_ranks[:3])
         raise NoUsableInput(f"no usable rank: {reasons}")
     _check_step_range(report, work.breakdown, _steps_source(request, run))
-    if all(r.breakdown.window is None for r in report.rank_reports) and not report.missing:
-        notes = "; ".join(f"{r.path}: {r.breakdown.notes[-1]}" for r in report.rank_reports[:3])
+    if all(r.window is None for r in report.ranks) and not report.missing_ranks:
+        notes = "; ".join(f"{r.path}: {r.notes[-1]}" for r in report.ranks[:3])
         raise NoUsableInput(f"nothing to analyze: {notes}")
-    return report
+    return analysis
 
 
 def project_later(
     request: Request,
-    report: Report,
+    analysis: Analysis,
     targets: tuple[int, ...],
     weak: bool,
     executor: Executor | None = None,
     discovery: Discovery | None = None,
-) -> Projection | str:
-    """metrics.md §11 of a report analyzed earlier from ``request`` (its median rank's trace
-    read again where it is): a ``Projection``, or the reason there is none."""
+) -> Projection:
+    """metrics.md §11 of a run analyzed earlier from ``request`` (its median rank's trace read
+    again where it is): a ``Projection``, or (its reason) why there is none."""
     from tracecomm.analysis.build import project_report
 
     executor = executor or LocalExecutor()
     discovery = discovery or executor.call(discover, list(request.inputs))
     run = executor.call(read_run, discovery, request.model)
-    return project_report(report, targets, weak, _Files(executor, _work(request, run)))
+    files = _Files(executor, _work(request, run))
+    return project_report(analysis.report, analysis.side.matching, targets, weak, files)
 
 
 def _cache_warnings(cache: Path | None, results: Sequence[RankResult]) -> tuple[str, ...]:
@@ -201,7 +215,7 @@ def _check_step_range(report: Report, opts: BreakdownOptions, source: str = "--s
         return
     lo = opts.first_step if opts.first_step is not None else -(2**62)
     hi = opts.last_step if opts.last_step is not None else 2**62
-    present = {s.step for r in report.rank_reports for s in r.breakdown.steps}
+    present = {s.step for r in report.ranks for s in r.steps}
     if not present or any(lo <= step <= hi for step in present):
         return
     asked = f"{'' if opts.first_step is None else opts.first_step}:" + (
@@ -220,7 +234,7 @@ def _check_chosen_ranks(
 ) -> None:
     from tracecomm.text import compact_ranges
 
-    analyzed = {r.rank for r in report.rank_reports}
+    analyzed = {r.rank for r in report.ranks}
     unknown = [r for r in chosen if r not in analyzed]
     if unknown and analyzed:
         raise UsageError(

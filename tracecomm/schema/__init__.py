@@ -1,8 +1,9 @@
 """The published JSON Schemas of tracecomm's documents.
 
 report.schema.json (``analyze --format json``) and nccl.schema.json (``nccl --format json``)
-are generated from the typed document (``tracecomm.analysis.document``): after a change there,
-``python -m tracecomm.schema`` writes them again, and a test fails while a file is stale. The
+are generated from the types the analysis builds (``analysis.report.Report``,
+``nccl.diagnose.NcclDocument``): after a change there, ``python -m tracecomm.schema`` writes
+them again, and a test fails while a file is stale. The
 other schemas here (baseline, check, compare) are written by hand.
 """
 
@@ -20,18 +21,15 @@ def generated() -> dict[str, str]:
     """File name -> the text it should hold."""
     import msgspec
 
-    from tracecomm.analysis.document import (
-        NCCL_SCHEMA_VERSION,
-        SCHEMA_VERSION,
-        NcclDocument,
-        ReportDocument,
-    )
+    from tracecomm.analysis.report import Report
+    from tracecomm.doc import NCCL_SCHEMA_VERSION, SCHEMA_VERSION
+    from tracecomm.nccl.diagnose import NcclDocument
 
     report = {
         "$schema": _DRAFT,
         "$id": f"https://tracecomm.invalid/schema/report-{SCHEMA_VERSION}.json",
         "title": "tracecomm analyze report",
-        **msgspec.json.schema(ReportDocument),
+        **msgspec.json.schema(Report),
     }
     nccl = {
         "$schema": _DRAFT,

@@ -74,14 +74,26 @@ def analyze(
         fail(f"--parquet {parquet}: the table goes to the file; -f {fmt} has no place", EXIT_USAGE)
     if top is not None and top < 1:
         fail(f"--top {top}: list at least 1 rank", EXIT_USAGE)
-    kept = flow.memo(options["cache"], "analyze", ctx.params) if parquet is None else None
-    report = flow.report_for(flow.request(run, options), show_progress=fmt == "terminal")
+    saved = flow.saved_document(run, options)
+    if saved is not None:
+        if table == "instances":
+            fail(
+                f"--table instances: {saved.path} holds no per-rank instances (a saved document "
+                "keeps the report's figures): give the run folder",
+                EXIT_USAGE,
+            )
+        report, side, kept = saved.report, None, None
+    else:
+        kept = flow.memo(options["cache"], "analyze", ctx.params) if parquet is None else None
+        analysis = flow.analysis_for(flow.request(run, options), show_progress=fmt == "terminal")
+        report, side = analysis.report, analysis.side
     lines = [] if quiet else flow.warning_lines(report)
     code = EXIT_PARTIAL if report.partial else EXIT_OK
     if parquet is not None:
         from tracecomm.render.formats import render_parquet
 
-        flow.write_file(parquet, render_parquet(report, flow.view(table=table)), "the table")
+        data = render_parquet(report, flow.view(table=table, side=side))
+        flow.write_file(parquet, data, "the table")
         flow.print_lines(lines)
         raise typer.Exit(code)
-    flow.finish(kept, REPORT[fmt](report, flow.view(top, brief, table)), lines, code)
+    flow.finish(kept, REPORT[fmt](report, flow.view(top, brief, table, side)), lines, code)

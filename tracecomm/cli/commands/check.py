@@ -114,7 +114,6 @@ def _figures(
     from tracecomm.check.figures import (
         BASELINE_KIND,
         BaselineError,
-        from_document,
         from_report,
         read_baseline_file,
     )
@@ -125,7 +124,7 @@ def _figures(
         if kind == BASELINE_KIND:
             return read_baseline_file(path)
         if kind is not None or (document and path.is_file()):
-            return from_document(load_saved_report(path).document, str(path))
+            return from_report(load_saved_report(path).report, str(path))
     except (BaselineError, SavedReportError) as exc:
         fail(str(exc), EXIT_USAGE)
     if not path.exists():

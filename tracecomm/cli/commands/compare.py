@@ -60,7 +60,7 @@ def compare(runs: RUNS, *, options: dict[str, Any]) -> None:
             runs,
             weak=weak,
             keep_order=keep,
-            analyze_run=lambda req, _: flow.report_for(req, show_progress=fmt == "terminal"),
+            analyze_run=lambda req, _: flow.analysis_for(req, show_progress=fmt == "terminal"),
             **options,
         )
     except UsageError as exc:

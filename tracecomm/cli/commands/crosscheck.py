@@ -44,7 +44,7 @@ def crosscheck(run: RUN, *, options: dict[str, Any]) -> None:
     except HtaMissing as exc:
         fail(str(exc), EXIT_USAGE)
     report = flow.report_for(flow.request([run], {"compat": hta.mode}))
-    files = {r.rank: r.path for r in report.rank_reports}  # HTA reads the files tracecomm read
+    files = {r.rank: r.path for r in report.ranks}  # HTA reads the files tracecomm read
     if not options["quiet"]:
         flow.print_lines(flow.warning_lines(report))
         notes = [*hta.notes, *discovery_notes(run, files)]

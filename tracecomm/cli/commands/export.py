@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gzip
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -18,6 +18,9 @@ from tracecomm.cli.options import (
     command,
     output_option,
 )
+
+if TYPE_CHECKING:
+    from tracecomm.analysis.export_model import TraceExport
 
 OUTPUT = output_option(
     "The trace to write: view.json.gz (gzip) or view.json; opens in ui.perfetto.dev and "
@@ -44,14 +47,16 @@ def export(run: RUNS, *, options: dict[str, Any]) -> None:
     steps = options.get("export_steps") or None
     options["export_steps"] = steps
     options["export_ranks"] = options.get("export_ranks") or ""  # "": the default ranks
-    result = flow.report_for(flow.request(run, options), show_progress=True)
+    analysis = flow.analysis_for(flow.request(run, options), show_progress=True)
+    result = analysis.report
     if not quiet:
         flow.print_lines(flow.warning_lines(result))
-    found, why = result.export, nothing_to_export(result)
+    found = analysis.side.export
+    why = nothing_to_export(found)
     if why is not None or found is None:
         stderr(f"error: nothing to export: {why}")
         raise typer.Exit(EXIT_NO_INPUT)
-    data = EXPORT["chrome"](result, flow.view())
+    data = EXPORT["chrome"](result, flow.view(side=analysis.side))
     written = gzipped(data) if output.name.endswith(".gz") else data
     flow.write_file(output, written, "the trace")
     if not quiet:
@@ -73,10 +78,9 @@ def export(run: RUNS, *, options: dict[str, Any]) -> None:
     raise typer.Exit(EXIT_PARTIAL if result.partial else EXIT_OK)
 
 
-def nothing_to_export(result: Any) -> str | None:
-    """Why the report's export holds no rank's events; None when it holds some (also for
-    ``report --export``)."""
-    found = result.export
+def nothing_to_export(found: TraceExport | None) -> str | None:
+    """Why the export holds no rank's events; None when it holds some (also for ``report
+    --export``)."""
     if found is not None and any(r.events is not None for r in found.ranks):
         return None
     why = found.reason if found is not None else None

@@ -29,6 +29,6 @@ def project(run: RUNS, *, options: dict[str, Any]) -> None:
     if not quiet:
         flow.print_lines(flow.warning_lines(result))
     flow.write_stdout(PROJECTION[fmt](result, flow.view()))
-    if isinstance(result.projection, str):
+    if result.projection is None or result.projection.reason is not None:
         raise typer.Exit(EXIT_NO_INPUT)
     raise typer.Exit(EXIT_PARTIAL if result.partial else EXIT_OK)

@@ -54,7 +54,7 @@ def report(run: RUNS, *, options: dict[str, Any]) -> None:
     with_trace = options.pop("export")
     if not with_trace and (options.get("export_ranks") or options.get("export_steps")):
         fail("--export-ranks and --export-steps choose what --export writes", EXIT_USAGE)
-    saved = _saved(run, options)
+    saved = flow.saved_document(run, options)
     if saved is not None:
         if with_trace:
             fail("--export reads the traces: give the run folder, not a saved document", EXIT_USAGE)
@@ -62,10 +62,11 @@ def report(run: RUNS, *, options: dict[str, Any]) -> None:
     if with_trace:
         options["export_ranks"] = options.get("export_ranks") or ""  # "": the default ranks
         options["export_steps"] = options.get("export_steps") or None
-    result = flow.report_for(flow.request(run, options, detail=["timeline"]), show_progress=True)
+    analysis = flow.analysis_for(flow.request(run, options, detail=["timeline"]), True)
+    result = analysis.report
     if not quiet:
         flow.print_lines(flow.warning_lines(result))
-    trace = _write_trace(result, output, quiet) if with_trace else None
+    trace = _write_trace(analysis, output, quiet) if with_trace else None
     page = render_report(result, flow.view(), trace)
     _write(output, page, quiet)
     raise typer.Exit(EXIT_PARTIAL if result.partial else EXIT_OK)
@@ -77,53 +78,25 @@ def _write_trace(result: Any, output: Path, quiet: bool) -> str | None:
     from tracecomm.cli.commands.export import gzipped, nothing_to_export
     from tracecomm.render.tables import EXPORT
 
-    why = nothing_to_export(result)
+    why = nothing_to_export(result.side.export)
     if why is not None:
         if not quiet:
             stderr(f"warning: no trace written beside the page: {why}")
         return None
     path = output.with_name(f"{output.name.removesuffix('.html')}.trace.json.gz")
-    data = gzipped(EXPORT["chrome"](result, flow.view()))
+    data = gzipped(EXPORT["chrome"](result.report, flow.view(side=result.side)))
     flow.write_file(path, data, "the trace")
     if not quiet:
         stderr(f"wrote {path} ({len(data) / 1e6:.2f} MB): open it in https://ui.perfetto.dev")
     return path.name
 
 
-def _saved(run: list[str], options: dict[str, Any]) -> SavedReport | None:
-    """The saved analyze document given as RUN, read with the one loader; None for a run."""
-    from tracecomm.run.saved import SavedReportError, load_saved_report, looks_saved
-
-    saved = [p for p in map(Path, run) if p.is_file() and looks_saved(p)]
-    if not saved:
-        return None
-    if len(run) > 1:
-        fail(
-            f"{saved[0]}: a saved analyze document is drawn alone, not with other runs", EXIT_USAGE
-        )
-    for name in ("project", "weak"):
-        if options.get(name):
-            fail(
-                f"--{name} projects a run folder; a saved document is drawn as it was saved "
-                "(save one with `tracecomm project RUN -f json`)",
-                EXIT_USAGE,
-            )
-    try:
-        return load_saved_report(saved[0])
-    except SavedReportError as exc:
-        fail(str(exc), EXIT_USAGE)
-
-
 def _draw_saved(saved: SavedReport, output: Path, quiet: bool) -> None:
     from tracecomm.render.html import render_html
 
-    doc = saved.document
+    doc = saved.report
     if not quiet:
-        lines = [f"warning: {w}" for w in doc.warnings]
-        for m in doc.missing_ranks:
-            who = f"rank {m.rank}" if m.rank is not None else "a rank"
-            lines.append(f"error: {who} missing: {f'{m.path}: ' if m.path else ''}{m.reason}")
-        lines += [f"warning: skipped {s.path}: {s.reason}" for s in doc.skipped_files]
+        lines = flow.warning_lines(doc)
         if doc.timeline is None:
             lines.append(
                 f"note: {saved.path} was saved without --detail timeline: the page has no "
