@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -19,7 +20,8 @@ from tracecomm.analysis.compare import (
     kernel_diff,
 )
 from tracecomm.analysis.runrecord import RunRecord, model_record, record_of_report
-from tracecomm.run.request import AnalyzeOptions
+from tracecomm.run.request import AnalyzeOptions, request_of
+from tracecomm.run.session import analyze_run
 from tracecomm.synth.schedule import RunSpec
 from tracecomm.synth.series import Deltas, before_after, deltas, scaling_series, typical
 from tracecomm.synth.writer import write_run
@@ -37,13 +39,16 @@ def series(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[Path, Ru
     return {n: (out / f"n{n}", spec) for n, spec in specs.items()}
 
 
+def record_of(run: Path, label: str, **options: Any) -> RunRecord:
+    """A run to compare as compare_runs makes it: its Report and its matched instances."""
+    analysis = analyze_run(request_of(run, **options))
+    return record_of_report(analysis.report, label, "traces", analysis.side.matching)
+
+
 @pytest.fixture(scope="module")
 def records(series: dict[int, tuple[Path, RunSpec]]) -> list[RunRecord]:
     # given out of order: compare orders them by world size
-    return [
-        record_of_report(analyze(series[n][0], **TOKENS), f"n{n}", "traces")
-        for n in (32, 8, 64, 16)
-    ]
+    return [record_of(series[n][0], f"n{n}", **TOKENS) for n in (32, 8, 64, 16)]
 
 
 @pytest.fixture(scope="module")
@@ -145,9 +150,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Comparison, Deltas]:
     before, after = before_after(16, "ReduceScatter", 2.0)
     write_run(before, out / "before")
     write_run(after, out / "after")
-    records = [
-        record_of_report(analyze(out / name), name, "traces") for name in ("before", "after")
-    ]
+    records = [record_of(out / name, name) for name in ("before", "after")]
     return compare(records), deltas(typical(before), typical(after))
 
 

@@ -5,7 +5,6 @@ per straggler candidate and per matched collective instance. Times in ns, as eve
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import Any
 
 import polars as pl
@@ -75,7 +74,7 @@ def kernels_frame(view: KernelView | None) -> pl.DataFrame:
     """The top kernels of each class (and collective type) over the ranks (metrics.md §15):
     one row per kernel name."""
     rows = [
-        {"cls": g.cls, "coll_type": g.coll_type, **asdict(k)}
+        {"cls": g.cls, "coll_type": g.coll_type, **structs.asdict(k)}
         for g in (view.groups if view is not None else ())
         for k in g.top
     ]

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
+import msgspec
 import orjson
 from rich.console import Console
 from rich.text import Text
@@ -70,6 +71,8 @@ def _run_document(r: ComparedRun) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> Any:
+    if isinstance(value, msgspec.Struct):  # the Report's parts (a projected size)
+        return _plain(msgspec.to_builtins(value))
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from tracecomm.analysis.model import (
     FileFailure,
     RankReport,
@@ -266,13 +268,16 @@ def _work(request: Request, run: RunInputs) -> RankWork:
 def _recorded_options(
     request: Request, breakdown: BreakdownOptions, model: ModelInputs
 ) -> dict[str, Any]:
-    """The options as the report records them (JSON: paths as text)."""
-    return {
+    """The options as the report records them, as JSON has them (paths as text, lists): what
+    a saved document reads back is the same."""
+    options = {
         "breakdown": asdict(breakdown),
         "align_clocks": request.analysis.align_clocks,
         "detail_instances": request.analysis.detail_instances,
         "model": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(model).items()},
     }
+    plain: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(options, enc_hook=str))
+    return plain
 
 
 class _Files:

@@ -1,0 +1,74 @@
+"""A saved run is the run (issue 44): ``analyze --format json`` writes the Report's own types,
+the one loader reads them back into an equal Report, and every view draws it as it drew the
+run — the terminal at 140 columns, the JSON bytes, every CSV table the document holds, the
+HTML page, the gate's figures and compare's record — on the sample, the shared SE and AR jobs,
+a single-rank trace and a generated DLRM run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import SAMPLE_RUN, SHARED_TRACES
+from tracecomm.analysis.runrecord import record_of_report
+from tracecomm.check.figures import from_report
+from tracecomm.cli import app
+from tracecomm.render import View
+from tracecomm.render.tables import CSV_TABLES, REPORT
+from tracecomm.run.request import request_of
+from tracecomm.run.saved import load_saved_report
+from tracecomm.run.session import analyze_run
+from tracecomm.synth.__main__ import _parser, _spec
+from tracecomm.synth.writer import write_run
+
+WIDE = View(width=140, color=False)
+SHARED = ("bytedance-straggler-SE", "bytedance-straggler-AR", "hta-mtia_trace_single_rank")
+
+
+def _dlrm(tmp: Path) -> Path:
+    out = tmp / "dlrm"
+    write_run(_spec(_parser().parse_args([str(out), "--layout", "dlrm", "--ranks", "4"])), out)
+    return out
+
+
+def _run(name: str, tmp: Path) -> Path:
+    if name == "sample":
+        return SAMPLE_RUN
+    if name == "dlrm":
+        return _dlrm(tmp)
+    if not SHARED_TRACES.is_dir():
+        pytest.skip("../shared/data/traces is not present")
+    return SHARED_TRACES / name
+
+
+@pytest.mark.parametrize("name", ["sample", "dlrm", *SHARED])
+def test_a_saved_run_draws_as_the_run(name: str, tmp_path: Path) -> None:
+    report = analyze_run(request_of(_run(name, tmp_path))).report
+    saved = tmp_path / "saved.json"
+    saved.write_bytes(REPORT["json"](report, WIDE))
+    back = load_saved_report(saved).report
+    assert back == report  # the document is the whole Report
+    for fmt in ("terminal", "json", "html"):
+        assert REPORT[fmt](back, WIDE) == REPORT[fmt](report, WIDE), fmt
+    for table in (t for t in CSV_TABLES if t != "instances"):  # instances: the run's alone
+        view = View(width=140, color=False, table=table)
+        assert REPORT["csv"](back, view) == REPORT["csv"](report, view), table
+    assert from_report(back, "run") == from_report(report, "run")
+    live, read = (record_of_report(r, "run", "analyze JSON") for r in (report, back))
+    assert live == read
+
+
+def test_analyze_takes_a_saved_document_as_its_run(tmp_path: Path) -> None:
+    runner = CliRunner(env={"COLUMNS": "140"})
+    analyzed = runner.invoke(app, ["analyze", str(SAMPLE_RUN), "-f", "json"])
+    saved = tmp_path / "run.json"
+    saved.write_text(analyzed.stdout)
+    again = runner.invoke(app, ["analyze", str(saved), "-f", "json"])
+    assert again.exit_code == analyzed.exit_code == 0 and again.stdout == analyzed.stdout
+    shown, drawn = (runner.invoke(app, ["analyze", str(p)]) for p in (SAMPLE_RUN, saved))
+    assert drawn.exit_code == 0 and drawn.stdout == shown.stdout
+    assert "rank 3" in drawn.stdout  # the straggler, from the saved document
+    refused = runner.invoke(app, ["analyze", str(saved), "-f", "csv", "--table", "instances"])
+    assert refused.exit_code == 2 and "holds no per-rank instances" in refused.stderr
