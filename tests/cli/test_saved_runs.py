@@ -72,3 +72,22 @@ def test_analyze_takes_a_saved_document_as_its_run(tmp_path: Path) -> None:
     assert "rank 3" in drawn.stdout  # the straggler, from the saved document
     refused = runner.invoke(app, ["analyze", str(saved), "-f", "csv", "--table", "instances"])
     assert refused.exit_code == 2 and "holds no per-rank instances" in refused.stderr
+
+
+def test_project_and_export_take_what_a_saved_document_holds(tmp_path: Path) -> None:
+    """project draws a saved projection as it drew it; a document without one, and export
+    (whose events no document holds), say so in one line and exit 2."""
+    runner = CliRunner(env={"COLUMNS": "140"})
+    projected = runner.invoke(app, ["project", str(SAMPLE_RUN), "-f", "json"])
+    assert projected.exit_code == 0, projected.stderr
+    saved = tmp_path / "projected.json"
+    saved.write_text(projected.stdout)
+    again = runner.invoke(app, ["project", str(saved), "-f", "json"])
+    assert again.exit_code == 0 and again.stdout == projected.stdout
+    plain = tmp_path / "plain.json"
+    plain.write_text(runner.invoke(app, ["analyze", str(SAMPLE_RUN), "-f", "json"]).stdout)
+    none = runner.invoke(app, ["project", str(plain)])
+    assert none.exit_code == 2 and "holds no projection" in none.stderr
+    exported = runner.invoke(app, ["export", str(plain), "-o", str(tmp_path / "t.json")])
+    assert exported.exit_code == 2 and "holds no events to export" in exported.stderr
+    assert not (tmp_path / "t.json").exists()

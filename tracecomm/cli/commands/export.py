@@ -9,7 +9,7 @@ import typer
 
 from tracecomm.cli import flow
 from tracecomm.cli.app import app
-from tracecomm.cli.exits import EXIT_NO_INPUT, EXIT_OK, EXIT_PARTIAL, stderr
+from tracecomm.cli.exits import EXIT_NO_INPUT, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, fail, stderr
 from tracecomm.cli.options import (
     ANALYZE_RUN,
     EXPORT_RANKS,
@@ -47,6 +47,13 @@ def export(run: RUNS, *, options: dict[str, Any]) -> None:
     steps = options.get("export_steps") or None
     options["export_steps"] = steps
     options["export_ranks"] = options.get("export_ranks") or ""  # "": the default ranks
+    saved = flow.saved_document(run, {})
+    if saved is not None:
+        fail(
+            f"{saved.path}: a saved analyze document holds no events to export: give the run "
+            "folder",
+            EXIT_USAGE,
+        )
     analysis = flow.analysis_for(flow.request(run, options), show_progress=True)
     result = analysis.report
     if not quiet:
