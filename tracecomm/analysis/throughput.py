@@ -76,7 +76,7 @@ class EnergyReport(Doc, frozen=True):
 
 
 class ObservedReport(Doc, frozen=True):
-    """FLOPs counted from recorded op shapes (mfu.md §8): a lower bound, labelled so."""
+    """FLOPs counted from recorded op shapes (metrics.md §8): a lower bound, labelled so."""
 
     ranks: int  # ranks whose trace recorded shapes
     flops_per_step: float  # summed over those ranks, each rank's total over its steps
