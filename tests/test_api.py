@@ -27,7 +27,7 @@ def document() -> dict:
 
 
 def test_the_readme_line_prints_the_per_rank_frame() -> None:
-    code = "import tracecomm; r = tracecomm.analyze('fixtures/sample-run'); print(r.ranks)"
+    code = "import tracecomm; r = tracecomm.analyze('fixtures/sample-run'); print(r.ranks_frame())"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout

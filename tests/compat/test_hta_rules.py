@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from msgspec import structs
 
 from tests.compat.live import need_hta
 from tests.conftest import kernel, launch, step, trace_doc, write_trace
@@ -191,8 +192,8 @@ def test_the_releases_differ_on_each_case(tmp_path: Path) -> None:
     for case in CASES:
         _, paths = _write(tmp_path, case)
         old, new = _figures(paths, "hta-0.5"), _figures(paths, "hta")
-        strip = [{**vars(f), "hta_version": ""} for f in old.values()]
-        assert strip != [{**vars(f), "hta_version": ""} for f in new.values()], case
+        strip = [{**structs.asdict(f), "hta_version": ""} for f in old.values()]
+        assert strip != [{**structs.asdict(f), "hta_version": ""} for f in new.values()], case
         assert {f.hta_version for f in old.values()} == {"0.5.0"}
         assert {f.hta_version for f in new.values()} == {"0.6.1"}
 

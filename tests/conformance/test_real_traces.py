@@ -36,7 +36,7 @@ COMM_KERNELS = {
 
 
 # Folders whose counts come from the raw JSON in the test itself (too many ranks to list).
-COUNTED = ("bytedance-straggler-SE",)
+COUNTED = ("bytedance-straggler-SE", "bytedance-straggler-AR")
 
 
 def raw_comm_kernels(folder: Path) -> dict[int, int]:

@@ -9,13 +9,13 @@ export renderers have something to draw; the gate's check and the comparison are
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import json
 import re
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import pytest
 
 from tests.conftest import SAMPLE_RUN
@@ -128,7 +128,7 @@ def report_terminal(report: Report, text: str) -> None:
 def report_json(report: Report, text: str) -> None:
     doc = json.loads(text)
     assert report.step_parts is not None
-    assert doc["step_parts"] == plain(dataclasses.asdict(report.step_parts))
+    assert doc["step_parts"] == plain(msgspec.to_builtins(report.step_parts))
     assert doc["throughput"]["step_time_ns"] == step_time(report)
     assert [r["rank"] for r in doc["ranks"]] == ranks(report)
 

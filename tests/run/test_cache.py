@@ -117,13 +117,13 @@ def test_the_memo_misses_when_anything_it_depends_on_changes(
     else:
         (run / "tracecomm.toml").write_text("[model]\nflops-per-step = 1000000000000\n")
     calls: list[object] = []
-    real = session.run_analysis
+    real = session.analyze_run
 
     def counted(*a: Any, **k: Any) -> Any:
         calls.append(1)
         return real(*a, **k)
 
-    monkeypatch.setattr(session, "run_analysis", counted)
+    monkeypatch.setattr(session, "analyze_run", counted)
     invoke(*args)
     assert calls == [1]
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+from msgspec import structs
 from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
@@ -117,8 +118,10 @@ def test_impossible_kernel_figures_are_refused(tmp_path: Path) -> None:
     assert isinstance(result, RankResult) and result.breakdown.kernels is not None
     kernels = result.breakdown.kernels
     group = kernels.groups[0]
-    bad_row = replace(group.top[0], median_ns=group.top[0].max_ns + 1)
-    bad = replace(kernels, groups=(replace(group, top=(bad_row,)), *kernels.groups[1:]))
+    bad_row = structs.replace(group.top[0], median_ns=group.top[0].max_ns + 1)
+    bad = structs.replace(
+        kernels, groups=(structs.replace(group, top=(bad_row,)), *kernels.groups[1:])
+    )
     damaged = replace(result, breakdown=replace(result.breakdown, kernels=bad))
     with pytest.raises(SummaryError, match=r"kernel view, compute: .* out of order"):
         read_summary(str(write_summary(tmp_path, damaged, BreakdownOptions())))
