@@ -31,7 +31,7 @@ from typing import Annotated, Literal, cast
 import numpy as np
 from msgspec import Meta, structs
 
-from tracecomm.analysis.replay import Chain, replay_both
+from tracecomm.analysis.replay import Chain, replay
 from tracecomm.doc import Doc, NonNegative, Percent
 
 FLAG_SHARE_OF_STEP = 0.05  # a flagged candidate gains more than this share of the step …
@@ -179,7 +179,7 @@ class _Fix:
 def what_if(chain: Chain, job: Job) -> WhatIf:
     """Replay the recorded work (the check), then every candidate; flag and decompose."""
     base = np.repeat(chain.gap[:, None], 1, axis=1)
-    medians, means = replay_both(chain, base)
+    medians, means = replay(chain, base)
     replayed, mean = medians[0] or 0, means[0] or 0
     measured = job.measured_step_ns
     error = 100.0 * abs(replayed - measured) / measured if measured else 100.0
@@ -630,7 +630,7 @@ def _gains_both(
                 rows = chain.rows_of_elements(elements)
                 lengths = chain.inst_offsets[elements + 1] - chain.inst_offsets[elements]
                 transfers[rows, k] = np.maximum(0, transfers[rows, k] - np.repeat(cut, lengths))
-        steps, means = replay_both(chain, gaps, transfers)
+        steps, means = replay(chain, gaps, transfers)
         out += [max(0, measured - s) if s is not None else 0 for s in steps]
         totals += [max(0, mean - s) if s is not None else 0 for s in means]
     return out, totals
