@@ -39,11 +39,16 @@ what-ifs side by side: ``gaps`` and ``transfers`` are (elements × what-ifs) arr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Generic, Literal, TypeVar
 
 import numpy as np
 import polars as pl
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 _FAR_PAST = np.iinfo(np.int64).min // 4  # "no constraint" without overflowing an addition
 RELEASE_SLACK_NS = 20_000
@@ -67,6 +72,34 @@ WAIT_COLUMNS = (
 _Level = tuple[
     np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
 ]
+
+
+Stat = Literal["median", "mean"]
+
+
+@dataclass(frozen=True)
+class ByStat(Generic[T]):
+    """One figure for each statistic of the step a replay gives: the ranks' median step
+    (median over ranks of each rank's median step) and their mean step (median over ranks of
+    each rank's mean over its included steps). A rank slow in a third of the steps leaves the
+    median step where it was and shows in the mean."""
+
+    median: T
+    mean: T
+
+    @staticmethod
+    def build(figure: Callable[[Stat], U]) -> ByStat[U]:
+        """The figure computed for each statistic."""
+        return ByStat(figure("median"), figure("mean"))
+
+    def of(self, stat: Stat) -> T:
+        return self.median if stat == "median" else self.mean
+
+    def map(self, f: Callable[[T], U]) -> ByStat[U]:
+        return ByStat(f(self.median), f(self.mean))
+
+    def __iter__(self) -> Iterator[T]:  # median, mean: zip() pairs up the statistics
+        return iter((self.median, self.mean))
 
 
 @dataclass(frozen=True)
@@ -164,25 +197,12 @@ def build_chain(waits: pl.DataFrame, windows: pl.DataFrame) -> Chain | None:
     )
 
 
-def replay_steps(
+def replay(
     chain: Chain, gaps: np.ndarray, transfers: np.ndarray | None = None
-) -> list[int | None]:
-    """The median step (median over ranks of each rank's median step, halves up) for each
-    column of ``gaps`` (elements × what-ifs); ``transfers`` likewise, default as recorded."""
-    return replay_both(chain, gaps, transfers)[0]
-
-
-def replay_both(
-    chain: Chain, gaps: np.ndarray, transfers: np.ndarray | None = None
-) -> tuple[list[int | None], list[int | None]]:
-    """Per column: the median step (replay_steps) and the mean step (median over ranks of each
-    rank's mean over its included steps): a rank slow in a third of the steps leaves the
-    median step where it was and shows in the mean."""
-    durations = _durations(chain, gaps, transfers)
-    return (
-        _median_steps(durations, chain.mark_rank),
-        _mean_steps(durations, chain.mark_rank),
-    )
+) -> ByStat[list[int | None]]:
+    """Per column of ``gaps`` (elements × what-ifs; ``transfers`` likewise, default as
+    recorded): the step under each statistic (ByStat)."""
+    return _steps(_durations(chain, gaps, transfers), chain.mark_rank)
 
 
 def _durations(chain: Chain, gaps: np.ndarray, transfers: np.ndarray | None) -> np.ndarray:
@@ -462,26 +482,22 @@ def _inside_steps(frame: pl.DataFrame) -> np.ndarray:
     return inside.to_series().to_numpy()
 
 
-def _median_steps(durations: np.ndarray, ranks: np.ndarray) -> list[int | None]:
-    """Median over ranks of each rank's median step, per column, halves rounded up."""
+def _steps(durations: np.ndarray, ranks: np.ndarray) -> ByStat[list[int | None]]:
+    """Per column: the median over ranks of each rank's median step and of its mean step,
+    halves rounded up (each rank's figure first, then the median's)."""
     if durations.shape[0] == 0:
-        return [None] * durations.shape[1]
-    bounds = np.flatnonzero(np.r_[True, ranks[1:] != ranks[:-1], True])
-    per_rank = np.stack(
-        [_halves_up(np.median(durations[a:b], axis=0)) for a, b in pairwise(bounds.tolist())]
-    )
-    return [math.floor(v + 0.5) for v in np.median(per_rank, axis=0).tolist()]
-
-
-def _mean_steps(durations: np.ndarray, ranks: np.ndarray) -> list[int | None]:
-    """Median over ranks of each rank's mean step, per column, halves rounded up."""
-    if durations.shape[0] == 0:
-        return [None] * durations.shape[1]
+        none: list[int | None] = [None] * durations.shape[1]
+        return ByStat(none, list(none))
     starts = np.flatnonzero(np.r_[True, ranks[1:] != ranks[:-1]])
-    counts = np.diff(np.r_[starts, len(ranks)])
-    sums = np.add.reduceat(durations.astype(np.float64), starts, axis=0)
-    per_rank = _halves_up(sums / counts[:, None])
-    return [math.floor(v + 0.5) for v in np.median(per_rank, axis=0).tolist()]
+    bounds = np.r_[starts, len(ranks)]
+    per_rank = ByStat(
+        median=np.stack([np.median(durations[a:b], axis=0) for a, b in pairwise(bounds.tolist())]),
+        mean=np.add.reduceat(durations.astype(np.float64), starts, axis=0)
+        / np.diff(bounds)[:, None],
+    )
+    return per_rank.map(
+        lambda v: [math.floor(x + 0.5) for x in np.median(_halves_up(v), axis=0).tolist()]
+    )
 
 
 def _halves_up(values: np.ndarray) -> np.ndarray:

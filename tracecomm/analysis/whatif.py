@@ -31,7 +31,7 @@ from typing import Annotated, Literal, cast
 import numpy as np
 from msgspec import Meta, structs
 
-from tracecomm.analysis.replay import Chain, replay_both
+from tracecomm.analysis.replay import ByStat, Chain, Stat, replay
 from tracecomm.doc import Doc, NonNegative, Percent
 
 FLAG_SHARE_OF_STEP = 0.05  # a flagged candidate gains more than this share of the step …
@@ -128,6 +128,11 @@ class Candidate(Doc, frozen=True):
     def label(self) -> str:
         return f"host {self.host}" if self.host is not None else f"{self.kind} {self.index}"
 
+    @property
+    def gain(self) -> ByStat[int]:
+        """gain_ns and total_gain_ns: the gain over each statistic of the step."""
+        return ByStat(self.gain_ns, self.total_gain_ns)
+
 
 @dataclass(frozen=True)
 class WhatIf:
@@ -148,7 +153,7 @@ class WhatIf:
     mean_step_ns: int | None = None  # the recorded work's mean step (replayed)
     # what step_if_fixed_ns and recoverable_pct are of: the ranks' median step, or — when a
     # flagged candidate is slow in some steps only — their mean step (mean_step_ns)
-    step_basis: str = "median"
+    step_basis: Stat = "median"
     considered: tuple[int, ...] = ()  # ranks weighed as candidates (gain 0 unless listed)
 
 
@@ -178,9 +183,8 @@ class _Fix:
 
 def what_if(chain: Chain, job: Job) -> WhatIf:
     """Replay the recorded work (the check), then every candidate; flag and decompose."""
-    base = np.repeat(chain.gap[:, None], 1, axis=1)
-    medians, means = replay_both(chain, base)
-    replayed, mean = medians[0] or 0, means[0] or 0
+    recorded = replay(chain, chain.gap[:, None]).map(lambda steps: steps[0] or 0)
+    replayed = recorded.median
     measured = job.measured_step_ns
     error = 100.0 * abs(replayed - measured) / measured if measured else 100.0
     check = WhatIf(
@@ -190,7 +194,7 @@ def what_if(chain: Chain, job: Job) -> WhatIf:
         TOLERANCE_PCT,
         error <= TOLERANCE_PCT,
         chain.shared_waits,
-        mean_step_ns=mean,
+        mean_step_ns=recorded.mean,
     )
     if not check.reproduces:
         reason = (
@@ -202,12 +206,14 @@ def what_if(chain: Chain, job: Job) -> WhatIf:
     raw = _candidate_fixes(chain, job, donors)
     parts = _parts_of([key[2] for key, _ in raw])  # which candidates lie inside which
     fixes = _with_parts(raw, parts)
-    gains, totals = _gains_both(chain, measured, mean, [fix for _, fix in fixes])
     keys = [key for key, _ in fixes]
-    gains, totals = _at_least_parts(keys, gains, parts), _at_least_parts(keys, totals, parts)
+    bases = ByStat(measured, recorded.mean)  # the steps the gains are of
+    gains = _gains(chain, bases, [fix for _, fix in fixes]).map(
+        lambda by_fix: _at_least_parts(keys, by_fix, parts)
+    )
     candidates = [
-        _candidate(key, fix, measured, gain, job, total, mean)
-        for (key, fix), gain, total in zip(fixes, gains, totals, strict=True)
+        _candidate(key, fix, bases, ByStat(median, mean), job)
+        for (key, fix), median, mean in zip(fixes, *gains, strict=True)
     ]
     decided = _decide(chain, check, candidates, {(k[0], k[1]): f for k, f in fixes}, parts)
     present = sorted(set(np.unique(chain.rank).tolist()))
@@ -595,25 +601,17 @@ def _max_cuts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, n
 
 
 def _gains(
-    chain: Chain, measured: int, fixes: Sequence[_Fix], parts: Sequence[str | None] | None = None
-) -> list[int]:
-    """Per fix (with only the named part fixed: "compute", an op type, or None for all), the
-    gain over the measured step, clipped at 0; replayed in batches that fit in memory."""
-    return _gains_both(chain, measured, 0, fixes, parts)[0]
-
-
-def _gains_both(
     chain: Chain,
-    measured: int,
-    mean: int,
+    bases: ByStat[int],
     fixes: Sequence[_Fix],
     parts: Sequence[str | None] | None = None,
-) -> tuple[list[int], list[int]]:
-    """_gains, and the gains over the mean step (``mean``: the recorded work's)."""
+) -> ByStat[list[int]]:
+    """Per fix (with only the named part fixed: "compute", an op type, or None for all), the
+    gain over each statistic's step in ``bases`` (the measured median step, the recorded
+    work's mean step), clipped at 0; replayed in batches that fit in memory."""
     chosen = list(parts) if parts is not None else [None] * len(fixes)
     width = max(1, min(64, _CELLS // max(chain.size, 1)))
-    out: list[int] = []
-    totals: list[int] = []
+    replayed: list[ByStat[list[int | None]]] = []
     for lo in range(0, len(fixes), width):
         batch = list(zip(fixes[lo : lo + width], chosen[lo : lo + width], strict=True))
         gaps = np.repeat(chain.gap[:, None], len(batch), axis=1)
@@ -630,27 +628,36 @@ def _gains_both(
                 rows = chain.rows_of_elements(elements)
                 lengths = chain.inst_offsets[elements + 1] - chain.inst_offsets[elements]
                 transfers[rows, k] = np.maximum(0, transfers[rows, k] - np.repeat(cut, lengths))
-        steps, means = replay_both(chain, gaps, transfers)
-        out += [max(0, measured - s) if s is not None else 0 for s in steps]
-        totals += [max(0, mean - s) if s is not None else 0 for s in means]
-    return out, totals
+        replayed.append(replay(chain, gaps, transfers))
+    return ByStat.build(
+        lambda stat: [_gain(bases.of(stat), s) for steps in replayed for s in steps.of(stat)]
+    )
 
 
-def _candidate(
-    key: _Key, fix: _Fix, measured: int, gain: int, job: Job, total: int = 0, mean: int = 0
-) -> Candidate:
+def _gain(base: int, step: int | None) -> int:
+    """What a replayed step gives back of ``base``, clipped at 0 (0: no step replayed)."""
+    return max(0, base - step) if step is not None else 0
+
+
+def _pct(gain: float, base: int) -> float:
+    """``gain`` as a share of ``base``, within 0–100 % (0 without a base)."""
+    return min(100.0, max(0.0, 100.0 * gain / base)) if base else 0.0
+
+
+def _candidate(key: _Key, fix: _Fix, bases: ByStat[int], gain: ByStat[int], job: Job) -> Candidate:
     kind, index, ranks = key
+    pct = ByStat.build(lambda stat: _pct(gain.of(stat), bases.of(stat)))
     return Candidate(
-        total_gain_ns=total,
-        total_recoverable_pct=min(100.0, 100.0 * total / mean) if mean else 0.0,
         kind=cast(CandidateKind, kind),
         index=index,
         ranks=ranks,
         method=cast(FixMethod, fix.method),
-        step_if_fixed_ns=measured - gain,
-        gain_ns=gain,
-        recoverable_pct=min(100.0, 100.0 * gain / measured) if measured else 0.0,
+        step_if_fixed_ns=bases.median - gain.median,
+        gain_ns=gain.median,
+        recoverable_pct=pct.median,
         host=job.hosts[index][0] if kind == "host" else None,
+        total_gain_ns=gain.mean,
+        total_recoverable_pct=pct.mean,
     )
 
 
@@ -669,60 +676,43 @@ def _decide(
     candidate inside it (``parts``: the candidates inside each, in the same order, found here
     when not given); then the fewest ranks that explain it (_subsumed). Then decompose, and
     replay all flagged at once."""
-    measured = check.measured_step_ns
-    rank_gains = [c.gain_ns for c in candidates if c.kind == "rank"]
-    median_rank = statistics.median(rank_gains) if rank_gains else 0
-    threshold = math.floor(
-        max(FLAG_SHARE_OF_STEP * measured, FLAG_TIMES_MEDIAN_RANK * median_rank) + 0.5
-    )
-    # the same line over the mean step: an intermittent straggler is flagged on its total
-    totals = [c.total_gain_ns for c in candidates if c.kind == "rank"]
-    mean = check.mean_step_ns or measured
-    total_line = math.floor(
-        max(
-            FLAG_SHARE_OF_STEP * mean,
-            FLAG_TIMES_MEDIAN_RANK * (statistics.median(totals) if totals else 0),
+    bases = ByStat(check.measured_step_ns, check.mean_step_ns or check.measured_step_ns)
+    # the flag line over each statistic: an intermittent straggler is flagged on its gain
+    # over the mean step
+    lines = ByStat.build(
+        lambda stat: _flag_line(
+            bases.of(stat), [c.gain.of(stat) for c in candidates if c.kind == "rank"]
         )
-        + 0.5
     )
-    flagged = []
+    threshold = lines.median
     if parts is None:
         parts = _parts_of([c.ranks for c in candidates])
-    for c, inside in zip(candidates, parts, strict=True):
-        if c.kind == "rank":
-            flagged.append(c.gain_ns > threshold or c.total_gain_ns > total_line)
-            continue
-        # the group, not a part of it, is the cause: fixing it adds more than the flag line
-        # over fixing its best part (a rank, or a smaller group inside it)
-        best = max((candidates[j].gain_ns for j in inside), default=0)
-        best_total = max((candidates[j].total_gain_ns for j in inside), default=0)
-        flagged.append(
-            (c.gain_ns - best > threshold and c.gain_ns > threshold)
-            or (c.total_gain_ns - best_total > total_line and c.total_gain_ns > total_line)
-        )
+    flagged = [
+        _passes(c, [candidates[j] for j in inside], lines)
+        for c, inside in zip(candidates, parts, strict=True)
+    ]
     candidates = _subsumed(
         [_flag(c, f) for c, f in zip(candidates, flagged, strict=True)], threshold
     )
     ordered = sorted(candidates, key=lambda c: (-c.gain_ns, _KIND_ORDER[c.kind], c.index))
-    decomposed = _decompose(chain, measured, ordered, fixes)
+    decomposed = _decompose(chain, bases, ordered, fixes)
     chosen = [f for c in decomposed if c.flagged and (f := fixes.get((c.kind, c.index)))]
     merged = _merge(chosen)
-    gains, totals = (
-        _gains_both(chain, measured, mean, [merged]) if merged is not None else ([0], [0])
-    )
+    gains = _gains(chain, bases, [merged]) if merged is not None else ByStat([0], [0])
     # a flagged candidate that only the mean step shows (slow in some steps): the what-if is
     # the mean step's, as the median step would say fixing it gives nothing
     on_mean = any(c.flagged and c.gain_ns <= threshold for c in decomposed)
-    base, gain = (mean, totals[0]) if on_mean else (measured, gains[0])
+    basis: Stat = "mean" if on_mean else "median"
+    base, gain = bases.of(basis), gains.of(basis)[0]
     ranks = sorted({r for c in decomposed if c.flagged for r in c.ranks})
     return _replace(
         check,
         candidates=_with_mostly(decomposed),
         threshold_ns=threshold,
         flagged_ranks=tuple(ranks),
-        step_basis="mean" if on_mean else "median",
+        step_basis=basis,
         step_if_fixed_ns=base - gain,
-        recoverable_pct=min(100.0, 100.0 * gain / base) if base else 0.0,
+        recoverable_pct=_pct(gain, base),
         by_peers=tuple(r for c in decomposed if c.flagged and c.method == "peers" for r in c.ranks),
         by_scaling=tuple(
             r for c in decomposed if c.flagged and c.method != "peers" for r in c.ranks
@@ -731,6 +721,22 @@ def _decide(
 
 
 _KIND_ORDER = {"rank": 0, "stage": 1, "host": 2, "replica": 3}
+
+
+def _flag_line(step: int, rank_gains: Sequence[int]) -> int:
+    """The gain a flagged candidate exceeds, over one statistic of the step: a share of that
+    step (FLAG_SHARE_OF_STEP) and a multiple of the median rank's gain over it."""
+    median_rank = statistics.median(rank_gains) if rank_gains else 0
+    return math.floor(max(FLAG_SHARE_OF_STEP * step, FLAG_TIMES_MEDIAN_RANK * median_rank) + 0.5)
+
+
+def _passes(c: Candidate, inside: Sequence[Candidate], lines: ByStat[int]) -> bool:
+    """Over either statistic: the gain exceeds the flag line and, for a stage, replica or
+    host, exceeds by more than the line the gain of its best part (``inside``: a rank, or a
+    smaller group inside it): the group, not a part of it, is the cause."""
+    parts = () if c.kind == "rank" else inside
+    best = ByStat.build(lambda stat: max((p.gain.of(stat) for p in parts), default=0))
+    return any(g - b > line and g > line for g, b, line in zip(c.gain, best, lines, strict=True))
 
 
 def _subsumed(candidates: list[Candidate], threshold: int) -> list[Candidate]:
@@ -767,7 +773,7 @@ def _flag(c: Candidate, flagged: bool) -> Candidate:
 
 def _decompose(
     chain: Chain,
-    measured: int,
+    bases: ByStat[int],
     ordered: list[Candidate],
     fixes: Mapping[tuple[str, int], _Fix],
 ) -> list[Candidate]:
@@ -779,13 +785,13 @@ def _decompose(
     picked = [c for c in picked if c.gain_ns > 0 and (c.kind, c.index) in fixes]
     jobs = [(c, part) for c in picked for part in ["compute", *fixes[(c.kind, c.index)].cuts]]
     gains = _gains(
-        chain, measured, [fixes[(c.kind, c.index)] for c, _ in jobs], [p for _, p in jobs]
-    )
+        chain, bases, [fixes[(c.kind, c.index)] for c, _ in jobs], [p for _, p in jobs]
+    ).median
     parts: dict[tuple[str, int], dict[str, int]] = {}
     for (c, part), gain in zip(jobs, gains, strict=True):
         parts.setdefault((c.kind, c.index), {})[part] = gain
     return [
-        structs.replace(c, by_op_type=gain, by_op_type_pct=_shares_of(gain, measured))
+        structs.replace(c, by_op_type=gain, by_op_type_pct=_shares_of(gain, bases.median))
         for c in ordered
         for gain in [parts.get((c.kind, c.index))]
     ]
@@ -810,9 +816,7 @@ def _shares_of(gains: Mapping[str, int] | None, measured: int) -> dict[str, floa
     """Each gain as a share of the measured step, in 0–100 % (recoverable_pct's base)."""
     if gains is None:
         return None
-    return {
-        k: min(100.0, max(0.0, 100 * v / measured)) if measured else 0.0 for k, v in gains.items()
-    }
+    return {k: _pct(v, measured) for k, v in gains.items()}
 
 
 def _median_int(values: list[int]) -> int | None:
