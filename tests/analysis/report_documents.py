@@ -1,7 +1,7 @@
-"""Analyze documents the test suite can make cheaply, for the tests that bind the hand-built
-writer (``render.document``) to the typed document (``analysis.document``): the fixtures, runs
-generated to reach every section (pipelines, power logs, recorded shapes, CUDA graphs, NCCL
-logs, a missing rank, a projection that cannot be made), and every shared trace folder."""
+"""Analyze documents the test suite can make cheaply, for the tests that hold the document to
+the Report's types (``analysis.report``): the fixtures, runs generated to reach every section
+(pipelines, power logs, recorded shapes, CUDA graphs, NCCL logs, a missing rank, a projection
+that cannot be made), and every shared trace folder."""
 
 from __future__ import annotations
 

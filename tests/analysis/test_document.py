@@ -26,7 +26,7 @@ from tests.analysis.report_documents import (
     shared_folders,
 )
 from tests.conftest import REPO
-from tracecomm.analysis.report import Report as ReportDocument
+from tracecomm.analysis.report import Report
 from tracecomm.cli import EXIT_OK, app
 from tracecomm.doc import SCHEMA_VERSION
 from tracecomm.nccl.diagnose import NcclDocument
@@ -61,7 +61,7 @@ def loads_back(doc: dict[str, Any], tmp: Path) -> None:
 def test_every_generated_document_is_the_typed_document(name: str, tmp_path: Path) -> None:
     run, options = GENERATED[name](tmp_path)
     doc = document_of(run, options)
-    round_trip(doc, ReportDocument)
+    round_trip(doc, Report)
     jsonschema.validate(doc, REPORT_SCHEMA)
     loads_back(doc, tmp_path)
 
@@ -69,7 +69,7 @@ def test_every_generated_document_is_the_typed_document(name: str, tmp_path: Pat
 @pytest.mark.parametrize("folder", shared_folders(), ids=lambda p: p.name)
 def test_every_shared_trace_document_is_the_typed_document(folder: Path, tmp_path: Path) -> None:
     doc = document_of(folder, {})
-    round_trip(doc, ReportDocument)
+    round_trip(doc, Report)
     jsonschema.validate(doc, REPORT_SCHEMA)
     loads_back(doc, tmp_path)
 
@@ -135,7 +135,7 @@ def test_the_types_and_the_schema_refuse_the_same_damage(
         target = target[step]
     target[where[-1]] = value
     with pytest.raises(msgspec.ValidationError):
-        msgspec.convert(doc, ReportDocument)
+        msgspec.convert(doc, Report)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(doc, REPORT_SCHEMA)
 

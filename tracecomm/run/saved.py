@@ -132,8 +132,4 @@ def _not_readable(raw: bytes, exc: Exception) -> str:
 
 def read_saved(path: Path, label: str) -> RunRecord:
     """The run of a saved analyze document, to compare. Raises ``SavedReportError``."""
-    return saved_record(load_saved_report(path), label)
-
-
-def saved_record(saved: SavedReport, label: str) -> RunRecord:
-    return record_of_report(saved.report, label, SAVED)
+    return record_of_report(load_saved_report(path).report, label, SAVED)
