@@ -79,7 +79,7 @@ def test_an_identical_command_replays_its_output_without_analyzing(
     def fail(*a: object, **k: object) -> None:
         raise AssertionError("analyzed again")
 
-    monkeypatch.setattr(session, "run_analysis", fail)
+    monkeypatch.setattr(session, "analyze_run", fail)
     second = invoke(*args)
     assert (second.stdout_bytes, second.stderr, second.exit_code) == (
         first.stdout_bytes,
@@ -89,7 +89,7 @@ def test_an_identical_command_replays_its_output_without_analyzing(
     for fmt in ("csv", "terminal"):  # each format is its own entry
         monkeypatch.undo()
         out = invoke("analyze", str(run), "-f", fmt, "--cache", str(cache))
-        monkeypatch.setattr(session, "run_analysis", fail)
+        monkeypatch.setattr(session, "analyze_run", fail)
         assert invoke("analyze", str(run), "-f", fmt, "--cache", str(cache)).stdout == out.stdout
 
 
