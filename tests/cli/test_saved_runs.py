@@ -91,3 +91,26 @@ def test_project_and_export_take_what_a_saved_document_holds(tmp_path: Path) -> 
     exported = runner.invoke(app, ["export", str(plain), "-o", str(tmp_path / "t.json")])
     assert exported.exit_code == 2 and "holds no events to export" in exported.stderr
     assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("where", ["options", "tool"])
+def test_a_document_nested_past_any_report_is_one_line_not_a_bug(
+    where: str, tmp_path: Path
+) -> None:
+    """The options are free JSON in the document (and the envelope is read to say what a bad
+    document is): nesting past the interpreter's recursion limit is a refused document, exit 2,
+    for every command that reads one, never exit 70."""
+    runner = CliRunner()
+    text = runner.invoke(app, ["analyze", str(SAMPLE_RUN), "-f", "json"]).stdout
+    deep = "[" * 100_000 + "]" * 100_000
+    bad = tmp_path / "deep.json"
+    bad.write_text(text.replace(f'"{where}": {{', f'"{where}": {{"x": {deep}, ', 1))
+    page = str(tmp_path / "p.html")
+    for argv in (
+        ["analyze", str(bad)],
+        ["report", str(bad), "-o", page],
+        ["check", str(bad), "--baseline", str(bad)],
+    ):
+        result = runner.invoke(app, argv)
+        assert result.exit_code == 2, (argv, result.stderr)
+        assert "not an analyze JSON document" in result.stderr

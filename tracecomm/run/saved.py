@@ -98,6 +98,10 @@ def load_saved_report(path: Path) -> SavedReport:
         doc = _DECODER.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise SavedReportError(f"{path}: {_not_readable(raw, exc)}") from None
+    except RecursionError:  # a value nested past what a document holds (options are free JSON)
+        raise SavedReportError(
+            f"{path}: not an analyze JSON document (nested too deeply)"
+        ) from None
     if doc.schema_version != REPORT_SCHEMA_VERSION:
         raise SavedReportError(f"{path}: {_not_readable(raw, ValueError())}")
     problem = document_problem(doc)
@@ -111,7 +115,7 @@ def _not_readable(raw: bytes, exc: Exception) -> str:
     version, or (the rest) what the decoder found."""
     try:
         envelope = _ENVELOPE.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return f"not an analyze JSON document ({exc})"
     if isinstance(envelope.kind, str) and envelope.kind.startswith("tracecomm-"):
         return (
