@@ -99,12 +99,17 @@ class Report(Doc, frozen=True, kw_only=True):
         return straggler_frame(self.stragglers)
 
 
-def report_document(report: Report, top: int | None = None) -> dict[str, Any]:
-    """The report as JSON values: the saved document, written by msgspec from the Report's own
-    types (``top``: list only that many straggler ranks and what-if candidates, ``--top``)."""
+def report_json(report: Report, top: int | None = None) -> bytes:
+    """The saved document: msgspec writing the Report's own types, two-space indented (``top``:
+    list only that many straggler ranks and what-if candidates, ``--top``)."""
     st = report.stragglers
     if top is not None and st is not None:
         shown = structs.replace(st, ranks=st.ranks[:top], candidates=st.candidates[:top])
         report = structs.replace(report, stragglers=shown)
-    out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(report))
+    return msgspec.json.format(msgspec.json.encode(report), indent=2)
+
+
+def report_document(report: Report, top: int | None = None) -> dict[str, Any]:
+    """The saved document as JSON values (the HTML page embeds them)."""
+    out: dict[str, Any] = msgspec.json.decode(report_json(report, top))
     return out

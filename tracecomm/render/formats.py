@@ -12,7 +12,7 @@ import orjson
 import polars as pl
 
 from tracecomm.analysis.model import MedianFigures
-from tracecomm.analysis.report import Report, report_document
+from tracecomm.analysis.report import Report, report_json
 from tracecomm.doc import NCCL_SCHEMA_VERSION
 from tracecomm.engine.model import PARTITION_FIELDS, Figures
 from tracecomm.nccl.diagnose import NcclDocument
@@ -26,8 +26,7 @@ _FIGURE_COLUMNS = PARTITION_FIELDS
 
 
 def render_json(report: Report, view: View) -> bytes:
-    document = report_document(report, view.top)
-    return json_safe(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+    return json_safe(report_json(report, view.top) + b"\n")
 
 
 def render_nccl_json(found: tuple[NcclSummary, Sequence[str]], view: View) -> bytes:
