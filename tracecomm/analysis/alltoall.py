@@ -34,28 +34,24 @@ class AllToAllRank(Doc, frozen=True):
 
     rank: int
     kernels: NonNegative
-    comm_ns: Annotated[
-        int, Meta(ge=0, description="|U(AllToAll kernels)| in the window (§3)")
-    ]  # |U(AllToAll kernels)| in the window (§3)
-    exposed_ns: Annotated[
-        int, Meta(ge=0, description="of it, with no compute kernel beside it")
-    ]  # of it, with no compute kernel beside it
+    comm_ns: Annotated[int, Meta(ge=0, description="|U(AllToAll kernels)| in the window (§3)")]
+    exposed_ns: Annotated[int, Meta(ge=0, description="of it, with no compute kernel beside it")]
     hidden_pct: Annotated[
         Percent | None, Meta(description="100 · (comm − exposed) / comm: hidden behind compute")
-    ]  # 100 · (comm − exposed) / comm
+    ]
     matched_ns: Annotated[
         int | None,
         Meta(description="kernel time of its instances matched across ranks (§4); null: none"),
-    ]  # kernel time of its instances matched across ranks (§4)
+    ]
     wait_ns: Annotated[
         int | None, Meta(description="of that, waiting for the group's last member (§6)")
-    ]  # of that, waiting for the group's last member (§6)
+    ]
     transfer_ns: Annotated[
         int | None, Meta(description="and moving data: last arrival → the earliest end (§6)")
-    ]  # and moving data: last arrival → the group's earliest end
+    ]
     received: Annotated[
         int | None, Meta(description="tokens (or elements, see imbalance.unit) received over them")
-    ]  # rows (tokens) or elements received over its matched instances
+    ]
 
 
 ImbalanceUnit = Literal["tokens", "elements"]
@@ -69,15 +65,11 @@ class TokenImbalance(Doc, frozen=True):
     busiest_rank: int
     busiest_received: NonNegative
     median_received: Annotated[float, Meta(ge=0)]
-    ratio: Annotated[
-        float, Meta(ge=1, description="busiest / median received")
-    ]  # busiest / median, >= 1
+    ratio: Annotated[float, Meta(ge=1, description="busiest / median received")]
     worst_instance_ratio: Annotated[
         float, Meta(ge=1, description="the most uneven instance's busiest / median")
-    ]  # the most uneven instance's busiest / median (>= ratio)
-    imbalanced: Annotated[
-        bool, Meta(description="ratio at or above 1.05")
-    ]  # ratio >= IMBALANCE_FLAG_RATIO
+    ]
+    imbalanced: Annotated[bool, Meta(description="ratio at or above 1.05")]
     # what balancing gives back: the straggler what-if's gain for the busiest rank (its extra
     # work at its peers' median), when the replay holds; else None with the reason
     gain_ns: Annotated[
@@ -102,7 +94,7 @@ class AllToAllView(Doc, frozen=True):
                 "combine, or a DLRM embedding exchange; null when the names do not say"
             )
         ),
-    ]  # "expert" (MoE dispatch / combine), "embedding" (DLRM), or unknown
+    ]
     libraries: tuple[str, ...]  # whose kernels carried it: "NCCL", "DeepEP", …
     kernels: NonNegative
     comm_ns: NonNegative  # sums over ranks of the windows' figures
@@ -120,7 +112,7 @@ def all_to_all_view(
     ranks: Sequence[RankReport],
     breakdowns: Mapping[int, RankBreakdown],
     cross_rank: Matching | None,
-    stragglers: WhatIf | None,
+    what_if: WhatIf | None,
     world_size: int | None = None,
     step_ns: int | None = None,
 ) -> AllToAllView | None:
@@ -155,7 +147,7 @@ def all_to_all_view(
     exposed = sum(r.exposed_ns for r in out)
     waits = [r.wait_ns for r in out if r.wait_ns is not None]
     transfers = [r.transfer_ns for r in out if r.transfer_ns is not None]
-    imbalance, why_not = _imbalance(received, stragglers, step_ns)
+    imbalance, why_not = _imbalance(received, what_if, step_ns)
     return AllToAllView(
         use=_one_use([breakdowns[r.rank].all_to_all_use for r in ranks]),
         libraries=tuple(
@@ -250,7 +242,7 @@ def _received(rows: pl.DataFrame) -> tuple[str, dict[int, int], int, float] | No
 
 def _imbalance(
     received: tuple[str, dict[int, int], int, float] | None,
-    stragglers: WhatIf | None,
+    what_if: WhatIf | None,
     step_ns: int | None,
 ) -> tuple[TokenImbalance | None, str | None]:
     if received is None:
@@ -264,7 +256,7 @@ def _imbalance(
     if median <= 0:
         return None, f"the ranks' median received {unit} is 0"
     ratio = volumes[busiest] / median
-    gain, pct, reason = _balancing_gain(busiest, stragglers, step_ns)
+    gain, pct, reason = _balancing_gain(busiest, what_if, step_ns)
     return (
         TokenImbalance(
             unit=cast(ImbalanceUnit, unit),

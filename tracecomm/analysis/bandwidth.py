@@ -30,14 +30,14 @@ class BandwidthRow(Doc, frozen=True):
                 "GB/s (10^9 bytes), median: bytes / transfer (earliest end − latest start)"
             )
         ),
-    ]  # GB/s (10^9 bytes), median over instances, waiting excluded
+    ]
     busbw_gbps: float
     busbw_incl_wait_gbps: Annotated[
         float, Meta(description="with each rank's whole kernel duration (waiting included)")
-    ]  # with each rank's whole kernel duration, averaged over ranks
+    ]
     below_link_pct: Annotated[
         float | None, Meta(description="share of instances whose busbw is under --link-gbps")
-    ]  # share of instances whose busbw is under --link-gbps
+    ]
 
 
 class Bandwidth(Doc, frozen=True):

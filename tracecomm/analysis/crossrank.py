@@ -44,10 +44,10 @@ class HostClock(Doc, frozen=True):
     offset_ns: Annotated[
         int | None,
         Meta(description="this host's clock minus the reference host's, from collective ends"),
-    ]  # subtract from this host's times; None when nothing is shared
+    ]
     error_ns: Annotated[
         int | None, Meta(description="median absolute deviation of the per-instance differences")
-    ]  # median absolute deviation of the per-instance differences
+    ]
     instances: int  # matched instances the estimate rests on
 
 

@@ -12,9 +12,7 @@ from tracecomm.doc import Doc, NonNegative, Percent, Positive
 
 class Finding(Doc, frozen=True):
     kind: str  # exposed_comm, straggler, stage_imbalance, host_bound, dataloader, sync, …
-    severity: Literal[
-        "input", "cost", "uncosted"
-    ]  # input (fix the inputs first), cost (ranked by cost), uncosted
+    severity: Literal["input", "cost", "uncosted"]
     title: str  # what, in one line
     cost_ns: Annotated[
         NonNegative | None,
@@ -24,7 +22,7 @@ class Finding(Doc, frozen=True):
                 "null when the traces cannot cost it"
             )
         ),
-    ]  # per step (of the basis: StepParts.per_step); None: cannot tell
+    ]
     cost_pct: Percent | None  # of the step time (metrics.md §8), 0–100
     recoverable_pct: Percent | None  # the share of the step a fix gives back, when known
     ranks: tuple[int, ...]  # where
@@ -34,9 +32,7 @@ class Finding(Doc, frozen=True):
     hosts: tuple[str, ...]
     evidence: tuple[str, ...]  # why
     advice: tuple[str, ...]  # what to try
-    section: Annotated[
-        str, Meta(pattern="^metrics\\.md §[0-9]+$")
-    ]  # the metrics.md section that defines the figure
+    section: Annotated[str, Meta(pattern="^metrics\\.md §[0-9]+$")]
 
 
 class StepParts(Doc, frozen=True):
@@ -55,7 +51,7 @@ class StepParts(Doc, frozen=True):
                 "window it falls back to without ProfilerStep spans"
             )
         ),
-    ]  # "the step time" (metrics.md §8), or the window it falls back to, named
+    ]
     per_step: Annotated[
         bool,
         Meta(
@@ -64,7 +60,7 @@ class StepParts(Doc, frozen=True):
                 "ProfilerStep), and costs are over it, not per step"
             )
         ),
-    ]  # False: the basis is a whole window (no ProfilerStep), not one step
+    ]
     step_ns: Positive
     busy_pct: Percent  # 100 - idle_pct
     compute_ns: NonNegative
@@ -85,12 +81,12 @@ class StepParts(Doc, frozen=True):
     ]
     comm_by_type_ns: Annotated[
         dict[str, NonNegative], Meta(description="each type's communication, hidden or not")
-    ]  # each type's communication time, hidden or not
+    ]
     comm_by_type_pct: dict[str, Percent]
     comm_by_type_over_compute: Annotated[
         dict[str, float | None],
         Meta(description="comm_by_type_ns / compute_ns; null without compute"),
-    ]  # comm_by_type_ns / compute_ns
+    ]
     exposed_memory_ns: NonNegative
     exposed_memory_pct: Percent
     idle_ns: NonNegative

@@ -124,7 +124,7 @@ def findings(
         found += _pipeline_bubble(
             report, basis, parts, max((f.cost_ns or 0 for f in stages), default=0)
         )
-        found += _stragglers(report, basis, _untraced_members(matched, report.summary.world_size))
+        found += _stragglers(report, basis, matched)
         for rule in _COSTED:
             found += rule(report, basis)
     found += _nccl(report)
@@ -392,7 +392,7 @@ def _socket_fallback(report: Report) -> bool:
 # --- stragglers and stages -----------------------------------------------------------------------
 
 
-def _stragglers(report: Report, basis: StepBasis, caveat: tuple[str, ...]) -> list[Finding]:
+def _stragglers(report: Report, basis: StepBasis, aligned: pl.DataFrame | None) -> list[Finding]:
     """The ranks or replicas whose fixing the what-if says shortens the step (metrics.md §6):
     every flagged one, or, with none flagged, the rank that would give most when that is 2 %
     of the step or more (a slow rank under §6's flag line still costs the step). Stage
@@ -401,7 +401,7 @@ def _stragglers(report: Report, basis: StepBasis, caveat: tuple[str, ...]) -> li
     if st is None:
         return []
     if not decides(st):
-        return _first_order_straggler(report, basis, caveat)
+        return _first_order_straggler(report, basis, aligned)
     shown = [c for c in st.candidates if c.flagged and c.kind != "stage"]
     if not shown:
         best = next((c for c in st.candidates if c.kind == "rank" and c.gain_ns > 0), None)
@@ -415,7 +415,7 @@ def _stragglers(report: Report, basis: StepBasis, caveat: tuple[str, ...]) -> li
             c.label,
             c.total_recoverable_pct if on_mean else c.recoverable_pct,
             c.flagged,
-            caveat,
+            aligned,
             st,
             c,
         )
@@ -437,12 +437,12 @@ def _flag_line(st: Stragglers, candidate: Candidate | None) -> str:
 
 
 def _first_order_straggler(
-    report: Report, basis: StepBasis, caveat: tuple[str, ...]
+    report: Report, basis: StepBasis, aligned: pl.DataFrame | None
 ) -> list[Finding]:
     st = report.stragglers
     if st is None or not st.flagged or st.recoverable_pct is None:
         return []
-    return [_straggler(report, basis, st.flagged, None, st.recoverable_pct, True, caveat, None)]
+    return [_straggler(report, basis, st.flagged, None, st.recoverable_pct, True, aligned, None)]
 
 
 def _straggler(
@@ -452,7 +452,7 @@ def _straggler(
     label: str | None,
     recoverable_pct: float,
     is_flagged: bool,
-    caveat: tuple[str, ...],
+    aligned: pl.DataFrame | None,
     w: Stragglers | None,
     candidate: Candidate | None = None,
 ) -> Finding:
@@ -494,7 +494,7 @@ def _straggler(
     where_hosts = tuple(sorted({h for rank in flagged if (h := hosts.get(rank)) is not None}))
     on = f" on {', '.join(where_hosts[:3])}" if where_hosts else ""
     first = flagged[0]
-    evidence += caveat
+    evidence += _untraced_members(aligned, report.summary.world_size)
     imbalance = _token_imbalance(report, flagged)
     if imbalance is not None:
         evidence.append(

@@ -43,7 +43,7 @@ class Frameworks(Doc, frozen=True):
     ]
     inference: Annotated[
         bool, Meta(description="a serving engine's trace (vLLM, SGLang): no training advice")
-    ]  # a serving engine's trace: no training advice
+    ]
 
     @property
     def keys(self) -> tuple[str, ...]:

@@ -60,10 +60,8 @@ class RunSummary(Doc, frozen=True):
     worst_by: str  # what "worst" ranks by, in words
     slowest_first: Annotated[
         tuple[int, ...], Meta(description="ranks ordered by worst_by, slowest first")
-    ]  # ranks ordered by that measure, slowest first
-    total: Annotated[
-        Figures | None, Meta(description="sum over ranks of their analysis windows")
-    ]  # sum over ranks of their analysis windows
+    ]
+    total: Annotated[Figures | None, Meta(description="sum over ranks of their analysis windows")]
     idle_by_cause: Annotated[
         dict[str, NonNegative] | None,
         Meta(

@@ -57,13 +57,11 @@ class PipelineView(Doc, frozen=True):
     ]
     overloaded_excess_pct: Annotated[
         float | None, Meta(description="its compute over the others' median, % more")
-    ]  # its compute over the others' median, in % more
+    ]
     slow_rank: Annotated[
         NonNegative | None, Meta(description="a rank slower than its stage in the other pipelines")
-    ]  # a rank slower than its stage in the other pipelines (a straggler)
-    balanced: Annotated[
-        bool, Meta(description="no overloaded stage and no slow rank of its own")
-    ]  # neither an overloaded stage nor a slow rank of its own sets the pace
+    ]
+    balanced: Annotated[bool, Meta(description="no overloaded stage and no slow rank of its own")]
     verdict: str
     # the slow ranks of other pipelines it waits for at the data-parallel collectives, when
     # its own stages are balanced: its bubble is that wait, not its schedule

@@ -50,7 +50,7 @@ class RankStraggle(Doc, frozen=True):
                 "arrival the pipeline schedule sets left out"
             )
         ),
-    ]  # instances it alone arrived last at (lateness by schedule left out)
+    ]
     times_last_share: float | None  # of the matched instances the rank took part in
     delay_caused_per_step_ns: int
     # of that, lateness it had itself collected earlier in the step waiting in other groups'
@@ -118,7 +118,7 @@ class InstanceRecord(Doc, frozen=True):
                 " (nobody held the others)"
             )
         ),
-    ]  # None when several ranks share the latest arrival
+    ]
     arrival_skew_ns: int  # latest − earliest arrival
     transfer_ns: int  # earliest end − latest arrival: the part everyone spent moving data
     delay_caused_ns: int  # latest − second-latest arrival
@@ -132,7 +132,7 @@ class GroupTypeDelay(Doc, frozen=True):
     instances: int
     arrival_skew_ns: Annotated[
         int, Meta(description="median over instances of latest − earliest aligned start")
-    ]  # median over instances of latest − earliest aligned arrival
+    ]
     delay_caused_ns: int  # sum over instances
     top_rank: int | None  # the rank that caused most of it
     by_schedule: Annotated[

@@ -60,9 +60,7 @@ class EnergyReport(Doc, frozen=True):
     exposed_comm_j_per_step: float
     exposed_memory_j_per_step: float
     idle_j_per_step: float
-    avg_power_w: Annotated[
-        float, Meta(description="per GPU over the analysis windows")
-    ]  # per GPU, over the analysis windows
+    avg_power_w: Annotated[float, Meta(description="per GPU over the analysis windows")]
     tokens_per_j: float | None  # needs every GPU of the job and tokens per step
     missing: str | None  # why a figure is absent or partial
     # shares of energy_per_step_j (each a median of its own: they need not add up to 100)
@@ -96,7 +94,7 @@ class Throughput(Doc, frozen=True):
                 " there are more than two)"
             )
         ),
-    ]  # the steps step time is taken over (first dropped as warm-up)
+    ]
     step_time_ns: int | None  # median over those steps of the slowest rank's ProfilerStep span
     worst_step_ns: int | None
     worst_step: int | None
@@ -104,17 +102,15 @@ class Throughput(Doc, frozen=True):
     devices: tuple[DevicePeak, ...]
     device_count: Annotated[
         int, Meta(description="one device per rank: world_size, else the analyzed ranks")
-    ]  # one per rank: world_size, else the analyzed ranks
+    ]
     assumed_ranks: Annotated[
         int, Meta(description="ranks without a trace, assumed to run the most common device")
-    ]  # ranks without a trace assumed to run the most common device
+    ]
     peak_total_tflops: float | None  # Σ over devices; None when a device has no peak
     flops: ModelFlops | None
     tokens_per_s: float | None
     achieved_tflops_per_device: float | None
-    mfu: Annotated[
-        float | None, Meta(description="a fraction of the summed dense peak")
-    ]  # a fraction; None without FLOPs or a peak
+    mfu: Annotated[float | None, Meta(description="a fraction of the summed dense peak")]
     # False: MFU over 100 % or over a group's compute share, so the FLOPs input is wrong (the
     # views print it only as impossible, the bottom line's first finding says why)
     mfu_possible: Annotated[
@@ -128,11 +124,9 @@ class Throughput(Doc, frozen=True):
     ]
     hfu: Annotated[
         float | None, Meta(description="with full activation recompute (model config only)")
-    ]  # full activation recompute, when a model config gave it
+    ]
     gaps: tuple[GapShares, ...]
-    missing: Annotated[
-        str | None, Meta(description="why MFU is not computed")
-    ]  # why MFU is not computed, in words
+    missing: Annotated[str | None, Meta(description="why MFU is not computed")]
     warnings: tuple[str, ...] = ()
     energy: EnergyReport | None = None
     observed: Annotated[

@@ -63,7 +63,7 @@ class Candidate(Doc, frozen=True):
                 "among the hosts in name order"
             ),
         ),
-    ]  # the rank, the stage number, the replica number
+    ]
     ranks: tuple[int, ...]
     method: Annotated[
         FixMethod,
@@ -74,7 +74,7 @@ class Candidate(Doc, frozen=True):
                 "both, by rank; the waits are always recomputed from the arrivals"
             )
         ),
-    ]  # "peers" (work from its peers, position by position), "scaled" or "mixed"
+    ]
     step_if_fixed_ns: NonNegative
     gain_ns: NonNegative  # measured step − replayed step, >= 0
     recoverable_pct: Percent  # 100 · gain / measured step, within 0–100

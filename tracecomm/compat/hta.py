@@ -94,7 +94,7 @@ class HtaFigures(Doc, frozen=True):
     kernel_time_us: int
     hta_version: Annotated[
         str, Meta(description="the HTA release whose definitions these figures follow")
-    ]  # the HTA release whose definitions (or run) these are
+    ]
 
 
 @dataclass(frozen=True)

@@ -88,9 +88,7 @@ class Peak(Doc, frozen=True):
     """The dense peak one device contributes to MFU's denominator."""
 
     device: str  # the name the trace gives
-    model: Annotated[
-        str, Meta(description="the peak table's model, or 'user' for --peak-tflops")
-    ]  # the table's model ("user" for --peak-tflops)
+    model: Annotated[str, Meta(description="the peak table's model, or 'user' for --peak-tflops")]
     dtype: str
     tflops: Annotated[float, Meta(description="dense peak per device")]
     source: str

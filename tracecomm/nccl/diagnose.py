@@ -35,8 +35,7 @@ class Diagnostic(Doc, frozen=True):
                 "warn, hang, desync, watchdog_stuck"
             )
         ),
-    ]  # transport_fallback, version_mismatch, fewer_channels, nvls, collnet, warn, hang,
-    # desync, watchdog_stuck
+    ]
     severity: Severity
     message: str
     ranks: tuple[int, ...] = ()
@@ -70,7 +69,7 @@ class VersionSeen(Doc, frozen=True):
                 "ProcessGroupNCCL's environment dump; banner: RCCL's"
             )
         ),
-    ]  # bare, info, torch, banner
+    ]
     files: Annotated[
         tuple[str, ...], Meta(description="the log files that print it (several logs read at once)")
     ] = ()  # the log files that print it
@@ -91,7 +90,7 @@ class RankTimeout(Doc, frozen=True):
     last_completed_seq: int | None
     pg_inferred: Annotated[
         bool, Meta(description="the rank's lines name no group: joined to this one by its seq")
-    ]  # its lines name no group: joined to this one by its seq
+    ]
 
 
 class PgTimeout(Doc, frozen=True):
@@ -105,7 +104,7 @@ class PgTimeout(Doc, frozen=True):
                 "group not named in the log'"
             )
         ),
-    ]  # label, as the log writes it ("PG ID 2 PG GUID 9", "PG 1"), or "unnamed …"
+    ]
     pg_id: str | None
     pg_guid: str | None
     pg_name: str | None
@@ -117,13 +116,11 @@ class PgTimeout(Doc, frozen=True):
     timed_out_ranks: tuple[int, ...]
     ranks_are_global: Annotated[
         bool, Meta(description="false: ranks within the group (the lines name no global rank)")
-    ]  # False: ranks within the group (torch ≤2.1 lines name no other)
+    ]
     ranks: tuple[RankTimeout, ...]  # every (rank, seq) reported, by rank then seq
     last_enqueued_seq: int | None
     last_completed_seq: int | None
-    desync: Annotated[
-        bool, Meta(description="ranks stuck at different seqs")
-    ]  # ranks stuck at different seqs
+    desync: Annotated[bool, Meta(description="ranks stuck at different seqs")]
     never_joined: tuple[int, ...]
 
 
@@ -143,13 +140,9 @@ class NcclSummary(Doc, frozen=True):
         ),
     ]
     hosts: tuple[str, ...]
-    ranks: Annotated[
-        dict[str, int], Meta(description="host:pid -> global rank")
-    ]  # "host:pid" -> global rank (the largest communicator's rank)
+    ranks: Annotated[dict[str, int], Meta(description="host:pid -> global rank")]
     versions: tuple[VersionSeen, ...]
-    networks: Annotated[
-        dict[str, list[str]], Meta(description="network -> hosts")
-    ]  # net name -> hosts
+    networks: Annotated[dict[str, list[str]], Meta(description="network -> hosts")]
     transports: dict[str, int]  # P2P / SHM / NET/IB / NET/Socket / COLLNET … -> connections
     colls: int  # COLL lines
     warns: dict[str, int]  # kind -> count
