@@ -16,7 +16,7 @@ from msgspec.structs import force_setattr
 # The analyze document's version: a change of a figure's meaning bumps it, so an older document
 # is refused with "analyze the run again", never read with other meanings (2: the step parts
 # became means that add up).
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 NCCL_SCHEMA_VERSION: Final = 2  # ``tracecomm nccl --format json``
 
 NonNegative = Annotated[int, Meta(ge=0)]

@@ -44,6 +44,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         "n4": out / "n4",
         "n8": out / "n8",
+        "n16": out / "n16",
         "s16": out / "s16",
         "n8.json": out / "n8.json",
         "before": out / "before",
@@ -102,12 +103,15 @@ def test_a_saved_report_is_compared_by_collective_type(runs: dict[str, Path]) ->
     assert live["pairs"][0]["decomposition"] == doc["pairs"][0]["decomposition"]
 
 
-def test_summaries_first_are_not_projected(runs: dict[str, Path]) -> None:
+def test_summaries_first_are_projected_as_their_traces(runs: dict[str, Path]) -> None:
+    """Summaries keep each rank's typical step as the projection replays it (issue 44): given
+    first, they project to the others' sizes exactly as their trace folder does."""
     doc = compared(runs["s16"], runs["n4"], "--keep-order")
     assert [r["world_size"] for r in doc["runs"]] == [16, 4]
     assert doc["order"] == "as given"
-    assert doc["projection"]["rows"] == []
-    assert "summaries" in doc["projection"]["missing"]
+    assert [r["world_size"] for r in doc["projection"]["rows"]] == [4]
+    of_traces = compared(runs["n16"], runs["n4"], "--keep-order")
+    assert doc["projection"] == of_traces["projection"]
 
 
 def test_a_run_compared_with_itself(runs: dict[str, Path]) -> None:
@@ -181,7 +185,7 @@ def _string_time(doc: dict[str, Any]) -> None:
 
 
 def _newer(doc: dict[str, Any]) -> None:
-    doc["schema_version"] = 3
+    doc["schema_version"] = 4
 
 
 def _other_tool(doc: dict[str, Any]) -> None:
@@ -210,7 +214,7 @@ def _share(doc: dict[str, Any]) -> None:
         (_break_figures, "do not add up"),
         (_negative_mfu, "mfu -0.5"),
         (_string_time, "not an analyze JSON document"),
-        (_newer, "schema version 3"),
+        (_newer, "schema version 4"),
         (_other_tool, "not a tracecomm document"),
         (_no_ranks, "not an analyze JSON document"),
         (_bad_causes, "at `$.ranks[0].steps[1].window.idle_by_cause[...]`"),

@@ -30,7 +30,7 @@ def sample_json() -> dict:
 
 def test_json_validates_against_the_shipped_schema(sample_json: dict) -> None:
     jsonschema.validate(sample_json, SCHEMA)
-    assert sample_json["schema_version"] == 2
+    assert sample_json["schema_version"] == 3
     assert sample_json["tool"] == {"name": "tracecomm", "version": __version__}
     assert sample_json["summary"]["ranks_analyzed"] == 8
     assert sample_json["summary"]["steps"] == [12, 13, 14, 15]

@@ -105,12 +105,17 @@ BAD: dict[str, tuple[Damage, str]] = {
     "truncated": (lambda text, doc: text[:5000], "not an analyze JSON document (Input data was"),
     "trailing text": (lambda text, doc: text + "{}", "JSON is malformed: trailing characters"),
     "another tool": (_set("tool", "name", to="hta"), "not a tracecomm document (tool 'hta')"),
-    "a newer schema": (_set("schema_version", to=3), "report schema version 3; this tracecomm"),
+    "a newer schema": (_set("schema_version", to=4), "report schema version 4; this tracecomm"),
     "an older schema": (_set("schema_version", to=0), "report schema version 0; this tracecomm"),
     # written before the step parts added up (issue 29): read again, not misread
     "a version 1 document": (
         _set("schema_version", to=1),
-        "report schema version 1; this tracecomm reads 2",
+        "report schema version 1; this tracecomm reads 3",
+    ),
+    # written before the projection basis (issue 44): no projection from it, read again
+    "a version 2 document": (
+        _set("schema_version", to=2),
+        "report schema version 2; this tracecomm reads 3: analyze the run again",
     ),
     "a window that does not add up": (
         _add("ranks", 0, "steps", 1, "window", "figures", "compute_ns", by=1),
@@ -268,14 +273,23 @@ def test_the_report_of_a_document_saved_without_the_timeline_says_so(
     assert (tmp_path / "page.html").read_text().startswith("<!doctype html>")
 
 
-def test_report_draws_a_saved_document_alone_and_unprojected(
+def test_report_draws_a_saved_document_alone_and_projects_it_as_its_run(
     saved: dict[str, Path], tmp_path: Path
 ) -> None:
+    """A saved document is drawn alone; ``--project`` projects it from the projection basis it
+    holds, to the figures the run gives (issue 44: no trace is read again for it)."""
     page = str(tmp_path / "page.html")
     result = runner.invoke(app, ["report", str(saved["json"]), str(saved["run"]), "-o", page])
     assert result.exit_code == EXIT_USAGE and "drawn alone" in result.stderr
     result = runner.invoke(app, ["report", str(saved["json"]), "--project", "-o", page])
-    assert result.exit_code == EXIT_USAGE and "--project projects a run folder" in result.stderr
+    assert result.exit_code == EXIT_OK, result.stderr
+    flags = ["--to", "8,64", "-f", "json"]
+    of_saved = runner.invoke(app, ["project", str(saved["json"]), *flags])
+    of_run = runner.invoke(app, ["project", str(saved["run"]), *flags, *MODEL])
+    assert of_saved.exit_code == of_run.exit_code == EXIT_OK, of_saved.stderr + of_run.stderr
+    projection = json.loads(of_saved.stdout)["projection"]
+    assert [s["world_size"] for s in projection["sizes"]] == [4, 8, 64]
+    assert projection == json.loads(of_run.stdout)["projection"]
 
 
 def test_the_gate_reads_a_saved_document_as_it_reads_the_run(

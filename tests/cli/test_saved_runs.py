@@ -75,8 +75,9 @@ def test_analyze_takes_a_saved_document_as_its_run(tmp_path: Path) -> None:
 
 
 def test_project_and_export_take_what_a_saved_document_holds(tmp_path: Path) -> None:
-    """project draws a saved projection as it drew it; a document without one, and export
-    (whose events no document holds), say so in one line and exit 2."""
+    """project draws a saved projection as it drew it, and projects a plain saved document
+    from its projection basis as the run projects (to any size); export, whose events no
+    document holds, says so in one line and exits 2."""
     runner = CliRunner(env={"COLUMNS": "140"})
     projected = runner.invoke(app, ["project", str(SAMPLE_RUN), "-f", "json"])
     assert projected.exit_code == 0, projected.stderr
@@ -86,8 +87,14 @@ def test_project_and_export_take_what_a_saved_document_holds(tmp_path: Path) -> 
     assert again.exit_code == 0 and again.stdout == projected.stdout
     plain = tmp_path / "plain.json"
     plain.write_text(runner.invoke(app, ["analyze", str(SAMPLE_RUN), "-f", "json"]).stdout)
-    none = runner.invoke(app, ["project", str(plain)])
-    assert none.exit_code == 2 and "holds no projection" in none.stderr
+    for flags in ([], ["--to", "3,512"], ["--to", "64", "--weak"]):
+        of_run = runner.invoke(app, ["project", str(SAMPLE_RUN), *flags])
+        of_plain = runner.invoke(app, ["project", str(plain), *flags])
+        assert of_plain.exit_code == of_run.exit_code == 0, of_plain.stderr
+        assert (
+            of_plain.stdout == of_run.stdout
+            and "512" in runner.invoke(app, ["project", str(plain), "--to", "3,512"]).stdout
+        )
     exported = runner.invoke(app, ["export", str(plain), "-o", str(tmp_path / "t.json")])
     assert exported.exit_code == 2 and "holds no events to export" in exported.stderr
     assert not (tmp_path / "t.json").exists()

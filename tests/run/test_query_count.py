@@ -68,7 +68,8 @@ def test_counting_sees_queries() -> None:
 # cuts; issue 34's framework marks added one). Issue 33 aimed at 40: BENCHMARKS.md's floor
 # shows why fewer queries alone cannot reach its targets. Lower a ceiling with the change that
 # lowers its count.
-CEILINGS = {"sample": 176, "se": 153, "control": 217}
+# +1 each (issue 44): the typical step the projection replays, taken in the first pass
+CEILINGS = {"sample": 177, "se": 154, "control": 218}
 
 
 @pytest.mark.parametrize(

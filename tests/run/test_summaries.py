@@ -103,7 +103,12 @@ def test_a_summary_round_trips_exactly(tmp_path: Path) -> None:
     back, stored = read_summary(str(write_summary(tmp_path, result, opts)))
     assert stored == opts
     assert isinstance(back, RankResult)
-    assert back == result
+    # a summary stands in for its trace: it does not say where the trace is to read again
+    assert back == replace(result, origin=None)
+    assert back.views is not None and result.views is not None
+    assert back.views.typical_step == result.views.typical_step
+    assert back.views.replay is not None and result.views.replay is not None
+    assert back.views.replay.equals(result.views.replay)
     assert back.breakdown.collectives is not None
     assert_frame_equal(back.breakdown.collectives, result.breakdown.collectives)
     failure = FileFailure("/x/rank9.json", "truncated gzip file: no complete data")

@@ -18,13 +18,19 @@ from msgspec.structs import replace
 
 from tracecomm.analysis.alltoall import all_to_all_view
 from tracecomm.analysis.bandwidth import bandwidth
-from tracecomm.analysis.crossrank import Matching, ranks_cross_rank
+from tracecomm.analysis.crossrank import ranks_cross_rank
 from tracecomm.analysis.framework import detect_frameworks
 from tracecomm.analysis.kernels import kernel_view
-from tracecomm.analysis.model import RankFiles, RunData, Side
+from tracecomm.analysis.model import RunData, Side
 from tracecomm.analysis.options import AnalysisOptions
 from tracecomm.analysis.pipeline_view import pipeline_views
-from tracecomm.analysis.projection import Projection, fit_links, no_projection, project
+from tracecomm.analysis.projection import (
+    Projection,
+    fit_links,
+    no_projection,
+    project,
+    projection_basis,
+)
 from tracecomm.analysis.ranks import base_report
 from tracecomm.analysis.report import Report
 from tracecomm.analysis.stragglers import rank_stragglers
@@ -117,12 +123,12 @@ def pipelines(report: Report, ctx: Context) -> Report:
 
 
 def hta_compat(report: Report, ctx: Context) -> Report:
-    """--compat hta (metrics.md §9): HTA's own figures, from the files read again."""
-    files, compat = ctx.data.files, ctx.options.compat
-    if compat is None or files is None:
+    """--compat hta (metrics.md §9): HTA's own figures, HTA reading the files itself."""
+    hta, compat = ctx.data.hta, ctx.options.compat
+    if compat is None or hta is None:
         return report
     paths = {r.rank: r.path for r in report.ranks}
-    return replace(report, hta_compat=files.hta_figures(paths, compat))
+    return replace(report, hta_compat=hta(paths, compat))
 
 
 def nccl(report: Report, ctx: Context) -> Report:
@@ -130,31 +136,47 @@ def nccl(report: Report, ctx: Context) -> Report:
 
 
 def timeline(report: Report, ctx: Context) -> Report:
-    if not ctx.options.timeline or ctx.data.files is None:
+    if not ctx.options.timeline:
         return report
     return replace(
-        report, timeline=run_timeline(report, ctx.options.timeline_ranks, ctx.data.files)
+        report, timeline=run_timeline(report, ctx.options.timeline_ranks, ctx.side.results)
     )
 
 
 def export(report: Report, ctx: Context) -> Report:
     """metrics.md §17: the chosen ranks' and steps' events for ``tracecomm export``."""
-    if not ctx.options.export or ctx.data.files is None:
+    if not ctx.options.export:
         return report
     from tracecomm.analysis.export import trace_export  # the export's modules: export only
 
     ctx.side.export = trace_export(
-        report, ctx.side, ctx.options.export_ranks, ctx.options.export_steps, ctx.data.files
+        report,
+        ctx.side,
+        ctx.options.export_ranks,
+        ctx.options.export_steps,
+        ctx.data.export_reader,
     )
     return report
 
 
+def replay_basis(report: Report, ctx: Context) -> Report:
+    """metrics.md §11's input: the median rank's typical step, as the first pass took it, and
+    the link model of the matched instances."""
+    median = report.summary.median_rank
+    rank = next((r for r in report.ranks if r.rank == median), None)
+    step = typical_step(rank) if rank is not None else None
+    result = ctx.side.results.get(median) if median is not None else None
+    views = result.views if result is not None else None
+    work = views.replay if views is not None and views.typical_step == step else None
+    fits = fit_links(ctx.side.matching.aligned) if ctx.side.matching is not None else ()
+    found = projection_basis(median if rank is not None else None, step, work, fits)
+    return replace(report, projection_basis=found)
+
+
 def projection(report: Report, ctx: Context) -> Report:
-    if ctx.options.project_to is None or ctx.data.files is None:
+    if ctx.options.project_to is None:
         return report
-    found = project_report(
-        report, ctx.side.matching, ctx.options.project_to, ctx.options.weak, ctx.data.files
-    )
+    found = project_report(report, ctx.options.project_to, ctx.options.weak)
     return replace(report, projection=found)
 
 
@@ -187,6 +209,7 @@ PROCESSORS: tuple[Processor, ...] = (
     frameworks,
     bottom_line,  # the findings: every figure they draw on is in by now; export marks them
     export,
+    replay_basis,
     projection,
 )
 
@@ -207,33 +230,25 @@ def build_report(
     return build(data, options, processors).report
 
 
-def project_report(
-    report: Report,
-    matching: Matching | None,
-    targets: tuple[int, ...],
-    weak: bool,
-    files: RankFiles,
-) -> Projection:
-    """metrics.md §11 from the median rank's typical step; a reason when it cannot be done.
-    ``targets`` empty: N/2, 2N, 4N, 8N and 16N. Also for a report built earlier (``compare``
-    projects the first run to the others' sizes once it knows them)."""
-    world = report.summary.world_size or report.summary.ranks_analyzed
-    median = next((r for r in report.ranks if r.rank == report.summary.median_rank), None)
-    step = typical_step(median) if median is not None else None
-    if median is None or step is None:
-        return no_projection("no analyzed step to replay")
-    fits = fit_links(matching.aligned) if matching is not None else ()
-    if not fits:
+def project_report(report: Report, targets: tuple[int, ...], weak: bool) -> Projection:
+    """metrics.md §11 from the report's basis (the median rank's typical step and the link
+    fits); a reason when it cannot be done. ``targets`` empty: N/2, 2N, 4N, 8N and 16N. Of a
+    run analyzed now or of its saved document alike (``compare`` projects the first run to the
+    others' sizes once it knows them)."""
+    basis = report.projection_basis
+    if basis is None:
         return no_projection(
-            "no collective to fit: the projection needs matched AllGather, ReduceScatter or "
-            "AllReduce instances with message sizes (two or more ranks, PyTorch's collective "
-            "metadata)"
+            "the document holds no projection basis (written before schema version 3): "
+            "analyze the run again"
         )
-    work = files.step_work(median, step)
-    if isinstance(work, str):
-        return no_projection(work)
+    if basis.reason is not None or basis.events is None or basis.fits is None:
+        return no_projection(basis.reason or "the projection basis is incomplete")
+    assert basis.rank is not None and basis.step is not None
+    world = report.summary.world_size or report.summary.ranks_analyzed
     targets = targets or tuple(
         size for size in (world // 2, 2 * world, 4 * world, 8 * world, 16 * world) if size >= 1
     )
     mfu = report.throughput.mfu if report.throughput is not None else None
-    return project(work, fits, world, targets, weak, median.rank, step, mfu)
+    return project(
+        basis.events.frame(), basis.fits, world, targets, weak, basis.rank, basis.step, mfu
+    )

@@ -1,19 +1,21 @@
 """What ``tracecomm export`` writes (metrics.md §17): which ranks and steps, each rank's events
-of them (read again by the run: ``RankFiles``), its clock offset, the waits inside its
-collectives, and the markers the trace shows as instant events.
+of them (taken in the first pass when the command names both, else the chosen ranks read
+again: ``engine.views``), its clock offset, the waits inside its collectives, and the markers
+the trace shows as instant events.
 
 Default ranks: the fastest, median and slowest (by median step time) and every flagged
 straggler; default step: the median rank's typical step (``analysis.timeline``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import polars as pl
 
 from tracecomm.analysis.crossrank import Matching
 from tracecomm.analysis.export_model import ExportedRank, Marker, TraceExport
-from tracecomm.analysis.model import RankFiles, RankReport, Side
+from tracecomm.analysis.model import ExportReader, RankReport, RankResult, Side
 from tracecomm.analysis.report import Report
 from tracecomm.analysis.timeline import typical_step
 from tracecomm.engine.export import RankExport
@@ -35,7 +37,7 @@ def trace_export(
     side: Side,
     chosen_ranks: Sequence[int],
     chosen_steps: tuple[int | None, int | None] | None,
-    files: RankFiles,
+    reader: ExportReader | None,
 ) -> TraceExport:
     by_rank = {r.rank: r for r in report.ranks}
     roles = export_roles(report, chosen_ranks)
@@ -50,11 +52,12 @@ def trace_export(
             f"({report.summary.steps[0]}–{report.summary.steps[-1]})"
         )
         return TraceExport((), (), (), reason)
+    taken = _events(by_rank, side.results, list(roles), steps, reader)
     out = []
     for rank, role in roles.items():
         r = by_rank[rank]
         offset = _offset(report, rank)
-        got: RankExport | str = files.rank_export(r, steps)
+        got = taken[rank]
         if isinstance(got, RankExport) and not got.windows:
             timeline = r.timeline.upper()
             got = f"no device work in step(s) {', '.join(map(str, steps))} ({timeline} timeline)"
@@ -72,6 +75,40 @@ def trace_export(
             )
         )
     return TraceExport(steps, tuple(out), export_markers(report, roles))
+
+
+def _events(
+    by_rank: Mapping[int, RankReport],
+    results: Mapping[int, RankResult],
+    ranks: Sequence[int],
+    steps: tuple[int, ...],
+    reader: ExportReader | None,
+) -> dict[int, RankExport | str]:
+    """Each exported rank's events of ``steps``: as the first pass took them (the command named
+    the ranks and steps), else read again, the ranks' files each once."""
+    out: dict[int, RankExport | str] = {}
+    again = {}
+    for rank in ranks:
+        result = results.get(rank)
+        views = result.views if result is not None else None
+        first = views.export if views is not None else None
+        if first is not None and _same_steps(first, by_rank[rank], steps):
+            out[rank] = replace(first, rank=rank)
+        elif result is not None and result.origin is not None and reader is not None:
+            again[rank] = result.origin
+        else:
+            out[rank] = "no events of it to export: a rank read from a summary holds none"
+    if again:
+        assert reader is not None
+        out |= reader(again, steps)
+    return out
+
+
+def _same_steps(export: RankExport, rank: RankReport, steps: tuple[int, ...]) -> bool:
+    """The first pass took the steps the export writes (it took every step of the range the
+    rank ran; the export writes those some rank analyzed)."""
+    ran = {s.step for s in rank.steps if s.window is not None}
+    return [w.step for w in export.windows] == [s for s in steps if s in ran]
 
 
 def export_roles(report: Report, chosen: Sequence[int]) -> dict[int, str]:

@@ -16,6 +16,7 @@ from tracecomm.analysis.rank import (
     MedianFigures,
     MissingRank,
     RankNote,
+    RankOrigin,
     RankReport,
     RankResult,
     RankTimeline,
@@ -26,8 +27,6 @@ from tracecomm.doc import Doc, NonNegative, Percent, Positive
 from tracecomm.engine.model import Figures
 
 if TYPE_CHECKING:  # annotations only: the per-rank worker imports this module, and must stay lean
-    import polars as pl
-
     from tracecomm.analysis.crossrank import Matching
     from tracecomm.analysis.export_model import TraceExport
     from tracecomm.analysis.whatif import WhatIf
@@ -83,11 +82,12 @@ class RunSummary(Doc, frozen=True):
 
 
 __all__ = [
+    "ExportReader",
     "FileFailure",
     "Finding",
+    "HtaReader",
     "MedianFigures",
     "MissingRank",
-    "RankFiles",
     "RankNote",
     "RankReport",
     "RankResult",
@@ -100,17 +100,20 @@ __all__ = [
 ]
 
 
-class RankFiles(Protocol):
-    """What the analysis may ask of the run's trace files again (one step of a rank, HTA's
-    figures): the run reads them where they are, on its executor, and hands back plain values."""
+class ExportReader(Protocol):
+    """The export's ranks, chosen by the analysis, read again (each file once): each one's
+    events of ``steps``, or why there are none (``run.worker.exports_of_file``)."""
 
-    def step_timeline(self, rank: RankReport, role: str, step: int) -> RankTimeline: ...
+    def __call__(
+        self, origins: Mapping[int, RankOrigin], steps: tuple[int, ...]
+    ) -> dict[int, RankExport | str]: ...
 
-    def step_work(self, rank: RankReport, step: int) -> pl.DataFrame | str: ...
 
-    def hta_figures(self, paths: Mapping[int, str], version: str) -> tuple[HtaFigures, ...]: ...
+class HtaReader(Protocol):
+    """``--compat hta``: HTA's own figures of each rank's file, by the rules of one release
+    (HTA reads the files itself, where they are)."""
 
-    def rank_export(self, rank: RankReport, steps: tuple[int, ...]) -> RankExport | str: ...
+    def __call__(self, paths: Mapping[int, str], version: str) -> tuple[HtaFigures, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,8 @@ class RunData:
     run_warnings: tuple[str, ...] = ()  # the run's own: power logs skipped, cache entries
     nccl: NcclSummary | None = None  # NCCL logs and Flight Recorder dumps, diagnosed
     nccl_warnings: tuple[str, ...] = ()
-    files: RankFiles | None = None  # None: the trace files cannot be read again
+    hta: HtaReader | None = None  # None: the trace files are not where HTA can read them
+    export_reader: ExportReader | None = None
 
 
 @dataclass

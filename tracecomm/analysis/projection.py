@@ -79,6 +79,77 @@ def no_projection(reason: str) -> Projection:
     return Projection(reason=reason)
 
 
+class ReplayEvents(Doc, frozen=True):
+    """One step's device events, column by column (entry i of each is event i, in start
+    order): what the replay reads, on the rank's own clock."""
+
+    start_ns: tuple[int, ...]
+    end_ns: tuple[int, ...]
+    cls: tuple[Literal["compute", "comm", "memory"], ...]
+    coll_type: tuple[str | None, ...]
+    device: tuple[int | None, ...]
+    stream: tuple[int | None, ...]
+    bytes: tuple[int | None, ...]  # a comm kernel's message size, where the trace gives it
+    group_size: tuple[int | None, ...]
+
+    def __post_init__(self) -> None:
+        lengths = {len(getattr(self, name)) for name in self.__struct_fields__}
+        if len(lengths) > 1:
+            raise ValueError("the replay's columns differ in length")
+
+    @classmethod
+    def of(cls, work: pl.DataFrame) -> ReplayEvents:
+        return cls(**{name: tuple(work[name].to_list()) for name in cls.__struct_fields__})
+
+    def frame(self) -> pl.DataFrame:
+        return pl.DataFrame(
+            {name: list(getattr(self, name)) for name in self.__struct_fields__},
+            schema=REPLAY_SCHEMA,
+        )
+
+
+REPLAY_SCHEMA = {
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "cls": pl.String,
+    "coll_type": pl.String,
+    "device": pl.Int64,
+    "stream": pl.Int64,
+    "bytes": pl.Int64,
+    "group_size": pl.Int64,
+}
+
+
+class ProjectionBasis(Doc, frozen=True, kw_only=True):
+    """What the projection replays (metrics.md §11): the median rank's typical step and the
+    link model fitted on the run's matched collectives. Part of the Report, so that a saved
+    document projects to any size as its run does; with only ``reason`` set, why nothing can
+    be projected."""
+
+    reason: str | None = None
+    rank: int | None = None
+    step: int | None = None
+    fits: tuple[LinkFit, ...] | None = None
+    events: ReplayEvents | None = None
+
+
+def projection_basis(
+    rank: int | None, step: int | None, work: pl.DataFrame | None, fits: Sequence[LinkFit]
+) -> ProjectionBasis:
+    """``work``: the median rank's typical step (``engine.views``); ``fits``: ``fit_links``."""
+    if rank is None or step is None:
+        return ProjectionBasis(reason="no analyzed step to replay")
+    if not fits:
+        return ProjectionBasis(
+            reason="no collective to fit: the projection needs matched AllGather, ReduceScatter "
+            "or AllReduce instances with message sizes (two or more ranks, PyTorch's collective "
+            "metadata)"
+        )
+    if work is None:
+        return ProjectionBasis(reason=f"rank {rank}'s device events of step {step} were not taken")
+    return ProjectionBasis(rank=rank, step=step, fits=tuple(fits), events=ReplayEvents.of(work))
+
+
 ASSUMPTIONS = (
     "an estimate from one run: per collective type t = alpha·hops(n) + bytes·f(n)/B, fitted on "
     "the matched instances' transfer times",

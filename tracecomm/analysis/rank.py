@@ -23,7 +23,18 @@ from tracecomm.engine.timeline import StepTimeline
 
 if TYPE_CHECKING:
     from tracecomm.engine.model import RankBreakdown
+    from tracecomm.engine.views import RankViews
     from tracecomm.ingest.model import TraceMeta
+
+
+@dataclass(frozen=True)
+class RankOrigin:
+    """Where a rank's events are: the file as given (a path or URL) and which of the ranks
+    it holds (0 for a trace of one rank; a merged trace's or an Nsight export's ranks in the
+    order the reader yields them)."""
+
+    file: str
+    index: int = 0
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,8 @@ class RankResult:
     first_event_abs_ns: int | None  # absolute time of the first event, when the file tells
     power_source: str | None = None  # the power log its GPU's samples came from
     cache_problem: str | None = None  # why its --cache entry could not be used (parsed again)
+    views: RankViews | None = None  # what the later views take of it (none: no device work)
+    origin: RankOrigin | None = None  # its trace (none: read from a summary)
 
     def device_props(self) -> dict[str, object]:
         """The properties the trace lists of the rank's most used GPU (empty when none)."""

@@ -19,7 +19,7 @@ from tracecomm.analysis.framework import Frameworks
 from tracecomm.analysis.kernels import KernelView
 from tracecomm.analysis.model import RunSummary, TypeSummary
 from tracecomm.analysis.pipeline_view import PipelineView
-from tracecomm.analysis.projection import Projection
+from tracecomm.analysis.projection import Projection, ProjectionBasis
 from tracecomm.analysis.rank import MissingRank, RankNote, RankReport, RunTimeline, SkippedFile
 from tracecomm.analysis.stragglers import Stragglers
 from tracecomm.analysis.throughput import Throughput
@@ -71,6 +71,9 @@ class Report(Doc, frozen=True, kw_only=True):
     )
     all_to_all: AllToAllView | None = None  # §7a: all-to-all / expert parallelism
     frameworks: Frameworks | None = None  # §14a: which framework ran it, from the trace's names
+    # §11: what the projection replays (the median rank's typical step, the link fits): a
+    # saved document projects to any size as its run does
+    projection_basis: ProjectionBasis | None = None
 
     # The tables as polars frames, for notebooks (analysis.frames): built on each call.
 

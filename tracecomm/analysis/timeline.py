@@ -1,18 +1,21 @@
 """The one-step timeline (HTML report, ``--detail timeline``): which ranks and which step.
 
 The median rank's most typical step, drawn on the fastest, median and slowest ranks (by median
-step time) and on the worst flagged straggler, or on the ranks the user chose. Only those
-ranks' files are read again (by the run: ``RankFiles``)."""
+step time) and on the worst flagged straggler, or on the ranks the user chose. Each rank's
+lanes of every included step were taken in the first pass (``engine.views``): this picks."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from tracecomm.analysis.model import RankFiles, RankReport, RankTimeline, RunTimeline
+from tracecomm.analysis.model import RankReport, RankResult, RankTimeline, RunTimeline
 from tracecomm.analysis.report import Report
+from tracecomm.engine.views import typical_step as typical_of
 
 
-def run_timeline(report: Report, chosen: Sequence[int], files: RankFiles) -> RunTimeline:
+def run_timeline(
+    report: Report, chosen: Sequence[int], results: Mapping[int, RankResult]
+) -> RunTimeline:
     by_rank = {r.rank: r for r in report.ranks}
     roles = _timeline_roles(report, chosen)
     if not roles:
@@ -24,8 +27,8 @@ def run_timeline(report: Report, chosen: Sequence[int], files: RankFiles) -> Run
     return RunTimeline(
         step,
         tuple(
-            files.step_timeline(by_rank[rank], role, step)
-            if rank in by_rank
+            _rank_timeline(rank, role, step, results[rank])
+            if rank in by_rank and rank in results
             else RankTimeline(rank, role, None, f"rank {rank} is not among the analyzed ranks")
             for rank, role in roles.items()
         ),
@@ -50,7 +53,13 @@ def _timeline_roles(report: Report, chosen: Sequence[int]) -> dict[int, str]:
 
 def typical_step(rank: RankReport) -> int | None:
     """The included step whose window is the (lower) median of the rank's."""
-    steps = sorted(
-        (s.window.figures.window_ns, s.step) for s in rank.included_steps if s.window is not None
-    )
-    return steps[(len(steps) - 1) // 2][1] if steps else None
+    return typical_of(rank.steps)
+
+
+def _rank_timeline(rank: int, role: str, step: int, result: RankResult) -> RankTimeline:
+    if result.views is None or not result.views.timelines:
+        none = "no lanes of it: a rank read from a summary holds none"
+        return RankTimeline(rank, role, None, none)
+    found = next((t for t in result.views.timelines if t.step == step), None)
+    reason = None if found is not None else f"no device work in step {step}"
+    return RankTimeline(rank, role, found, reason)

@@ -87,7 +87,8 @@ def analysis_for(
 
 def saved_document(run: Sequence[str], options: Mapping[str, Any]) -> SavedReport | None:
     """The saved analyze document given as RUN, read with the one loader into its Report;
-    None for a run to analyze. A saved document is drawn alone and as it was saved."""
+    None for a run to analyze. A saved document is drawn alone and as it was saved, projected
+    (``--project``, ``--to``, ``--weak``) from its projection basis as its run would be."""
     from tracecomm.run.saved import SavedReportError, load_saved_report, looks_saved
 
     saved = [p for p in map(Path, run) if p.is_file() and looks_saved(p)]
@@ -97,17 +98,31 @@ def saved_document(run: Sequence[str], options: Mapping[str, Any]) -> SavedRepor
         fail(
             f"{saved[0]}: a saved analyze document is drawn alone, not with other runs", EXIT_USAGE
         )
-    for name in ("project", "weak"):
-        if options.get(name):
-            fail(
-                f"--{name} projects a run folder; a saved document is drawn as it was saved "
-                "(save one with `tracecomm project RUN -f json`)",
-                EXIT_USAGE,
-            )
     try:
-        return load_saved_report(saved[0])
+        found = load_saved_report(saved[0])
     except SavedReportError as exc:
         fail(str(exc), EXIT_USAGE)
+    return _projected(found, options)
+
+
+def _projected(saved: SavedReport, options: Mapping[str, Any]) -> SavedReport:
+    from msgspec.structs import replace
+
+    from tracecomm.analysis.build import project_report
+    from tracecomm.errors import UsageError
+    from tracecomm.run.request import request_of
+
+    asked = {k: options[k] for k in ("project", "to", "weak") if options.get(k)}
+    if not asked:
+        return saved
+    try:
+        wanted = request_of([str(saved.path)], **asked).analysis
+    except UsageError as exc:
+        fail(str(exc), EXIT_USAGE)
+    if wanted.project_to is None:  # --weak alone: compare's scaling, nothing to project
+        return saved
+    found = project_report(saved.report, wanted.project_to, wanted.weak)
+    return type(saved)(saved.path, replace(saved.report, projection=found))
 
 
 def _close_pool(pool: Any) -> None:

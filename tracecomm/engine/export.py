@@ -78,7 +78,19 @@ def rank_export(
     device, comm = classify_with_comm(rank, opts.comm_patterns, opts.compute_patterns)
     names = LaunchNames.of(rank)
     linked = link_launches(device, rank, names)
-    table = step_windows(linked, rank, names)
+    return export_steps(rank, linked, comm, step_windows(linked, rank, names), rank_id, steps)
+
+
+def export_steps(
+    rank: RankEvents,
+    linked: pl.DataFrame,
+    comm: pl.DataFrame,
+    table: pl.DataFrame,
+    rank_id: int,
+    steps: Collection[int],
+) -> RankExport:
+    """``rank_export`` from the breakdown's frames: the linked device frame, the comm rows
+    with their metadata and the step windows."""
     chosen = (
         table.filter(pl.col("step").is_in(list(steps)) & pl.col("start_ns").is_not_null())
         .join(

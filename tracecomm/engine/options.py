@@ -14,3 +14,14 @@ class BreakdownOptions:
     all_steps: bool = False  # include incomplete steps that launched device work
     comm_patterns: tuple[str, ...] = ()  # REGEX[=TYPE]: names that are communication
     compute_patterns: tuple[str, ...] = ()  # names that are compute whatever they look like
+
+
+@dataclass(frozen=True)
+class ViewRequest:
+    """Which views the command shows, so the first pass takes what they need (it travels to
+    every worker: small and picklable)."""
+
+    timelines: bool = False  # the HTML report's timeline, --detail timeline
+    export: bool = False  # tracecomm export
+    export_ranks: tuple[int, ...] = ()  # () = any: the analysis chooses them later
+    export_steps: tuple[int | None, int | None] | None = None  # None: the typical step, later

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import polars as pl
@@ -35,7 +35,7 @@ from tracecomm.engine.model import (
     WindowFigures,
 )
 from tracecomm.engine.observed import counted_ops, observed_flops
-from tracecomm.engine.options import BreakdownOptions
+from tracecomm.engine.options import BreakdownOptions, ViewRequest
 from tracecomm.engine.steps import (
     LaunchNames,
     captured,
@@ -45,6 +45,9 @@ from tracecomm.engine.steps import (
 )
 from tracecomm.ingest.model import RankEvents
 from tracecomm.ingest.power import PowerSeries
+
+if TYPE_CHECKING:
+    from tracecomm.engine.views import RankViews
 
 _COMPUTE, _COMM, _MEMORY = 0, 1, 2
 _FIRST_TYPE = 3
@@ -61,14 +64,27 @@ def breakdown(
 
     ``power``: this rank's host's GPU power samples by GPU index; the rank's own GPU (the
     one most of its kernels ran on) gives each window its energy."""
-    return replace(_breakdown(rank, opts, power), frameworks=framework_marks(rank))
+    return breakdown_and_views(rank, opts, power)[0]
+
+
+def breakdown_and_views(
+    rank: RankEvents,
+    opts: BreakdownOptions | None = None,
+    power: Mapping[int, PowerSeries] | None = None,
+    request: ViewRequest | None = None,
+) -> tuple[RankBreakdown, RankViews | None]:
+    """``breakdown``, and what the later views need of the rank (``engine.views``), taken from
+    the same frames; None for a rank with no device work."""
+    result, views = _breakdown(rank, opts, power, request or ViewRequest())
+    return replace(result, frameworks=framework_marks(rank)), views
 
 
 def _breakdown(
     rank: RankEvents,
     opts: BreakdownOptions | None,
     power: Mapping[int, PowerSeries] | None,
-) -> RankBreakdown:
+    request: ViewRequest,
+) -> tuple[RankBreakdown, RankViews | None]:
     opts = opts or BreakdownOptions()
     device, comm = classify_with_comm(rank, opts.comm_patterns, opts.compute_patterns)
     not_sync = pl.col("cls") != "sync"
@@ -92,11 +108,11 @@ def _breakdown(
     if not has_work and in_capture.any():
         # launches made while a stream captured a graph ran nothing: no CPU timeline either
         note = capture_note(rank, in_capture, replayed=0, names=names)
-        return RankBreakdown("gpu", None, (), 0, device.height, 0, (note,))
+        return RankBreakdown("gpu", None, (), 0, device.height, 0, (note,)), None
     if not has_work and rank.cpu.height:
         cpu = _cpu_breakdown(rank, opts)
         notes = lost_activity_notes(rank, device, in_capture, names)
-        return replace(cpu, notes=notes + cpu.notes)
+        return replace(cpu, notes=notes + cpu.notes), None
     series = (power or {}).get(devices[0]) if devices and rank.epoch_clock else None
     linked = link_launches(device, rank, names)
     steps = step_windows(linked, rank, names, in_capture)
@@ -132,6 +148,9 @@ def _breakdown(
         work.select("start_ns", "end_ns", "step", "cls", "stream", "launch_ns"),
     )
     splits = split_note(instances)
+    from tracecomm.engine.views import rank_views  # it builds on this module's export
+
+    views = rank_views(rank, linked, comm, steps, result.steps, request)
     return replace(
         result,
         notes=result.notes + ((splits,) if splits else ()),
@@ -152,7 +171,7 @@ def _breakdown(
         )
         if result.timeline == "gpu"
         else None,
-    )
+    ), views
 
 
 def _flop_ops(shaped: pl.DataFrame) -> pl.DataFrame:

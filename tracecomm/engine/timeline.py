@@ -10,6 +10,7 @@ exact: comm of each collective type not covered by compute, as in the figures.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import groupby
 from typing import Literal
 
 import numpy as np
@@ -19,7 +20,7 @@ from tracecomm.doc import Doc, NonNegative, Positive
 from tracecomm.engine.classify import COLL_TYPES, classify_with_comm
 from tracecomm.engine.collectives import message_bytes
 from tracecomm.engine.intervals import IntArray, coverage
-from tracecomm.engine.partition import BreakdownOptions
+from tracecomm.engine.options import BreakdownOptions
 from tracecomm.engine.steps import link_launches, step_windows
 from tracecomm.ingest.model import RankEvents
 
@@ -78,30 +79,45 @@ def step_timeline(
     opts = opts or BreakdownOptions()
     device, _ = classify_with_comm(rank, opts.comm_patterns, opts.compute_patterns)
     linked = link_launches(device, rank)
-    window = step_windows(linked, rank).filter(
-        (pl.col("step") == step) & pl.col("start_ns").is_not_null()
+    return next(iter(step_timelines(linked, step_windows(linked, rank), (step,))), None)
+
+
+def step_timelines(
+    linked: pl.DataFrame, windows: pl.DataFrame, steps: Sequence[int]
+) -> tuple[StepTimeline, ...]:
+    """Each of ``steps`` that has device work, from the breakdown's linked device frame and
+    step windows (``steps.step_windows``): one pass over the events for all of them (an event
+    that runs across two windows is clipped to each)."""
+    chosen = (
+        windows.filter(pl.col("step").is_in(list(steps)) & pl.col("start_ns").is_not_null())
+        .select("step", pl.col("start_ns").alias("w0"), pl.col("end_ns").alias("w1"))
+        .sort("step")
+        .with_columns(((pl.col("w1") - pl.col("w0")) // SEGMENTS_PER_STEP).clip(1).alias("res"))
     )
-    if window.height == 0:
-        return None
-    start, end = int(window["start_ns"][0]), int(window["end_ns"][0])
+    if chosen.height == 0:
+        return ()
     work = (
-        linked.filter(
-            (pl.col("cls") != "sync") & (pl.col("end_ns") > start) & (pl.col("start_ns") < end)
-        )
+        linked.filter(pl.col("cls") != "sync")
+        .select("start_ns", "end_ns", "cls", "coll_type", "device", "stream", "name")
+        .join_where(chosen, pl.col("end_ns") > pl.col("w0"), pl.col("start_ns") < pl.col("w1"))
         .with_columns(
-            (pl.col("start_ns").clip(start, end) - start).alias("s"),
-            (pl.col("end_ns").clip(start, end) - start).alias("e"),
+            (pl.col("start_ns").clip(pl.col("w0"), pl.col("w1")) - pl.col("w0")).alias("s"),
+            (pl.col("end_ns").clip(pl.col("w0"), pl.col("w1")) - pl.col("w0")).alias("e"),
         )
         .filter(pl.col("e") > pl.col("s"))
     )
-    resolution = max(1, (end - start) // SEGMENTS_PER_STEP)
-    return StepTimeline(
-        step=step,
-        start_ns=start,
-        window_ns=end - start,
-        resolution_ns=resolution,
-        lanes=_lanes(work, resolution),
-        exposed=_exposed(work),
+    lanes = _lanes(work)
+    exposed = _exposed(work, chosen)
+    return tuple(
+        StepTimeline(
+            step=step,
+            start_ns=w0,
+            window_ns=w1 - w0,
+            resolution_ns=res,
+            lanes=lanes.get(step, ()),
+            exposed=exposed.get(step, ()),
+        )
+        for step, w0, w1, res in chosen.iter_rows()
     )
 
 
@@ -111,19 +127,43 @@ def step_work(rank: RankEvents, step: int, opts: BreakdownOptions | None = None)
     step at other durations needs."""
     opts = opts or BreakdownOptions()
     device, comm = classify_with_comm(rank, opts.comm_patterns, opts.compute_patterns)
-    linked = link_launches(device, rank).filter(
-        (pl.col("cls") != "sync") & (pl.col("step") == step)
-    )
-    meta = comm.select(
+    return replay_work(link_launches(device, rank), comm, step)
+
+
+REPLAY_COLUMNS = (
+    "start_ns",
+    "end_ns",
+    "cls",
+    "coll_type",
+    "device",
+    "stream",
+    "bytes",
+    "group_size",
+)
+
+
+def replay_work(linked: pl.DataFrame, comm: pl.DataFrame, step: int) -> pl.DataFrame:
+    """``step_work`` from the breakdown's linked device frame and comm rows: the columns the
+    projection's replay reads (``REPLAY_COLUMNS``), in start order."""
+    meta = comm.lazy().select(
         "_row",
         message_bytes().alias("bytes"),
         pl.col("group_size").cast(pl.Int64),
     )
-    return linked.join(meta, on="_row", how="left").sort("start_ns", "end_ns")
+    return (
+        linked.lazy()
+        .filter((pl.col("cls") != "sync") & (pl.col("step") == step))
+        .join(meta, on="_row", how="left")
+        .sort("start_ns", "end_ns")
+        .select(REPLAY_COLUMNS)
+        .collect(engine="in-memory")  # one query (see engine.partition on the engine)
+    )
 
 
-def _lanes(work: pl.DataFrame, resolution: int) -> tuple[TimelineLane, ...]:
-    lane = ["device", "stream"]
+def _lanes(work: pl.DataFrame) -> dict[int, tuple[TimelineLane, ...]]:
+    """Per step, its lanes (by device and stream, nulls last), same-class runs closer than
+    the step's resolution merged."""
+    lane = ["step", "device", "stream"]
     ordered = work.sort([*lane, "s", "e"], nulls_last=True).with_columns(
         pl.col("e").cum_max().over(lane).alias("reach"),
         (pl.col("e") - pl.col("s")).alias("dur"),
@@ -134,7 +174,7 @@ def _lanes(work: pl.DataFrame, resolution: int) -> tuple[TimelineLane, ...]:
             pl.col("coll_type").fill_null("")
             == pl.col("coll_type").fill_null("").shift(1).over(lane)
         )
-        & (pl.col("s") - pl.col("reach").shift(1).over(lane) < resolution)
+        & (pl.col("s") - pl.col("reach").shift(1).over(lane) < pl.col("res"))
     )
     merged = (
         ordered.with_columns((~same_run.fill_null(False)).cum_sum().alias("run"))
@@ -148,40 +188,56 @@ def _lanes(work: pl.DataFrame, resolution: int) -> tuple[TimelineLane, ...]:
             pl.col("name").sort_by("dur", descending=True).first(),
         )
     )
-    return tuple(
-        TimelineLane(
-            device=key[0],
-            stream=key[1],
-            segments=tuple(
-                TimelineSegment(r["s"], r["e"], r["cls"], r["coll_type"], r["kernels"], r["name"])
-                for r in rows.iter_rows(named=True)
-            ),
-        )
-        for key, rows in merged.group_by(lane, maintain_order=True)
-    )
+    rows = merged.select(*lane, "s", "e", "cls", "coll_type", "kernels", "name").iter_rows()
+    out: dict[int, list[TimelineLane]] = {}
+    for (step, device, stream), runs in groupby(rows, key=lambda row: row[:3]):
+        segments = tuple(TimelineSegment(*row[3:]) for row in runs)
+        out.setdefault(step, []).append(TimelineLane(device, stream, segments))
+    return {step: tuple(lanes) for step, lanes in out.items()}
 
 
-def _exposed(work: pl.DataFrame) -> tuple[ExposedSpan, ...]:
-    """Per collective type, the maximal spans of its comm not covered by compute."""
+def _exposed(work: pl.DataFrame, windows: pl.DataFrame) -> dict[int, tuple[ExposedSpan, ...]]:
+    """Per step and collective type, the maximal spans of its comm not covered by compute:
+    one sweep over all steps, each step's times shifted past the previous window's end so
+    that no span runs from one step into the next."""
     types = [t for t in COLL_TYPES if t in set(work["coll_type"].drop_nulls().to_list())]
     if not types:
-        return ()
-    compute = work.filter(pl.col("cls") == "compute")
-    comm = work.filter((pl.col("cls") == "comm") & pl.col("coll_type").is_in(types))
-    starts = np.concatenate([compute["s"].to_numpy(), comm["s"].to_numpy()]).astype(np.int64)
-    ends = np.concatenate([compute["e"].to_numpy(), comm["e"].to_numpy()]).astype(np.int64)
-    labels = np.concatenate(
-        [
-            np.zeros(compute.height, dtype=np.int64),
-            comm["coll_type"].replace_strict({t: i + 1 for i, t in enumerate(types)}).to_numpy(),
-        ]
-    ).astype(np.int64)
-    cov = coverage(starts, ends, labels, len(types) + 1)
-    spans: list[ExposedSpan] = []
+        return {}
+    lengths = windows["w1"].to_numpy() - windows["w0"].to_numpy()
+    shift = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64)
+    at = dict(zip(windows["step"].to_list(), shift.tolist(), strict=True))
+    comm = (pl.col("cls") == "comm") & pl.col("coll_type").is_in(types)
+    relevant = work.filter((pl.col("cls") == "compute") | comm).with_columns(
+        pl.col("step").replace_strict(at, return_dtype=pl.Int64).alias("shift")
+    )
+    starts = (relevant["s"] + relevant["shift"]).to_numpy().astype(np.int64)
+    ends = (relevant["e"] + relevant["shift"]).to_numpy().astype(np.int64)
+    label_values = (
+        relevant.select(
+            pl.when(pl.col("cls") == "compute")
+            .then(0)
+            .otherwise(
+                pl.col("coll_type").replace_strict(
+                    {t: i + 1 for i, t in enumerate(types)}, default=0, return_dtype=pl.Int64
+                )
+            )
+        )
+        .to_series()
+        .to_numpy()
+        .astype(np.int64)
+    )
+    cov = coverage(starts, ends, label_values, len(types) + 1)
+    spans: list[tuple[int, int, str]] = []
     for i, coll_type in enumerate(types):
         mask = cov.covered[:, i + 1] & ~cov.covered[:, 0]
-        spans.extend(ExposedSpan(s, e, coll_type) for s, e in _runs(cov.times, mask))
-    return tuple(sorted(spans, key=lambda x: (x.start_ns, x.coll_type)))
+        spans.extend((s, e, coll_type) for s, e in _runs(cov.times, mask))
+    steps = windows["step"].to_numpy()
+    out: dict[int, list[ExposedSpan]] = {}
+    for s, e, coll_type in sorted(spans, key=lambda x: (x[0], x[2])):
+        k = int(np.searchsorted(shift, s, side="right")) - 1
+        base = int(shift[k])
+        out.setdefault(int(steps[k]), []).append(ExposedSpan(s - base, e - base, coll_type))
+    return {step: tuple(found) for step, found in out.items()}
 
 
 def _runs(times: IntArray, mask: np.ndarray) -> Sequence[tuple[int, int]]:

@@ -1,7 +1,7 @@
 """``tracecomm compare``: each input analyzed (run folders of traces, ``ingest`` summaries) or
 read (a saved analyze JSON), then compared (metrics.md §18). The first run (by world size,
-unless the order given is kept) is projected to the others' world sizes when its traces can be
-read again; summaries are never parsed back into traces.
+unless the order given is kept) is projected to the others' world sizes from its Report's
+projection basis, which a saved document holds as its run does.
 """
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tracecomm.analysis.build import Analysis
+from tracecomm.analysis.build import Analysis, project_report
 from tracecomm.analysis.compare import Comparison, compare, ordered
-from tracecomm.analysis.runrecord import RunRecord, projection_record, record_of_report
+from tracecomm.analysis.report import Report
+from tracecomm.analysis.runrecord import SAVED, RunRecord, projection_record, record_of_report
 from tracecomm.errors import UsageError
 from tracecomm.run.discover import Discovery, discover
 from tracecomm.run.executors import open_executor
 from tracecomm.run.request import Request, request_of
-from tracecomm.run.saved import looks_saved, read_saved
+from tracecomm.run.saved import load_saved_report, looks_saved
 from tracecomm.run.session import analyze_run as analyze_now
-from tracecomm.run.session import project_later
 
 Analyze = Callable[[Request, Discovery], Analysis]
 
@@ -42,25 +42,24 @@ def compare_runs(
         if options.get(name):
             raise UsageError(f"compare sets --{name} itself")
     labels = _labels([str(i) for i in inputs])
-    requests: dict[str, tuple[Request, Discovery, Analysis]] = {}
+    reports: dict[str, Report] = {}
     records = []
     for given, label in zip(inputs, labels, strict=True):
         path = Path(given)
         if path.is_file() and looks_saved(path):
-            records.append(read_saved(path, label))
+            reports[label] = load_saved_report(path).report
+            records.append(record_of_report(reports[label], label, SAVED))
             continue
         request = request_of([given], **options)
         discovery = discover(list(request.inputs))
         analysis = (analyze_run or _analyze)(request, discovery)
         source = "summaries" if discovery.summaries else "traces"
         records.append(record_of_report(analysis.report, label, source, analysis.side.matching))
-        requests[label] = (request, discovery, analysis)
+        reports[label] = analysis.report
     first = ordered(records, keep_order)[0]
-    if first.label in requests:
-        records = [
-            _projected(r, records, requests[first.label], weak) if r is first else r
-            for r in records
-        ]
+    records = [
+        _projected(r, records, reports[first.label], weak) if r is first else r for r in records
+    ]
     return compare(records, weak=weak, keep_order=keep_order)
 
 
@@ -73,31 +72,14 @@ def _analyze(request: Request, discovery: Discovery) -> Analysis:
 
 
 def _projected(
-    first: RunRecord,
-    records: Sequence[RunRecord],
-    analyzed: tuple[Request, Discovery, Analysis],
-    weak: bool,
+    first: RunRecord, records: Sequence[RunRecord], report: Report, weak: bool
 ) -> RunRecord:
     """The first run projected (metrics.md §11) to the other runs' world sizes."""
-    request, discovery, report = analyzed
     own = first.world_size or first.ranks_analyzed
     targets = tuple(sorted({n for r in records if (n := r.world_size or r.ranks_analyzed) != own}))
     if not targets:
         return replace(first, projection="every run has its world size: nothing to project to")
-    if discovery.summaries:
-        return replace(
-            first,
-            projection="given as summaries, which hold no device events to replay: give its run "
-            "folder (or the JSON of `tracecomm project RUN -f json --to "
-            + ",".join(str(n) for n in targets)
-            + "`)",
-        )
-    executor = open_executor(request.executor, request.jobs)
-    try:
-        found = project_later(request, report, targets, weak, executor, discovery)
-    finally:
-        executor.close()
-    return replace(first, projection=projection_record(found))
+    return replace(first, projection=projection_record(project_report(report, targets, weak)))
 
 
 def _labels(inputs: Sequence[str]) -> list[str]:

@@ -15,12 +15,12 @@ import msgspec
 
 from tracecomm.analysis.model import (
     FileFailure,
-    RankReport,
+    RankOrigin,
     RankResult,
-    RankTimeline,
     RunData,
 )
 from tracecomm.engine import BreakdownOptions
+from tracecomm.engine.options import ViewRequest
 from tracecomm.errors import NoUsableInput, OutputError, UsageError
 from tracecomm.ingest.power import PowerLog, PowerLogError, find_power_logs, load_power_log
 from tracecomm.mfu.inputs import InputError, ModelFlops, ModelInputs, model_flops
@@ -30,14 +30,16 @@ from tracecomm.run.pool import jobs_for, threads_for
 from tracecomm.run.request import Request
 from tracecomm.run.settings import key_name, read_settings, settings_path
 from tracecomm.run.sources import local_path
-from tracecomm.run.worker import RankWork, analyze_file, hta_figures, ingest_file
-from tracecomm.run.worker import rank_export as rank_export_of
-from tracecomm.run.worker import rank_timeline as rank_timeline_of
-from tracecomm.run.worker import step_work as step_work_of
+from tracecomm.run.worker import (
+    RankWork,
+    analyze_file,
+    exports_of_file,
+    hta_figures,
+    ingest_file,
+)
 
 if TYPE_CHECKING:
     from tracecomm.analysis.build import Analysis
-    from tracecomm.analysis.projection import Projection
     from tracecomm.analysis.report import Report
     from tracecomm.nccl.diagnose import NcclSummary
 
@@ -153,7 +155,8 @@ def analyze_run(
         run_warnings=run_warnings,
         nccl=nccl,
         nccl_warnings=tuple(nccl_warnings),
-        files=_Files(executor, work),
+        hta=_HtaReader(executor),
+        export_reader=_ExportReader(executor, work, request.jobs),
     )
     # merged traces hold no file per rank for HTA to read
     options = replace(request.analysis, declared_framework=run.framework)
@@ -173,25 +176,6 @@ def analyze_run(
         notes = "; ".join(f"{r.path}: {r.notes[-1]}" for r in report.ranks[:3])
         raise NoUsableInput(f"nothing to analyze: {notes}")
     return analysis
-
-
-def project_later(
-    request: Request,
-    analysis: Analysis,
-    targets: tuple[int, ...],
-    weak: bool,
-    executor: Executor | None = None,
-    discovery: Discovery | None = None,
-) -> Projection:
-    """metrics.md §11 of a run analyzed earlier from ``request`` (its median rank's trace read
-    again where it is): a ``Projection``, or (its reason) why there is none."""
-    from tracecomm.analysis.build import project_report
-
-    executor = executor or LocalExecutor()
-    discovery = discovery or executor.call(discover, list(request.inputs))
-    run = executor.call(read_run, discovery, request.model)
-    files = _Files(executor, _work(request, run))
-    return project_report(analysis.report, analysis.side.matching, targets, weak, files)
 
 
 def _cache_warnings(cache: Path | None, results: Sequence[RankResult]) -> tuple[str, ...]:
@@ -262,6 +246,12 @@ def _work(request: Request, run: RunInputs) -> RankWork:
         power=run.power,
         rank_from=request.rank_from,
         cache=request.cache,
+        views=ViewRequest(
+            timelines=request.analysis.timeline,
+            export=request.analysis.export,
+            export_ranks=request.analysis.export_ranks,
+            export_steps=request.analysis.export_steps,
+        ),
     )
 
 
@@ -280,23 +270,37 @@ def _recorded_options(
     return plain
 
 
-class _Files:
-    """``RankFiles`` for the analysis: a rank's file read again, where the files are."""
+class _ExportReader:
+    """``ExportReader``: the chosen ranks' files read again where they are, side by side, each
+    file once (a merged trace holding several of them too)."""
 
-    def __init__(self, executor: Executor, work: RankWork) -> None:
-        self._executor, self._work = executor, work
+    def __init__(self, executor: Executor, work: RankWork, jobs: int | None) -> None:
+        self._executor, self._work, self._jobs = executor, work, jobs
 
-    def step_timeline(self, rank: RankReport, role: str, step: int) -> RankTimeline:
-        return self._executor.call(rank_timeline_of, rank.path, rank.rank, role, step, self._work)
+    def __call__(self, origins: Mapping[int, RankOrigin], steps: tuple[int, ...]) -> dict[int, Any]:
+        by_file: dict[str, dict[int, int]] = {}
+        for rank, origin in origins.items():
+            by_file.setdefault(origin.file, {})[origin.index] = rank
+        files = list(by_file)
+        per_file = self._executor.map(
+            exports_of_file,
+            files,
+            (by_file, steps, self._work),
+            None,
+            lambda f, e: [(rank, f"lost by the executor ({e})") for rank in by_file[f].values()],
+            jobs_for(files, self._jobs),
+        )
+        return {rank: found for pairs in per_file for rank, found in pairs}
 
-    def step_work(self, rank: RankReport, step: int) -> Any:
-        return self._executor.call(step_work_of, rank.path, rank.rank, step, self._work)
 
-    def hta_figures(self, paths: Mapping[int, str], version: str) -> tuple[Any, ...]:
+class _HtaReader:
+    """``--compat hta``: HTA's own figures of the rank files, read by HTA where they are."""
+
+    def __init__(self, executor: Executor) -> None:
+        self._executor = executor
+
+    def __call__(self, paths: Mapping[int, str], version: str) -> tuple[Any, ...]:
         return self._executor.call(hta_figures, dict(paths), version)
-
-    def rank_export(self, rank: RankReport, steps: tuple[int, ...]) -> Any:
-        return self._executor.call(rank_export_of, rank.path, rank.rank, steps, self._work)
 
 
 def _nccl(inputs: Sequence[str], logs: tuple[Path, ...]) -> tuple[NcclSummary | None, list[str]]:

@@ -24,16 +24,19 @@ import polars as pl
 
 from tracecomm._version import __version__
 from tracecomm.analysis.model import FileFailure, RankResult
+from tracecomm.analysis.projection import ReplayEvents
 from tracecomm.engine import BreakdownOptions
 from tracecomm.engine.collectives import INSTANCE_SCHEMA
 from tracecomm.engine.model import KernelStats, RankBreakdown
+from tracecomm.engine.views import RankViews
 from tracecomm.errors import TraceError
 from tracecomm.ingest.model import TraceMeta
 from tracecomm.run.discover import SUFFIX
 
-FORMAT = "5"  # 2: collectives carry idle_before_ns; 3: the kernel and launch view;
+FORMAT = "6"  # 2: collectives carry idle_before_ns; 3: the kernel and launch view;
 # 4: collectives carry ready_ns and stream (the replay's queues, metrics.md §6);
-# 5: all-to-all volumes on the collectives, the rank's comm libraries (metrics.md §7a)
+# 5: all-to-all volumes on the collectives, the rank's comm libraries (metrics.md §7a);
+# 6: the rank's typical step as the projection replays it (metrics.md §11)
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 _META_DECODER = msgspec.json.Decoder(TraceMeta)
 _OPTIONS_DECODER = msgspec.json.Decoder(BreakdownOptions)
@@ -54,6 +57,17 @@ class _ResultFields(msgspec.Struct):
 
 
 _RESULT_DECODER = msgspec.json.Decoder(_ResultFields)
+
+
+class _Replay(msgspec.Struct):
+    """The rank's part of the projection (``engine.views``): the timelines and the export's
+    events are taken anew by the commands that show them."""
+
+    typical_step: int | None
+    events: ReplayEvents | None
+
+
+_REPLAY_DECODER = msgspec.json.Decoder(_Replay)
 
 
 def _enc(value: object) -> Any:
@@ -121,6 +135,7 @@ def write_summary_file(
                     "has_collectives": outcome.breakdown.collectives is not None,
                 }
             ).decode(),
+            "tracecomm.replay": _ENCODER.encode(_replay_of(outcome.views)).decode(),
         }
         rows = outcome.breakdown.collectives
         table = rows if rows is not None else pl.DataFrame()
@@ -165,12 +180,27 @@ def read_summary(path: str) -> tuple[RankResult | FileFailure, BreakdownOptions]
             repaired_events=rest.repaired_events,
             first_event_abs_ns=rest.first_event_abs_ns,
             power_source=rest.power_source,
+            views=_views_of(_REPLAY_DECODER.decode(header["tracecomm.replay"])),
         )
     except (KeyError, TypeError, ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise SummaryError(path, f"damaged summary ({type(exc).__name__}: {exc})") from None
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise SummaryError(path, f"unreadable summary rows ({exc})") from None
     return result, opts
+
+
+def _replay_of(views: RankViews | None) -> _Replay:
+    if views is None:
+        return _Replay(None, None)
+    events = ReplayEvents.of(views.replay) if views.replay is not None else None
+    return _Replay(views.typical_step, events)
+
+
+def _views_of(replay: _Replay) -> RankViews | None:
+    if replay.typical_step is None and replay.events is None:
+        return None
+    frame = replay.events.frame() if replay.events is not None else None
+    return RankViews(replay.typical_step, frame)
 
 
 def breakdown_problem(bd: RankBreakdown) -> str | None:

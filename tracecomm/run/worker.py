@@ -1,5 +1,6 @@
-"""The per-rank unit: parse one trace file and compute its breakdown; and the re-reads the
-analysis asks for (one step of a rank, HTA's figures).
+"""The per-rank unit: parse one trace file and compute its breakdown, with what the command's
+later views need of the rank (``engine.views``), so that no trace is read twice; and HTA's own
+figures of the files (``--compat hta``: HTA reads them itself).
 
 Every function here is pure and picklable; worker processes import only this module (ingest and
 engine, on first use or ``preload``), so a pool starts fast. Only the small results travel back.
@@ -12,20 +13,19 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracecomm.analysis.model import FileFailure, RankResult, RankTimeline
-from tracecomm.engine.options import BreakdownOptions
+from tracecomm.analysis.model import FileFailure, RankOrigin, RankResult
+from tracecomm.engine.options import BreakdownOptions, ViewRequest
 from tracecomm.errors import NotATrace, TraceError
 from tracecomm.ingest.discover import NSYS_SUFFIXES
 from tracecomm.ingest.options import ReadOptions
 from tracecomm.run.sources import opened_locally, renamed, scheme
 
 if TYPE_CHECKING:
-    import polars as pl
-
+    from tracecomm.engine.export import RankExport
     from tracecomm.ingest.model import RankEvents
     from tracecomm.ingest.power import PowerLog
 
@@ -49,6 +49,7 @@ class RankWork:
     power: tuple[PowerLog, ...] = ()
     rank_from: str | None = None  # the files are merged traces: ranks by pid or process_name
     cache: Path | None = None
+    views: ViewRequest = field(default_factory=ViewRequest)  # what the views take of a rank
 
 
 def analyze_file(path: str, work: RankWork) -> list[RankResult | FileFailure]:
@@ -58,9 +59,56 @@ def analyze_file(path: str, work: RankWork) -> list[RankResult | FileFailure]:
     try:
         with opened_locally(path) as local:
             outcomes = _analyze_local(local, work, remote=scheme(path) not in (None, "file"))
-        return [renamed(o, local, path) for o in outcomes]
+        named = [renamed(o, local, path) for o in outcomes]
     except TraceError as exc:  # the source itself could not be fetched
         return [FileFailure(exc.path, exc.reason)]
+    ranks = iter(range(len(named)))
+    return [
+        replace(o, origin=RankOrigin(path, next(ranks))) if isinstance(o, RankResult) else o
+        for o in named
+    ]
+
+
+def exports_of_file(
+    file: str,
+    by_file: Mapping[str, Mapping[int, int]],
+    steps: tuple[int, ...],
+    work: RankWork,
+) -> list[tuple[int, RankExport | str]]:
+    """The export's second read (``engine.views``): the file's ranks at the indexes
+    ``by_file[file]`` maps to rank ids, each one's events of ``steps``; a reason where it
+    cannot be read."""
+    from tracecomm.engine.export import rank_export
+
+    wanted = by_file[file]
+    try:
+        with opened_locally(file) as local:
+            ranks = _file_ranks(local, work)
+            return [
+                (rank, rank_export(ranks[index], rank, steps, work.breakdown))
+                if index < len(ranks)
+                else (rank, f"{file} holds no rank {index + 1} now")
+                for index, rank in wanted.items()
+            ]
+    except (TraceError, OSError) as exc:
+        return [(rank, f"could not read it again: {exc}") for rank in wanted.values()]
+
+
+def _file_ranks(path: str, work: RankWork) -> list[RankEvents]:
+    """The ranks a local file holds, in the order the first read took them."""
+    from tracecomm.ingest.load import load_merged, load_rank
+    from tracecomm.run.cache import EntryError
+    from tracecomm.run.cache import load as cache_load
+
+    if is_nsys(path):
+        return nsys_ranks(path, work.read)
+    if work.rank_from is not None:
+        return load_merged(path, work.rank_from, work.read)
+    cached = None
+    if work.cache is not None:
+        with contextlib.suppress(EntryError):  # the parse below reads the file itself
+            cached = cache_load(work.cache, Path(path), work.read)
+    return [cached if cached is not None else load_rank(path, work.read)]
 
 
 def ingest_file(path: str, out: str, work: RankWork) -> list[tuple[str, FileFailure | None]]:
@@ -76,42 +124,6 @@ def ingest_file(path: str, out: str, work: RankWork) -> list[tuple[str, FileFail
         )
         for o in outcomes
     ]
-
-
-def rank_timeline(path: str, rank: int, role: str, step: int, work: RankWork) -> RankTimeline:
-    """One step of one rank, lane by lane (the HTML report's timeline)."""
-    from tracecomm.engine.timeline import step_timeline
-
-    try:
-        events = _events_again(path, rank, work)
-    except (TraceError, OSError) as exc:
-        return RankTimeline(rank, role, None, f"could not read the file again: {exc}")
-    timeline = step_timeline(events, step, work.breakdown)
-    reason = None if timeline is not None else f"no device work in step {step}"
-    return RankTimeline(rank, role, timeline, reason)
-
-
-def step_work(path: str, rank: int, step: int, work: RankWork) -> pl.DataFrame | str:
-    """One step of one rank as the projection replays it; a reason when it cannot be read."""
-    from tracecomm.engine.timeline import step_work as work_of
-
-    try:
-        events = _events_again(path, rank, work)
-    except (TraceError, OSError) as exc:
-        return f"could not read rank {rank} again: {exc}"
-    return work_of(events, step, work.breakdown)
-
-
-def rank_export(path: str, rank: int, steps: tuple[int, ...], work: RankWork) -> Any:
-    """One rank's events of ``steps`` for the exported trace (``engine.export.RankExport``); a
-    reason when the file cannot be read again."""
-    from tracecomm.engine.export import rank_export as export_of
-
-    try:
-        events = _events_again(path, rank, work)
-    except (TraceError, OSError) as exc:
-        return f"could not read rank {rank} again: {exc}"
-    return export_of(events, rank, steps, work.breakdown)
 
 
 def hta_figures(paths: Mapping[int, str], compat: str) -> tuple[Any, ...]:
@@ -200,8 +212,10 @@ def _cached_result(path: str, work: RankWork, cache: Path) -> RankResult:
     logs = [(log.path, Path(log.path).stat().st_mtime_ns) for log in work.power]
     key = options_key(work.breakdown, logs)
     problem = None
+    # a stored result keeps the projection's step, not the timelines or the export's events
+    reusable = not (work.views.timelines or work.views.export)
     try:
-        done = load_result(cache, Path(path), work.read, key)
+        done = load_result(cache, Path(path), work.read, key) if reusable else None
         if done is not None:
             return done
         events = cache_load(cache, Path(path), work.read)
@@ -220,11 +234,11 @@ def _cached_result(path: str, work: RankWork, cache: Path) -> RankResult:
 
 
 def _one_rank(events: RankEvents, work: RankWork) -> RankResult:
-    from tracecomm.engine.partition import breakdown
+    from tracecomm.engine.partition import breakdown_and_views
     from tracecomm.ingest.power import series_for_host
 
     series, power_source = series_for_host(work.power, events.meta.host_name)
-    result = breakdown(events, work.breakdown, series)
+    result, views = breakdown_and_views(events, work.breakdown, series, work.views)
     return RankResult(
         path=events.path,
         meta=events.meta,
@@ -234,25 +248,5 @@ def _one_rank(events: RankEvents, work: RankWork) -> RankResult:
         repaired_events=events.repaired_events,
         first_event_abs_ns=events.first_event_ns if events.epoch_clock else None,
         power_source=power_source if series else None,
+        views=views,
     )
-
-
-def _events_again(path: str, rank: int, work: RankWork) -> RankEvents:
-    from tracecomm.ingest.load import load_merged, load_rank
-    from tracecomm.run.cache import EntryError
-    from tracecomm.run.cache import load as cache_load
-
-    if "#pid" in path and is_nsys(path.rsplit("#pid", 1)[0]):
-        return next(e for e in nsys_ranks(path.rsplit("#pid", 1)[0], work.read) if e.path == path)
-    if work.rank_from is not None:
-        file = path.rsplit("#rank", 1)[0]
-        merged = load_merged(file, work.rank_from, work.read)
-        return next(e for e in merged if e.meta.rank == rank)
-    if scheme(path) not in (None, "file"):
-        with opened_locally(path) as local:
-            return renamed(load_rank(local, work.read), local, path)
-    cached = None
-    if work.cache is not None:
-        with contextlib.suppress(EntryError):  # the parse below reads the file itself
-            cached = cache_load(work.cache, Path(path), work.read)
-    return cached if cached is not None else load_rank(path, work.read)

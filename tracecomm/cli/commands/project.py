@@ -8,7 +8,7 @@ import typer
 
 from tracecomm.cli import flow
 from tracecomm.cli.app import app
-from tracecomm.cli.exits import EXIT_NO_INPUT, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, fail
+from tracecomm.cli.exits import EXIT_NO_INPUT, EXIT_OK, EXIT_PARTIAL
 from tracecomm.cli.options import ANALYZE_RUN, RUNS, TO, WEAK, command, format_option
 
 FORMAT = format_option("terminal", "json", help="terminal table or one JSON document.")
@@ -24,13 +24,8 @@ def project(run: RUNS, *, options: dict[str, Any]) -> None:
     from tracecomm.render.tables import PROJECTION
 
     fmt, quiet = options.pop("output_format"), options["quiet"]
-    saved = flow.saved_document(run, {})
-    if saved is not None and saved.report.projection is None:
-        fail(
-            f"{saved.path} holds no projection: give the run folder (or save one with "
-            "`tracecomm project RUN -f json`)",
-            EXIT_USAGE,
-        )
+    asked = {"to": options.get("to"), "weak": options.get("weak")}
+    saved = flow.saved_document(run, {"project": True, **asked})
     if saved is not None:
         result = saved.report
     else:
