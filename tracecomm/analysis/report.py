@@ -13,6 +13,7 @@ from msgspec import Meta, structs
 
 from tracecomm.analysis.alltoall import AllToAllView
 from tracecomm.analysis.bandwidth import Bandwidth
+from tracecomm.analysis.collective_steps import CollectiveStep
 from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.finding import Finding, StepParts
 from tracecomm.analysis.framework import Frameworks
@@ -71,6 +72,16 @@ class Report(Doc, frozen=True, kw_only=True):
     )
     all_to_all: AllToAllView | None = None  # §7a: all-to-all / expert parallelism
     frameworks: Frameworks | None = None  # §14a: which framework ran it, from the trace's names
+    collective_steps: Annotated[
+        tuple[CollectiveStep, ...] | None,
+        Meta(
+            description=(
+                "the matched instances (§4) per step, collective type, group and size bucket: "
+                "what compare diffs by collective (§18); empty: none matched; null: a document "
+                "written before it"
+            )
+        ),
+    ] = None
 
     # The tables as polars frames, for notebooks (analysis.frames): built on each call.
 

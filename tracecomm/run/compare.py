@@ -53,7 +53,7 @@ def compare_runs(
         discovery = discover(list(request.inputs))
         analysis = (analyze_run or _analyze)(request, discovery)
         source = "summaries" if discovery.summaries else "traces"
-        records.append(record_of_report(analysis.report, label, source, analysis.side.matching))
+        records.append(record_of_report(analysis.report, label, source))
         requests[label] = (request, discovery, analysis)
     first = ordered(records, keep_order)[0]
     if first.label in requests:
