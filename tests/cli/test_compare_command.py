@@ -90,7 +90,7 @@ def test_folders_and_summaries_side_by_side(runs: dict[str, Path]) -> None:
 
 def test_a_saved_report_is_compared_like_its_run(runs: dict[str, Path]) -> None:
     doc = compared(runs["n8.json"], runs["n4"], *MODEL)
-    assert [r["source"] for r in doc["runs"]] == ["traces", "analyze JSON"]
+    assert [r["source"] for r in doc["runs"]] == ["traces", "traces"]
     assert doc["pairs"][0]["collectives"]["level"] == "instance"
     adds_up(doc)
     # the same run from its folder and from its saved report: the same figures

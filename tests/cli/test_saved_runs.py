@@ -56,7 +56,7 @@ def test_a_saved_run_draws_as_the_run(name: str, tmp_path: Path) -> None:
         view = View(width=140, color=False, table=table)
         assert REPORT["csv"](back, view) == REPORT["csv"](report, view), table
     assert from_report(back, "run") == from_report(report, "run")
-    live, read = (record_of_report(r, "run", "analyze JSON") for r in (report, back))
+    live, read = (record_of_report(r, "run") for r in (report, back))
     assert live == read
 
 

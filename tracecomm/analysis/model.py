@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from msgspec import Meta
 
@@ -127,6 +127,7 @@ class RunData:
     nccl: NcclSummary | None = None  # NCCL logs and Flight Recorder dumps, diagnosed
     nccl_warnings: tuple[str, ...] = ()
     files: RankFiles | None = None  # None: the trace files cannot be read again
+    read_from: Literal["traces", "summaries"] = "traces"  # ``tracecomm ingest``'s summaries
 
 
 @dataclass

@@ -45,6 +45,15 @@ class Report(Doc, frozen=True, kw_only=True):
     schema_version: int  # doc.SCHEMA_VERSION: a saved document of another is refused
     tool: Tool
     inputs: tuple[str, ...]
+    read_from: Annotated[
+        Literal["traces", "summaries"] | None,
+        Meta(
+            description=(
+                "what the ranks were read from: trace files, or the summaries `tracecomm "
+                "ingest` wrote; null: a document written before it"
+            )
+        ),
+    ] = None
     options: dict[str, Any]  # the options as given (the flags, the settings file's)
     summary: RunSummary
     ranks: tuple[RankReport, ...]  # by rank

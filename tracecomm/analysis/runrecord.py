@@ -57,7 +57,7 @@ class ProjectionRecord:
 @dataclass(frozen=True)
 class RunRecord:
     label: str  # the input as given
-    source: str  # "traces", "summaries" or "analyze JSON"
+    source: str  # how it was analyzed: "traces", "summaries"; "analyze JSON": not recorded
     world_size: int | None
     ranks_analyzed: int
     median_rank: int | None
@@ -82,8 +82,9 @@ class RunRecord:
     frameworks: tuple[str, ...] = ()  # the labels of the frameworks its traces name (§14a)
 
 
-def record_of_report(report: Report, label: str, source: str) -> RunRecord:
-    """The run to compare, of a Report analyzed now or read from its saved document (alike)."""
+def record_of_report(report: Report, label: str) -> RunRecord:
+    """The run to compare, of a Report analyzed now or read from its saved document (alike:
+    its source is what the ranks were read from, which a saved document records)."""
     tp = report.throughput
     st = report.stragglers
     recoverable = st.recoverable_pct if st is not None else None
@@ -91,7 +92,7 @@ def record_of_report(report: Report, label: str, source: str) -> RunRecord:
     flops = tp.flops if tp is not None else None
     return RunRecord(
         label=label,
-        source=source,
+        source=report.read_from or UNRECORDED,
         world_size=report.summary.world_size,
         ranks_analyzed=report.summary.ranks_analyzed,
         median_rank=report.summary.median_rank,
@@ -140,7 +141,8 @@ def model_record(
     return ModelRecord(per_step, per_token, tokens, source)
 
 
-SAVED = "analyze JSON"  # a record's source when it was read from a saved document
+# the source of a saved document written before the Report recorded what its ranks were read from
+UNRECORDED = "analyze JSON"
 
 
 def projection_record(projection: Projection | None) -> ProjectionRecord | str:

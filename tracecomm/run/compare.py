@@ -52,8 +52,7 @@ def compare_runs(
         request = request_of([given], **options)
         discovery = discover(list(request.inputs))
         analysis = (analyze_run or _analyze)(request, discovery)
-        source = "summaries" if discovery.summaries else "traces"
-        records.append(record_of_report(analysis.report, label, source))
+        records.append(record_of_report(analysis.report, label))
         requests[label] = (request, discovery, analysis)
     first = ordered(records, keep_order)[0]
     if first.label in requests:

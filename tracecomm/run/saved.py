@@ -20,7 +20,7 @@ import msgspec
 
 from tracecomm.analysis.document_checks import document_problem
 from tracecomm.analysis.report import Report
-from tracecomm.analysis.runrecord import SAVED, RunRecord, record_of_report
+from tracecomm.analysis.runrecord import RunRecord, record_of_report
 from tracecomm.doc import SCHEMA_VERSION
 from tracecomm.errors import UsageError
 
@@ -136,4 +136,4 @@ def _not_readable(raw: bytes, exc: Exception) -> str:
 
 def read_saved(path: Path, label: str) -> RunRecord:
     """The run of a saved analyze document, to compare. Raises ``SavedReportError``."""
-    return record_of_report(load_saved_report(path).report, label, SAVED)
+    return record_of_report(load_saved_report(path).report, label)

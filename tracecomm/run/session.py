@@ -154,6 +154,7 @@ def analyze_run(
         nccl=nccl,
         nccl_warnings=tuple(nccl_warnings),
         files=_Files(executor, work),
+        read_from="summaries" if discovery.summaries else "traces",
     )
     # merged traces hold no file per rank for HTA to read
     options = replace(request.analysis, declared_framework=run.framework)
