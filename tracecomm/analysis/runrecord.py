@@ -1,7 +1,8 @@
 """What a comparison of runs needs of one run (metrics.md §18): its headline figures as the
 analysis reported them, every rank's included steps with their partition, its matched
-collective instances and its projection. Built here from a Report; ``run.saved`` builds the
-same record from a saved ``analyze --format json`` document, so that both compare alike.
+collective instances (the Report's ``collective_steps``) and its projection. Built here from
+a Report, analyzed now or read back from its saved ``analyze --format json`` document
+(``run.saved``): both compare alike.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ read again; summaries are never parsed back into traces.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,7 @@ from tracecomm.errors import UsageError
 from tracecomm.run.discover import Discovery, discover
 from tracecomm.run.executors import open_executor
 from tracecomm.run.request import Request, request_of
-from tracecomm.run.saved import looks_saved, read_saved
+from tracecomm.run.saved import SavedReport, load_saved_report, looks_saved
 from tracecomm.run.session import analyze_run as analyze_now
 from tracecomm.run.session import project_later
 
@@ -41,13 +42,16 @@ def compare_runs(
     for name in ("project", "to", "weak", "detail"):
         if options.get(name):
             raise UsageError(f"compare sets --{name} itself")
-    labels = _labels([str(i) for i in inputs])
+    saved = [
+        load_saved_report(path) if path.is_file() and looks_saved(path) else None
+        for path in map(Path, inputs)
+    ]
+    labels = _labels(_label_paths([str(i) for i in inputs], saved))
     requests: dict[str, tuple[Request, Discovery, Analysis]] = {}
     records = []
-    for given, label in zip(inputs, labels, strict=True):
-        path = Path(given)
-        if path.is_file() and looks_saved(path):
-            records.append(read_saved(path, label))
+    for given, label, document in zip(inputs, labels, saved, strict=True):
+        if document is not None:
+            records.append(record_of_report(document.report, label))
             continue
         request = request_of([given], **options)
         discovery = discover(list(request.inputs))
@@ -97,6 +101,23 @@ def _projected(
     finally:
         executor.close()
     return replace(first, projection=projection_record(found))
+
+
+def _label_paths(given: Sequence[str], saved: Sequence[SavedReport | None]) -> list[str]:
+    """The path each input is labelled from: a run folder (or summaries) its path as given; a
+    saved analyze document the run it analyzed, its one recorded input as analyze was given it
+    (``compare a.json b.json`` labels the runs as ``compare RUN_A RUN_B`` would). When that
+    leaves two inputs the same path (two documents of ``run/`` analyzed from different folders,
+    a run given both as folder and as document), or a document recorded several inputs, every
+    saved document is labelled from its own file path instead."""
+    runs = [
+        g if s is None else (s.report.inputs[0] if len(s.report.inputs) == 1 else None)
+        for g, s in zip(given, saved, strict=True)
+    ]
+    distinct = {posixpath.normpath(r) for r in runs if r is not None}
+    if None in runs or len(distinct) < len(runs):
+        return list(given)
+    return [r for r in runs if r is not None]
 
 
 def _labels(inputs: Sequence[str]) -> list[str]:
