@@ -42,7 +42,7 @@ def series(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[Path, Ru
 def record_of(run: Path, label: str, **options: Any) -> RunRecord:
     """A run to compare as compare_runs makes it: its Report and its matched instances."""
     analysis = analyze_run(request_of(run, **options))
-    return record_of_report(analysis.report, label, "traces", analysis.side.matching)
+    return record_of_report(analysis.report, label)
 
 
 @pytest.fixture(scope="module")

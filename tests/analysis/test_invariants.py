@@ -277,7 +277,7 @@ def test_the_step_time_analyzed_gated_and_compared_is_one_number(sample: Report)
     step = sample.throughput.step_time_ns
     assert sample.step_parts.step_ns == step
     assert from_report(sample, "run").step_time_ns == step
-    assert record_of_report(sample, "run", "traces").step_time_ns == step
+    assert record_of_report(sample, "run").step_time_ns == step
 
 
 def test_a_ranks_mean_step_is_its_window_over_its_steps(sample: Report) -> None:

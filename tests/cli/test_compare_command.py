@@ -89,18 +89,30 @@ def test_folders_and_summaries_side_by_side(runs: dict[str, Path]) -> None:
     assert doc["runs"][2]["changes"]["step_time_ns"]["relative"] < 0
 
 
-def test_a_saved_report_is_compared_by_collective_type(runs: dict[str, Path]) -> None:
+def test_a_saved_report_is_compared_like_its_run(runs: dict[str, Path]) -> None:
     doc = compared(runs["n8.json"], runs["n4"], *MODEL)
-    assert [r["source"] for r in doc["runs"]] == ["traces", "analyze JSON"]
-    assert doc["pairs"][0]["collectives"]["level"] == "type"
-    assert {r["group"] for r in doc["pairs"][0]["collectives"]["rows"]} == {"all groups"}
-    assert any("saved analyze JSON" in n for n in doc["notes"])
+    assert [r["source"] for r in doc["runs"]] == ["traces", "traces"]
+    assert doc["pairs"][0]["collectives"]["level"] == "instance"
     adds_up(doc)
     # the same run from its folder and from its saved report: the same figures
     live = compared(runs["n8"], runs["n4"], *MODEL)
     for key in ("step_time_ns", "typical_step", "mfu", "tokens_per_s", "scaling_efficiency"):
         assert live["runs"][1][key] == doc["runs"][1][key], key
     assert live["pairs"][0]["decomposition"] == doc["pairs"][0]["decomposition"]
+    assert live["pairs"][0]["collectives"] == doc["pairs"][0]["collectives"]
+
+
+def test_a_report_saved_before_collective_steps_is_compared_by_type(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    older = json.loads(runs["n8.json"].read_text())
+    del older["collective_steps"]
+    (tmp_path / "n8.json").write_text(json.dumps(older))
+    doc = compared(tmp_path / "n8.json", runs["n4"], *MODEL)
+    assert doc["pairs"][0]["collectives"]["level"] == "type"
+    assert {r["group"] for r in doc["pairs"][0]["collectives"]["rows"]} == {"all groups"}
+    assert any("written before collective_steps" in n for n in doc["notes"])
+    adds_up(doc)
 
 
 def test_summaries_first_are_projected_as_their_traces(runs: dict[str, Path]) -> None:

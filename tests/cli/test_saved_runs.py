@@ -6,7 +6,9 @@ a single-rank trace and a generated DLRM run."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -14,7 +16,7 @@ from typer.testing import CliRunner
 from tests.conftest import SAMPLE_RUN, SHARED_TRACES
 from tracecomm.analysis.runrecord import record_of_report
 from tracecomm.check.figures import from_report
-from tracecomm.cli import app
+from tracecomm.cli import EXIT_OK, EXIT_PARTIAL, app
 from tracecomm.render import View
 from tracecomm.render.tables import CSV_TABLES, REPORT
 from tracecomm.run.request import request_of
@@ -56,7 +58,7 @@ def test_a_saved_run_draws_as_the_run(name: str, tmp_path: Path) -> None:
         view = View(width=140, color=False, table=table)
         assert REPORT["csv"](back, view) == REPORT["csv"](report, view), table
     assert from_report(back, "run") == from_report(report, "run")
-    live, read = (record_of_report(r, "run", "analyze JSON") for r in (report, back))
+    live, read = (record_of_report(r, "run") for r in (report, back))
     assert live == read
 
 
@@ -121,3 +123,50 @@ def test_a_document_nested_past_any_report_is_one_line_not_a_bug(
         result = runner.invoke(app, argv)
         assert result.exit_code == 2, (argv, result.stderr)
         assert "not an analyze JSON document" in result.stderr
+
+
+def _compared(*inputs: Path) -> dict[str, Any]:
+    result = CliRunner().invoke(app, ["compare", *map(str, inputs), "-f", "json", "-q"])
+    assert result.exit_code in (EXIT_OK, EXIT_PARTIAL), result.stderr
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+def _saved(run: Path, out: Path) -> Path:
+    result = CliRunner().invoke(app, ["analyze", str(run), "-f", "json", "-q"])
+    assert result.exit_code in (EXIT_OK, EXIT_PARTIAL), result.stderr
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(result.stdout)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("sample", "bytedance-straggler-AR"), ("bytedance-straggler-SE", "tbplugin-distributed_nccl")],
+)
+def test_compare_of_saved_runs_is_compare_of_the_runs(
+    first: str, second: str, tmp_path: Path
+) -> None:
+    """The same JSON from the two run folders and from their saved documents: the labels (the
+    runs the documents analyzed), the sources, the collectives by instance, and the first
+    run's projection to the other's size (from the projection basis the document holds)."""
+    if not SHARED_TRACES.is_dir():
+        pytest.skip("../shared/data/traces is not present")
+    runs = [_run(name, tmp_path) for name in (first, second)]
+    documents = [_saved(run, tmp_path / f"{i}.json") for i, run in enumerate(runs)]
+    live, read = _compared(*runs), _compared(*documents)
+    assert all(p["collectives"]["level"] == "instance" for p in read["pairs"])
+    assert read == live
+    if first == "sample":  # the sample's collectives carry sizes: a projection to 64 GPUs
+        assert [r["world_size"] for r in read["projection"]["rows"]] == [64]
+
+
+def test_documents_of_one_recorded_run_are_labelled_by_their_files(tmp_path: Path) -> None:
+    """Two documents that both analyzed the same path (``run/`` from two folders): labelled by
+    their own file paths, so that the labels stay apart."""
+    first = _saved(SAMPLE_RUN, tmp_path / "exp-8" / "run.json")
+    second = tmp_path / "exp-64" / "run.json"
+    second.parent.mkdir()
+    second.write_bytes(first.read_bytes())
+    doc = _compared(first, second)
+    assert [r["label"] for r in doc["runs"]] == ["exp-8", "exp-64"]

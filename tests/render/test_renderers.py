@@ -44,7 +44,7 @@ RESULTS: dict[str, Callable[[Report], Any]] = {
         from_report(report, "before"), from_report(report, "after"), DEFAULT_BUDGETS
     ),
     "COMPARE": lambda report: compare(
-        [record_of_report(report, label, "traces") for label in ("before", "after")],
+        [record_of_report(report, label) for label in ("before", "after")],
         keep_order=True,
     ),
 }

@@ -37,9 +37,9 @@ def cli(*args: str) -> Any:
 
 
 def comparable(doc: dict[str, Any]) -> dict[str, Any]:
-    """Everything but the inputs given on the command line and the NCCL logs' paths (the
-    analysis of the summaries reads the copies ingest made)."""
-    out = {k: v for k, v in doc.items() if k != "inputs"}
+    """Everything but the inputs given on the command line, what the ranks were read from, and
+    the NCCL logs' paths (the analysis of the summaries reads the copies ingest made)."""
+    out = {k: v for k, v in doc.items() if k not in ("inputs", "read_from")}
     if out.get("nccl"):
         out["nccl"] = {k: v for k, v in out["nccl"].items() if k != "files"}
         out["nccl"]["versions"] = [

@@ -18,6 +18,7 @@ from msgspec.structs import replace
 
 from tracecomm.analysis.alltoall import all_to_all_view
 from tracecomm.analysis.bandwidth import bandwidth
+from tracecomm.analysis.collective_steps import collective_steps as steps_of
 from tracecomm.analysis.crossrank import ranks_cross_rank
 from tracecomm.analysis.framework import detect_frameworks
 from tracecomm.analysis.kernels import kernel_view
@@ -61,6 +62,13 @@ def cross_rank(report: Report, ctx: Context) -> Report:
     side.matching = ranks_cross_rank(report.ranks, side.breakdowns, ctx.options.align_clocks)
     found = side.matching.report() if side.matching is not None else None
     return replace(report, cross_rank=found)
+
+
+def collective_steps(report: Report, ctx: Context) -> Report:
+    """The matched instances per step, type, group and size bucket (what compare diffs)."""
+    m = ctx.side.matching
+    found = steps_of(m.aligned if m is not None else None, report.summary.world_size)
+    return replace(report, collective_steps=found)
 
 
 def stragglers(report: Report, ctx: Context) -> Report:
@@ -197,6 +205,7 @@ def bottom_line(report: Report, ctx: Context) -> Report:
 
 PROCESSORS: tuple[Processor, ...] = (
     cross_rank,
+    collective_steps,
     stragglers,
     step_rate,
     kernels,

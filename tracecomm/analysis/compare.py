@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import polars as pl
 
-from tracecomm.analysis.bandwidth import bus_factor
+from tracecomm.analysis.collective_steps import CollectiveStep
 from tracecomm.analysis.runrecord import KERNEL_SCHEMA, ProjectionRecord, RunRecord, StepRecord
 from tracecomm.engine.idle import IDLE_CAUSES
 
@@ -245,8 +245,9 @@ def compare(
         r.collectives is None for r in records
     ):
         notes.append(
-            "a saved analyze JSON holds no collective instances: collectives are compared by "
-            "type (their time in the partition, metrics.md §3)"
+            "a saved analyze JSON written before collective_steps holds no collective "
+            "instances: collectives are compared by type (their time in the partition, "
+            "metrics.md §3; analyze the run again to compare them by instance)"
         )
     overlapping = [r.label for r in runs if r.typical is not None and r.typical.types_overlap_ns]
     if overlapping:
@@ -622,7 +623,7 @@ def _has_instances(record: RunRecord) -> bool:
     have)."""
     if record.collectives is None:
         return False
-    return record.collectives.height > 0 or not any(s.by_type for s in record.steps)
+    return len(record.collectives) > 0 or not any(s.by_type for s in record.steps)
 
 
 def _figures(row: dict[str, object], side: str) -> CollectiveFigures | None:
@@ -632,42 +633,40 @@ def _figures(row: dict[str, object], side: str) -> CollectiveFigures | None:
     return CollectiveFigures(**values)  # type: ignore[arg-type]
 
 
-def instance_table(rows: pl.DataFrame, steps: Sequence[int]) -> pl.DataFrame:
+def instance_table(rows: Sequence[CollectiveStep], steps: Sequence[int]) -> pl.DataFrame:
     """Per (type, group, size bucket), per step and member rank: calls, kernel time and
-    transfer time; the instances' median size and §7 bus bandwidth."""
-    used = rows.filter(pl.col("step").is_in(list(steps))) if steps else rows
-    n_steps = max(1, len(steps)) if steps else max(1, used["step"].n_unique())
-    if used.height == 0:
+    transfer time; the instances' median size and §7 bus bandwidth. ``rows``: the Report's
+    ``collective_steps``; ``steps``: the steps compared (none: every step they have)."""
+    wanted = set(steps)
+    used = [r for r in rows if r.step in wanted] if steps else list(rows)
+    n_steps = max(1, len(steps)) if steps else max(1, len({r.step for r in rows}))
+    if not used:
         return _empty_table()
-    per_instance = (
-        used.group_by("pg", "key", *_ROW_KEYS)
-        .agg(pl.col("bytes").first(), pl.col("n").first(), pl.col("transfer_ns").first())
-        .with_columns(
-            pl.when((pl.col("transfer_ns") > 0) & pl.col("bytes").is_not_null())
-            .then(
-                pl.col("bytes")
-                / pl.col("transfer_ns")
-                * bus_factor(pl.col("coll_type"), pl.col("n").cast(pl.Float64))
-            )
-            .alias("busbw")
+    by_key: dict[tuple[str, str, str], list[CollectiveStep]] = {}
+    for r in used:
+        by_key.setdefault((r.coll_type, r.group, r.size_bucket), []).append(r)
+    out = []
+    for (coll_type, group, bucket), parts in by_key.items():
+        per = len({rank for r in parts for rank in r.ranks}) * n_steps
+        out.append(
+            {
+                "coll_type": coll_type,
+                "group": group,
+                "size_bucket": bucket,
+                "calls_per_step": sum(r.kernels for r in parts) / per,
+                "time_per_step_ns": sum(r.kernel_ns for r in parts) / per,
+                "transfer_per_step_ns": sum(r.transfer_ns for r in parts) / per,
+                "bytes_median": pl.Series(
+                    [b for r in parts for b in r.bytes], dtype=pl.Int64
+                ).median(),
+                "busbw_gbps": pl.Series(
+                    [v for r in parts for v in r.busbw_gbps], dtype=pl.Float64
+                ).median(),
+            }
         )
-        .group_by(_ROW_KEYS)
-        .agg(
-            pl.col("bytes").median().alias("bytes_median"),
-            pl.col("busbw").median().alias("busbw_gbps"),
-        )
-    )
-    per_rank = used.group_by(_ROW_KEYS).agg(
-        (pl.len() / (pl.col("rank").n_unique() * n_steps)).alias("calls_per_step"),
-        (pl.col("duration_ns").sum() / (pl.col("rank").n_unique() * n_steps)).alias(
-            "time_per_step_ns"
-        ),
-        (pl.col("transfer_ns").sum() / (pl.col("rank").n_unique() * n_steps)).alias(
-            "transfer_per_step_ns"
-        ),
-    )
-    return per_rank.join(per_instance, on=_ROW_KEYS, how="left").select(
-        *_ROW_KEYS, *(pl.col(v).cast(pl.Float64) for v in _ROW_VALUES)
+    return pl.DataFrame(
+        out,
+        schema={**dict.fromkeys(_ROW_KEYS, pl.String), **dict.fromkeys(_ROW_VALUES, pl.Float64)},
     )
 
 

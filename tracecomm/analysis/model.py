@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from msgspec import Meta
 
@@ -131,6 +131,7 @@ class RunData:
     nccl_warnings: tuple[str, ...] = ()
     hta: HtaReader | None = None  # None: the trace files are not where HTA can read them
     export_reader: ExportReader | None = None
+    read_from: Literal["traces", "summaries"] = "traces"  # ``tracecomm ingest``'s summaries
 
 
 @dataclass

@@ -67,6 +67,7 @@ def base_report(data: RunData) -> tuple[Report, dict[int, RankResult]]:
         schema_version=SCHEMA_VERSION,
         tool=Tool("tracecomm", __version__),
         inputs=data.inputs,
+        read_from=data.read_from,
         options=data.options,
         summary=_summary(ranks, world),
         ranks=tuple(ranks),

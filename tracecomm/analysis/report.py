@@ -13,6 +13,7 @@ from msgspec import Meta, structs
 
 from tracecomm.analysis.alltoall import AllToAllView
 from tracecomm.analysis.bandwidth import Bandwidth
+from tracecomm.analysis.collective_steps import CollectiveStep
 from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.finding import Finding, StepParts
 from tracecomm.analysis.framework import Frameworks
@@ -44,6 +45,15 @@ class Report(Doc, frozen=True, kw_only=True):
     schema_version: int  # doc.SCHEMA_VERSION: a saved document of another is refused
     tool: Tool
     inputs: tuple[str, ...]
+    read_from: Annotated[
+        Literal["traces", "summaries"] | None,
+        Meta(
+            description=(
+                "what the ranks were read from: trace files, or the summaries `tracecomm "
+                "ingest` wrote; null: a document written before it"
+            )
+        ),
+    ] = None
     options: dict[str, Any]  # the options as given (the flags, the settings file's)
     summary: RunSummary
     ranks: tuple[RankReport, ...]  # by rank
@@ -71,6 +81,16 @@ class Report(Doc, frozen=True, kw_only=True):
     )
     all_to_all: AllToAllView | None = None  # §7a: all-to-all / expert parallelism
     frameworks: Frameworks | None = None  # §14a: which framework ran it, from the trace's names
+    collective_steps: Annotated[
+        tuple[CollectiveStep, ...] | None,
+        Meta(
+            description=(
+                "the matched instances (§4) per step, collective type, group and size bucket: "
+                "what compare diffs by collective (§18); empty: none matched; null: a document "
+                "written before it"
+            )
+        ),
+    ] = None
     # §11: what the projection replays (the median rank's typical step, the link fits): a
     # saved document projects to any size as its run does
     projection_basis: ProjectionBasis | None = None

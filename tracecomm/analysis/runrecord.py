@@ -1,7 +1,8 @@
 """What a comparison of runs needs of one run (metrics.md §18): its headline figures as the
 analysis reported them, every rank's included steps with their partition, its matched
-collective instances and its projection. Built here from a Report; ``run.saved`` builds the
-same record from a saved ``analyze --format json`` document, so that both compare alike.
+collective instances (the Report's ``collective_steps``) and its projection. Built here from
+a Report, analyzed now or read back from its saved ``analyze --format json`` document
+(``run.saved``): both compare alike.
 """
 
 from __future__ import annotations
@@ -10,36 +11,17 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracecomm.analysis.bandwidth import size_bucket
-from tracecomm.analysis.crossrank import Matching
+from tracecomm.analysis.collective_steps import CollectiveStep
 from tracecomm.analysis.projection import ProjectedSize, Projection
 from tracecomm.analysis.report import Report
 from tracecomm.engine.model import Figures, TypeFigures
 
-# one row per rank and matched collective instance (metrics.md §18): the group as it compares
-# across world sizes ("world", or "N-rank groups"), nccl-tests' size bucket, the rank's kernel
-# duration and the instance's transfer time (§6, clamped at 0)
-COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int64(),
-    "step": pl.Int64(),
-    "pg": pl.String(),
-    "key": pl.String(),
-    "coll_type": pl.String(),
-    "group": pl.String(),
-    "size_bucket": pl.String(),
-    "bucket_order": pl.Int64(),
-    "bytes": pl.Int64(),
-    "n": pl.Int64(),
-    "duration_ns": pl.Int64(),
-    "transfer_ns": pl.Int64(),
-}
 # per-kernel statistics per step (the kernel-level diff's input; not in the Report yet)
 KERNEL_SCHEMA: dict[str, pl.DataType] = {
     "name": pl.String(),
     "calls_per_step": pl.Float64(),
     "time_per_step_ns": pl.Float64(),
 }
-WORLD_GROUP = "world"
 
 
 @dataclass(frozen=True)
@@ -76,7 +58,7 @@ class ProjectionRecord:
 @dataclass(frozen=True)
 class RunRecord:
     label: str  # the input as given
-    source: str  # "traces", "summaries" or "analyze JSON"
+    source: str  # how it was analyzed: "traces", "summaries"; "analyze JSON": not recorded
     world_size: int | None
     ranks_analyzed: int
     median_rank: int | None
@@ -93,19 +75,17 @@ class RunRecord:
     energy_per_step_j: float | None
     tokens_per_j: float | None
     partial: bool
-    # COLLECTIVE_SCHEMA rows; None when the input holds no instances (a saved analyze JSON)
-    collectives: pl.DataFrame | None
+    # the Report's collective_steps; None: a saved document written before them
+    collectives: tuple[CollectiveStep, ...] | None
     projection: ProjectionRecord | str | None = None  # None: not asked for
     kernels: pl.DataFrame | None = None  # KERNEL_SCHEMA, once per-kernel tables exist
     warnings: tuple[str, ...] = ()
     frameworks: tuple[str, ...] = ()  # the labels of the frameworks its traces name (§14a)
 
 
-def record_of_report(
-    report: Report, label: str, source: str, matching: Matching | None = None
-) -> RunRecord:
-    """The run to compare, of a Report analyzed now or read from its saved document (alike);
-    ``matching``: its matched instances, when analyzed now (a saved document holds none)."""
+def record_of_report(report: Report, label: str) -> RunRecord:
+    """The run to compare, of a Report analyzed now or read from its saved document (alike:
+    its source is what the ranks were read from, which a saved document records)."""
     tp = report.throughput
     st = report.stragglers
     recoverable = st.recoverable_pct if st is not None else None
@@ -113,7 +93,7 @@ def record_of_report(
     flops = tp.flops if tp is not None else None
     return RunRecord(
         label=label,
-        source=source,
+        source=report.read_from or UNRECORDED,
         world_size=report.summary.world_size,
         ranks_analyzed=report.summary.ranks_analyzed,
         median_rank=report.summary.median_rank,
@@ -135,13 +115,7 @@ def record_of_report(
         energy_per_step_j=energy.energy_per_step_j if energy is not None else None,
         tokens_per_j=energy.tokens_per_j if energy is not None else None,
         partial=report.partial,
-        collectives=None
-        if source == SAVED
-        else (
-            collective_rows(matching.aligned, report.summary.world_size)
-            if matching is not None
-            else pl.DataFrame(schema=COLLECTIVE_SCHEMA)
-        ),
+        collectives=report.collective_steps,
         projection=None if report.projection is None else projection_record(report.projection),
         frameworks=tuple(f.label for f in report.frameworks.detected) if report.frameworks else (),
         warnings=report.warnings
@@ -168,7 +142,8 @@ def model_record(
     return ModelRecord(per_step, per_token, tokens, source)
 
 
-SAVED = "analyze JSON"  # a record's source when it was read from a saved document
+# the source of a saved document written before the Report recorded what its ranks were read from
+UNRECORDED = "analyze JSON"
 
 
 def projection_record(projection: Projection | None) -> ProjectionRecord | str:
@@ -204,44 +179,3 @@ def _steps(report: Report) -> tuple[StepRecord, ...]:
                     )
                 )
     return tuple(out)
-
-
-def collective_rows(aligned: pl.DataFrame, world_size: int | None) -> pl.DataFrame:
-    """Each rank's matched instances with what the diff by collective keys and measures."""
-    if aligned.height == 0 or "bytes" not in aligned.columns:
-        return pl.DataFrame(schema=COLLECTIVE_SCHEMA)
-    world = world_size or int(aligned["rank"].n_unique())
-    per = aligned.group_by("pg", "key").agg(
-        pl.coalesce(pl.col("group_size").drop_nulls().max(), pl.col("rank").n_unique()).alias("n"),
-        pl.col("bytes").drop_nulls().max().alias("bytes"),
-        (pl.col("end_ns").min() - pl.col("start_ns").max()).clip(lower_bound=0).alias("transfer"),
-    )
-    order, name = size_bucket(pl.col("bytes"))
-    return (
-        aligned.select(
-            "rank",
-            "step",
-            "pg",
-            "key",
-            "coll_type",
-            (pl.col("end_ns") - pl.col("start_ns")).clip(lower_bound=0).alias("duration_ns"),
-        )
-        .join(per, on=["pg", "key"], how="left")
-        .with_columns(
-            pl.when(pl.col("n") >= world)
-            .then(pl.lit(WORLD_GROUP))
-            .otherwise(pl.format("{}-rank groups", pl.col("n")))
-            .alias("group"),
-            pl.when(pl.col("bytes").is_null())
-            .then(pl.lit("size unknown"))
-            .otherwise(name)
-            .alias("size_bucket"),
-            pl.when(pl.col("bytes").is_null())
-            .then(pl.lit(-1))
-            .otherwise(order)
-            .alias("bucket_order"),
-            pl.col("transfer").alias("transfer_ns"),
-        )
-        .select(list(COLLECTIVE_SCHEMA))
-        .cast(COLLECTIVE_SCHEMA)  # type: ignore[arg-type]
-    )

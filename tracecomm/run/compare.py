@@ -6,6 +6,7 @@ projection basis, which a saved document holds as its run does.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -14,12 +15,12 @@ from typing import Any
 from tracecomm.analysis.build import Analysis, project_report
 from tracecomm.analysis.compare import Comparison, compare, ordered
 from tracecomm.analysis.report import Report
-from tracecomm.analysis.runrecord import SAVED, RunRecord, projection_record, record_of_report
+from tracecomm.analysis.runrecord import RunRecord, projection_record, record_of_report
 from tracecomm.errors import UsageError
 from tracecomm.run.discover import Discovery, discover
 from tracecomm.run.executors import open_executor
 from tracecomm.run.request import Request, request_of
-from tracecomm.run.saved import load_saved_report, looks_saved
+from tracecomm.run.saved import SavedReport, load_saved_report, looks_saved
 from tracecomm.run.session import analyze_run as analyze_now
 
 Analyze = Callable[[Request, Discovery], Analysis]
@@ -41,20 +42,22 @@ def compare_runs(
     for name in ("project", "to", "weak", "detail"):
         if options.get(name):
             raise UsageError(f"compare sets --{name} itself")
-    labels = _labels([str(i) for i in inputs])
+    saved = [
+        load_saved_report(path) if path.is_file() and looks_saved(path) else None
+        for path in map(Path, inputs)
+    ]
+    labels = _labels(_label_paths([str(i) for i in inputs], saved))
     reports: dict[str, Report] = {}
     records = []
-    for given, label in zip(inputs, labels, strict=True):
-        path = Path(given)
-        if path.is_file() and looks_saved(path):
-            reports[label] = load_saved_report(path).report
-            records.append(record_of_report(reports[label], label, SAVED))
+    for given, label, document in zip(inputs, labels, saved, strict=True):
+        if document is not None:
+            reports[label] = document.report
+            records.append(record_of_report(document.report, label))
             continue
         request = request_of([given], **options)
         discovery = discover(list(request.inputs))
         analysis = (analyze_run or _analyze)(request, discovery)
-        source = "summaries" if discovery.summaries else "traces"
-        records.append(record_of_report(analysis.report, label, source, analysis.side.matching))
+        records.append(record_of_report(analysis.report, label))
         reports[label] = analysis.report
     first = ordered(records, keep_order)[0]
     records = [
@@ -80,6 +83,23 @@ def _projected(
     if not targets:
         return replace(first, projection="every run has its world size: nothing to project to")
     return replace(first, projection=projection_record(project_report(report, targets, weak)))
+
+
+def _label_paths(given: Sequence[str], saved: Sequence[SavedReport | None]) -> list[str]:
+    """The path each input is labelled from: a run folder (or summaries) its path as given; a
+    saved analyze document the run it analyzed, its one recorded input as analyze was given it
+    (``compare a.json b.json`` labels the runs as ``compare RUN_A RUN_B`` would). When that
+    leaves two inputs the same path (two documents of ``run/`` analyzed from different folders,
+    a run given both as folder and as document), or a document recorded several inputs, every
+    saved document is labelled from its own file path instead."""
+    runs = [
+        g if s is None else (s.report.inputs[0] if len(s.report.inputs) == 1 else None)
+        for g, s in zip(given, saved, strict=True)
+    ]
+    distinct = {posixpath.normpath(r) for r in runs if r is not None}
+    if None in runs or len(distinct) < len(runs):
+        return list(given)
+    return [r for r in runs if r is not None]
 
 
 def _labels(inputs: Sequence[str]) -> list[str]:

@@ -20,7 +20,6 @@ import msgspec
 
 from tracecomm.analysis.document_checks import document_problem
 from tracecomm.analysis.report import Report
-from tracecomm.analysis.runrecord import SAVED, RunRecord, record_of_report
 from tracecomm.doc import SCHEMA_VERSION
 from tracecomm.errors import UsageError
 
@@ -132,8 +131,3 @@ def _not_readable(raw: bytes, exc: Exception) -> str:
             f"{REPORT_SCHEMA_VERSION}: analyze the run again"
         )
     return f"not an analyze JSON document ({exc})"
-
-
-def read_saved(path: Path, label: str) -> RunRecord:
-    """The run of a saved analyze document, to compare. Raises ``SavedReportError``."""
-    return record_of_report(load_saved_report(path).report, label, SAVED)

@@ -157,6 +157,7 @@ def analyze_run(
         nccl_warnings=tuple(nccl_warnings),
         hta=_HtaReader(executor),
         export_reader=_ExportReader(executor, work, request.jobs),
+        read_from="summaries" if discovery.summaries else "traces",
     )
     # merged traces hold no file per rank for HTA to read
     options = replace(request.analysis, declared_framework=run.framework)
