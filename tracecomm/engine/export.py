@@ -19,8 +19,9 @@ import polars as pl
 from tracecomm.engine.classify import COLL_TYPES, classify_with_comm
 from tracecomm.engine.idle import DATALOADER_PREFIX, HostActivity, idle_gaps
 from tracecomm.engine.intervals import coverage
-from tracecomm.engine.partition import BreakdownOptions, work_coverage
+from tracecomm.engine.options import BreakdownOptions
 from tracecomm.engine.steps import SYNC_CALL, LaunchNames, link_launches, step_windows
+from tracecomm.engine.sweep import work_coverage
 from tracecomm.ingest.events import META_ARG_NAMES, META_SCHEMA
 from tracecomm.ingest.model import RankEvents
 

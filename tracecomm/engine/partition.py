@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import numpy as np
 import polars as pl
@@ -24,7 +24,7 @@ from tracecomm.engine.collectives import collective_instances, gloo_instances, s
 from tracecomm.engine.energy import window_energy
 from tracecomm.engine.framework import framework_marks
 from tracecomm.engine.idle import HostActivity, cause_sums, compute_bounds, idle_gaps
-from tracecomm.engine.intervals import Coverage, IntArray, coverage, measure
+from tracecomm.engine.intervals import Coverage, IntArray, measure
 from tracecomm.engine.kernels import kernel_stats
 from tracecomm.engine.model import (
     Figures,
@@ -43,14 +43,11 @@ from tracecomm.engine.steps import (
     link_launches,
     step_windows,
 )
+from tracecomm.engine.sweep import COMM, COMPUTE, FIRST_TYPE, MEMORY, work_coverage
+from tracecomm.engine.views import RankViews, rank_views
 from tracecomm.ingest.model import RankEvents
 from tracecomm.ingest.power import PowerSeries
 
-if TYPE_CHECKING:
-    from tracecomm.engine.views import RankViews
-
-_COMPUTE, _COMM, _MEMORY = 0, 1, 2
-_FIRST_TYPE = 3
 _CPU_COMM_PATTERN = r"^(?:gloo|nccl|rccl|hccl):|^record_param_comms$|^c10d::"
 _BACKEND_COMM = r"^(?:gloo|nccl|rccl|hccl):"
 
@@ -148,8 +145,6 @@ def _breakdown(
         work.select("start_ns", "end_ns", "step", "cls", "stream", "launch_ns"),
     )
     splits = split_note(instances)
-    from tracecomm.engine.views import rank_views  # it builds on this module's export
-
     views = rank_views(rank, linked, comm, steps, result.steps, request)
     return replace(
         result,
@@ -398,7 +393,7 @@ def _figures_for(
         ]
     if power is not None:
         c = events.cov.covered
-        classes = (c[:, _COMPUTE], c[:, _COMM], c[:, _MEMORY])
+        classes = (c[:, COMPUTE], c[:, COMM], c[:, MEMORY])
         windows = [
             None
             if w is None
@@ -488,43 +483,11 @@ class _Events:
     @classmethod
     def of(cls, work: pl.DataFrame, types: Sequence[str]) -> _Events:
         return cls(
-            cov=_coverage(work, types),
+            cov=work_coverage(work, types),
             starts=np.asarray(work["start_ns"].to_numpy(), dtype=np.int64),
             ends=np.asarray(work["end_ns"].to_numpy(), dtype=np.int64),
             comm_types=work["coll_type"].fill_null("").to_numpy(),
         )
-
-
-def work_coverage(work: pl.DataFrame, types: Sequence[str]) -> Coverage:
-    """The sweep the figures are measured on: labels compute, comm, memory, then each
-    collective type of ``types`` (the export's idle gaps use the same one)."""
-    return _coverage(work, types)
-
-
-def _coverage(work: pl.DataFrame, types: Sequence[str]) -> Coverage:
-    """One sweep over compute, comm, memory and each collective type present."""
-    label_of_cls = {"compute": _COMPUTE, "comm": _COMM, "memory": _MEMORY}
-    base = work.select(
-        "start_ns",
-        "end_ns",
-        pl.col("cls").replace_strict(label_of_cls, return_dtype=pl.Int64).alias("label"),
-    )
-    per_type = work.select("cls", "start_ns", "end_ns", "coll_type").filter(pl.col("cls") == "comm")
-    per_type = per_type.select(
-        "start_ns",
-        "end_ns",
-        pl.col("coll_type")
-        .replace_strict({t: _FIRST_TYPE + i for i, t in enumerate(types)}, default=None)
-        .cast(pl.Int64)
-        .alias("label"),
-    )
-    both = pl.concat([base, per_type])
-    return coverage(
-        np.asarray(both["start_ns"].to_numpy(), dtype=np.int64),
-        np.asarray(both["end_ns"].to_numpy(), dtype=np.int64),
-        np.asarray(both["label"].to_numpy(), dtype=np.int64),
-        _FIRST_TYPE + len(types),
-    )
 
 
 def _window_figures(
@@ -542,13 +505,13 @@ def _window_figures(
         return per_window
 
     c = events.cov.covered
-    compute, comm, memory = c[:, _COMPUTE], c[:, _COMM], c[:, _MEMORY]
+    compute, comm, memory = c[:, COMPUTE], c[:, COMM], c[:, MEMORY]
     window_ns = np.zeros(len(windows), dtype=np.int64)
     np.add.at(window_ns, owner, hi - lo)
     compute_ns, comm_ns, overlapped = size(compute), size(comm), size(comm & compute)
     compute_or_comm, busy = size(compute | comm), size(compute | comm | memory)
     per_type = [
-        (size(c[:, _FIRST_TYPE + i]), size(c[:, _FIRST_TYPE + i] & compute))
+        (size(c[:, FIRST_TYPE + i]), size(c[:, FIRST_TYPE + i] & compute))
         for i in range(len(types))
     ]
     out: list[WindowFigures | None] = []
