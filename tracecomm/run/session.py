@@ -5,6 +5,7 @@ executor (this machine by default), so a cluster reads its own storage.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -283,13 +284,17 @@ class _ExportReader:
         for rank, origin in origins.items():
             by_file.setdefault(origin.file, {})[origin.index] = rank
         files = list(by_file)
+        # threads of this process: a pool started now would spawn fresh interpreters (polars
+        # is loaded: no fork), which costs more than the few files it would read
+        threads = 1 if self._jobs == 1 else max(1, min(os.cpu_count() or 1, len(files)))
         per_file = self._executor.map(
             exports_of_file,
             files,
             (by_file, steps, self._work),
             None,
             lambda f, e: [(rank, f"lost by the executor ({e})") for rank in by_file[f].values()],
-            jobs_for(files, self._jobs),
+            1,
+            threads=threads,
         )
         return {rank: found for pairs in per_file for rank, found in pairs}
 
