@@ -112,6 +112,15 @@ BAD: dict[str, tuple[Damage, str]] = {
         _set("schema_version", to=1),
         "report schema version 1; this tracecomm reads 3",
     ),
+    # a crafted projection basis would replay to negative or overflowing step times
+    "a replayed event that ends before it starts": (
+        _set("projection_basis", "events", "end_ns", 0, to=0),
+        "impossible figures: projection basis: an event that ends before it starts",
+    ),
+    "a link model of negative bandwidth": (
+        _set("projection_basis", "fits", 0, "bus_gbps", to=-5.0),
+        "link model is not a link",
+    ),
     # written before the projection basis (issue 44): no projection from it, read again
     "a version 2 document": (
         _set("schema_version", to=2),

@@ -69,7 +69,7 @@ def document_problem(doc: ReportDocument) -> str | None:
         found = _rank_problem(rank)
         if found:
             return f"rank {rank.rank}: {found}"
-    return _throughput_problem(doc) or _projection_problem(doc)
+    return _throughput_problem(doc) or _projection_problem(doc) or _basis_problem(doc)
 
 
 def median_problem(
@@ -161,6 +161,39 @@ def _projection_problem(doc: ReportDocument) -> str | None:
             return "a projected size with negative figures"
         if not non_negative(size.relative_throughput) or not non_negative(size.mfu):
             return "a projected size with a negative throughput or MFU"
+    return None
+
+
+# what a replayed step can hold (metrics.md §11): an event of at most 1,000 s, groups of at most
+# 2^20 ranks, messages of at most 2^50 bytes, a hop's latency of at most 1 s, a link of 1 MB/s
+# to 1 PB/s; past these the replay's int64 times would overflow into negative steps
+_MAX_EVENT_NS = 10**12
+_MAX_GROUP = 1 << 20
+_MAX_BYTES = 1 << 50
+
+
+def _basis_problem(doc: ReportDocument) -> str | None:
+    """A projection basis a saved document may bring: events that end after they start and
+    sizes and link models within what the replay can time."""
+    b = doc.projection_basis
+    if b is None:
+        return None
+    for fit in b.fits or ():
+        bus = fit.bus_gbps
+        if not number_in(fit.alpha_ns, 0, 1e9) or (
+            bus is not None and not number_in(bus, 1e-3, 1e6)
+        ):
+            return f"projection basis: the {fit.coll_type[:40]!r} link model is not a link"
+    e = b.events
+    if e is None:
+        return None
+    lengths = [end - start for start, end in zip(e.start_ns, e.end_ns, strict=True)]
+    if lengths and not 0 <= min(lengths) <= max(lengths) <= _MAX_EVENT_NS:
+        return "projection basis: an event that ends before it starts, or lasts past 1,000 s"
+    if any(n is not None and not 1 <= n <= _MAX_GROUP for n in e.group_size):
+        return "projection basis: a group size that is not a rank count"
+    if any(n is not None and not 0 <= n <= _MAX_BYTES for n in e.bytes):
+        return "projection basis: a message size out of range"
     return None
 
 

@@ -275,7 +275,7 @@ def project(
     step: int,
     mfu: float | None = None,
 ) -> Projection:
-    """``work``: the step's device events (step_work) on the measured run."""
+    """``work``: the step's device events on the measured run (``ProjectionBasis.events``)."""
     by_type = {f.coll_type: f for f in fits}
     sizes = [measured_world, *sorted(set(targets) - {measured_world})]
     rows = {size: _at_size(work, by_type, measured_world, size, weak) for size in sizes}

@@ -121,15 +121,6 @@ def step_timelines(
     )
 
 
-def step_work(rank: RankEvents, step: int, opts: BreakdownOptions | None = None) -> pl.DataFrame:
-    """The device work launched in ``step`` (sync records left out), with each comm kernel's
-    message ``bytes`` and ``group_size`` where the trace records them: what a replay of the
-    step at other durations needs."""
-    opts = opts or BreakdownOptions()
-    device, comm = classify_with_comm(rank, opts.comm_patterns, opts.compute_patterns)
-    return replay_work(link_launches(device, rank), comm, step)
-
-
 REPLAY_COLUMNS = (
     "start_ns",
     "end_ns",
@@ -143,8 +134,10 @@ REPLAY_COLUMNS = (
 
 
 def replay_work(linked: pl.DataFrame, comm: pl.DataFrame, step: int) -> pl.DataFrame:
-    """``step_work`` from the breakdown's linked device frame and comm rows: the columns the
-    projection's replay reads (``REPLAY_COLUMNS``), in start order."""
+    """The device work launched in ``step`` (sync records left out), from the breakdown's
+    linked device frame and comm rows, with each comm kernel's message ``bytes`` and
+    ``group_size`` where the trace records them: the columns the projection's replay reads
+    (``REPLAY_COLUMNS``), in start order."""
     meta = comm.lazy().select(
         "_row",
         message_bytes().alias("bytes"),
