@@ -40,18 +40,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Generic, Literal, TypeVar
 
 import numpy as np
 import polars as pl
 
+from tracecomm.analysis.hidden import ChainRows, HiddenWaits, Reading, hidden_waits
+
 T = TypeVar("T")
 U = TypeVar("U")
 
 _FAR_PAST = np.iinfo(np.int64).min // 4  # "no constraint" without overflowing an addition
 RELEASE_SLACK_NS = 20_000
+# how far a work start may precede the end of the wait that released it: coarse clocks (the
+# ByteDance conversions put compute up to ~131 µs before the send/recv it waited for ends;
+# Kineto's µs timestamps a hair) — the stream-queue rule keeps RELEASE_SLACK_NS
+PREDECESSOR_SLACK_NS = 150_000
 # the columns of a shared wait build_chain reads (besides ``kind``; ready_ns, stream and
 # work_since_ns default to the arrival and no stream when absent)
 WAIT_COLUMNS = (
@@ -64,13 +70,26 @@ WAIT_COLUMNS = (
     "work_since_ns",
     "ready_ns",
     "stream",
+    "start_ns",
+    "idle_before_ns",
 )
 
 # one level of the replay: (rows grouped by element, their work predecessors (-1: none), head
 # constraint, the positions among them with a queue predecessor, those predecessors, their
-# holds, element bounds, rows per element)
+# holds, element bounds, rows per element, the positions with a hidden dependency, the rows
+# that release them, the lags after)
 _Level = tuple[
-    np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
 ]
 
 
@@ -129,6 +148,7 @@ class Chain:
     by_inst: np.ndarray  # rows ordered by element
     inst_offsets: np.ndarray  # element i's rows are by_inst[inst_offsets[i]:inst_offsets[i + 1]]
     coll_types: tuple[str, ...] = ("",)  # the names of coll_code's numbers
+    hidden: HiddenWaits = field(default_factory=HiddenWaits.none)  # inferred waits (hidden.py)
 
     @property
     def size(self) -> int:
@@ -148,7 +168,9 @@ class Chain:
         return self.by_inst[np.repeat(lo, lengths) + ramp]
 
 
-def build_chain(waits: pl.DataFrame, windows: pl.DataFrame) -> Chain | None:
+def build_chain(
+    waits: pl.DataFrame, windows: pl.DataFrame, reading: Reading = Reading.INFERRED
+) -> Chain | None:
     """``waits``: one row per (rank, synchronized shared wait): rank, pg, key, coll_type,
     arrival_ns, end_ns, on one clock, and ``kind`` (what the wait is for the rank, alike on
     peers: its type and group size, a send/recv's direction and peer offset; default the
@@ -166,24 +188,51 @@ def build_chain(waits: pl.DataFrame, windows: pl.DataFrame) -> Chain | None:
     pred = _predecessors(frame, ready)
     # a stream predecessor that is the work predecessor adds nothing unless it held the start
     queue = np.where((queue == pred) & (hold == 0), -1, queue)
+    inside = _inside_steps(frame)
+    segment = _step_numbers(frame)
+    label = _labels(frame, segment)
+    codes = frame["code"].to_numpy().astype(np.int64)
+    by_code = dict(zip(codes.tolist(), frame["kind"].to_list(), strict=True))
+    by_inst = np.argsort(inst, kind="stable")
+    inst_offsets = np.searchsorted(inst[by_inst], np.arange(int(inst.max()) + 2))
+    first_row = by_inst[inst_offsets[inst]]
+    hidden = hidden_waits(
+        ChainRows(
+            rank=rank,
+            inst=inst,
+            code=codes,
+            label=label,
+            in_step=inside,
+            arrival=frame["arrival_ns"].to_numpy().astype(np.int64),
+            start=frame["start_ns"].to_numpy().astype(np.int64),
+            end=frame["end_ns"].to_numpy().astype(np.int64),
+            idle=frame["idle_before_ns"].to_numpy().astype(np.int64),
+            pred=pred,
+            kind=tuple(by_code.get(c, "") for c in range(int(codes.max()) + 1)),
+            first_row=first_row,
+        ),
+        reading,
+    )
+    # a waiting element's own work ended where its idle began; the wait is the dependency's
+    ready[hidden.row] = np.minimum(ready[hidden.row], hidden.work_end)
     ended = frame["end_ns"].to_numpy()[np.maximum(pred, 0)]
     gap = np.where(pred >= 0, np.maximum(0, ready - ended), 0)
     head = np.where(pred < 0, ready, _FAR_PAST)
     starts, ends, mark_rank = _step_marks(frame)
-    levels = _levels(inst, pred, head, queue, hold)
+    levels = _levels(inst, pred, head, queue, hold, hidden)
     types = {t: i for i, t in enumerate(["", *sorted(set(frame["coll_type"].unique()) - {""})])}
     return Chain(
         rank=rank,
         pos=frame["pos"].to_numpy(),
         inst=inst,
-        code=frame["code"].to_numpy(),
+        code=codes,
         coll_code=frame["coll_type"].replace_strict(types, default=0).to_numpy().astype(np.int64),
         coll_types=tuple(types),
         gap=gap.astype(np.int64),
         transfer=frame["transfer"].to_numpy().astype(np.int64),
-        in_step=(inside := _inside_steps(frame)),
-        step=np.where(inside, segment := _step_numbers(frame), -1),
-        label=_labels(frame, segment),
+        in_step=inside,
+        step=np.where(inside, segment, -1),
+        label=label,
         starts=starts,
         ends=ends,
         mark_rank=mark_rank,
@@ -192,8 +241,9 @@ def build_chain(waits: pl.DataFrame, windows: pl.DataFrame) -> Chain | None:
         ready=ready.astype(np.int64),
         end=frame["end_ns"].to_numpy().astype(np.int64),
         shared_waits=int(frame.filter(pl.col("code") >= 2)["inst"].n_unique()),
-        by_inst=np.argsort(inst, kind="stable"),
-        inst_offsets=np.searchsorted(np.sort(inst), np.arange(int(inst.max()) + 2)),
+        by_inst=by_inst,
+        inst_offsets=inst_offsets,
+        hidden=hidden,
     )
 
 
@@ -209,11 +259,13 @@ def _durations(chain: Chain, gaps: np.ndarray, transfers: np.ndarray | None) -> 
     width = gaps.shape[1]
     moved = chain.transfer[:, None] if transfers is None else transfers
     end = np.full((chain.size + 1, width), _FAR_PAST, dtype=np.int64)  # row -1: nothing
-    for rows, pred, head, queued, queue, hold, bounds, counts in chain.levels:
+    for rows, pred, head, queued, queue, hold, bounds, counts, held, source, lag in chain.levels:
         arrived = np.maximum(end[pred], head[:, None])
         arrived += gaps[rows]
         if queued.size:  # the rows whose stream can hold them beyond their own work
             arrived[queued] = np.maximum(arrived[queued], end[queue] + hold[:, None])
+        if held.size:  # the rows that waited for another rank's element (hidden.py)
+            arrived[held] = np.maximum(arrived[held], end[source] + lag[:, None])
         last = np.maximum.reduceat(arrived, bounds, axis=0)
         end[rows] = np.repeat(last, counts, axis=0) + moved[rows]
     return end[chain.ends] - end[chain.starts]
@@ -230,6 +282,10 @@ def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         waits = waits.with_columns(pl.col("arrival_ns").alias("ready_ns"))
     if "stream" not in waits.columns:
         waits = waits.with_columns(pl.lit(None, dtype=pl.Int64).alias("stream"))
+    if "start_ns" not in waits.columns:
+        waits = waits.with_columns(pl.col("arrival_ns").alias("start_ns"))
+    if "idle_before_ns" not in waits.columns:
+        waits = waits.with_columns(pl.lit(0, dtype=pl.Int64).alias("idle_before_ns"))
     # each shared wait numbered in the order of its group and key (a small table: the strings
     # are hashed once, and every later sort and grouping runs on integers)
     instances = (
@@ -252,6 +308,8 @@ def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
             pl.min_horizontal("arrival_ns", "work_since_ns").alias("work_since_ns"),
             pl.min_horizontal("arrival_ns", "ready_ns").alias("ready_ns"),
             pl.col("stream").cast(pl.Int64),
+            pl.col("start_ns").fill_null(pl.col("arrival_ns")).cast(pl.Int64),
+            pl.col("idle_before_ns").fill_null(0).cast(pl.Int64),
             "transfer",
             "coll_type",
             "kind",
@@ -273,6 +331,8 @@ def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
                 pl.col(edge).alias("work_since_ns"),
                 pl.col(edge).alias("ready_ns"),
                 pl.lit(None, pl.Int64).alias("stream"),
+                pl.col(edge).alias("start_ns"),
+                pl.lit(0, pl.Int64).alias("idle_before_ns"),
                 pl.lit(0, pl.Int64).alias("transfer"),
                 pl.lit("").alias("coll_type"),
                 pl.lit("").alias("kind"),
@@ -352,7 +412,7 @@ def _predecessors(frame: pl.DataFrame, ready: np.ndarray | None = None) -> np.nd
     rank = frame["rank"].to_numpy()
     end = frame["end_ns"].to_numpy()
     arrival = frame["arrival_ns"].to_numpy() if ready is None else ready
-    released = np.minimum(arrival, frame["work_since_ns"].to_numpy() + RELEASE_SLACK_NS)
+    released = np.minimum(arrival, frame["work_since_ns"].to_numpy() + PREDECESSOR_SLACK_NS)
     pred = np.full(len(rank), -1, dtype=np.int64)
     bounds = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True])
     for lo, hi in pairwise(bounds.tolist()):  # per rank, not per event
@@ -379,19 +439,28 @@ def _rank_predecessors(end: np.ndarray, released: np.ndarray) -> np.ndarray:
 
 
 def _levels(
-    inst: np.ndarray, pred: np.ndarray, head: np.ndarray, queue: np.ndarray, hold: np.ndarray
+    inst: np.ndarray,
+    pred: np.ndarray,
+    head: np.ndarray,
+    queue: np.ndarray,
+    hold: np.ndarray,
+    hidden: HiddenWaits,
 ) -> tuple[_Level, ...]:
     """Group rows into levels: an element's level is one more than the highest level among its
-    members' predecessors (work and queue), so every level depends only on the ones before it
-    (see _Level)."""
+    members' predecessors (work, queue and hidden), so every level depends only on the ones
+    before it (see _Level)."""
     by_inst = np.argsort(inst, kind="stable")
     count = int(inst.max()) + 1 if inst.size else 0
     element = inst[by_inst]
+    released_by = np.full(len(inst), -1, dtype=np.int64)
+    lag_of = np.zeros(len(inst), dtype=np.int64)
+    released_by[hidden.row] = hidden.source
+    lag_of[hidden.row] = hidden.lag
     # each (element, element it depends on) once: the members of a collective mostly share
     # their predecessor, so the Python pass below runs over far fewer pairs than rows
     pairs = [
         _distinct_pairs(element, np.where(dep >= 0, inst[np.maximum(dep, 0)], -1)[by_inst])
-        for dep in (pred, queue)
+        for dep in (pred, queue, released_by)
     ]
     on = np.concatenate([p[0] for p in pairs])
     of = np.concatenate([p[1] for p in pairs])
@@ -411,7 +480,22 @@ def _levels(
         counts = np.diff(np.r_[starts, len(rows)])
         queued = np.flatnonzero(queue[rows] >= 0)
         waits_on, holds = queue[rows][queued], hold[rows][queued]
-        out.append((rows, pred[rows], head[rows], queued, waits_on, holds, starts, counts))
+        held = np.flatnonzero(released_by[rows] >= 0)
+        out.append(
+            (
+                rows,
+                pred[rows],
+                head[rows],
+                queued,
+                waits_on,
+                holds,
+                starts,
+                counts,
+                held,
+                released_by[rows][held],
+                lag_of[rows][held],
+            )
+        )
     return tuple(out)
 
 

@@ -1,0 +1,231 @@
+"""Hidden dependencies (metrics.md §6): idle before a shared wait that was a wait on another
+rank's element the trace does not show.
+
+A rank's GPU idles before an element when its host is held: host work (a data loader, the
+optimizer's Python), or a wait the profiler did not time — a CPU barrier over gloo, a file
+system, a synchronization through a store. The replay prices idle as the rank's own work
+unless it can tell it is a wait, so an unrecorded wait on a straggler hides what fixing the
+straggler gives back: the waiting ranks keep their idle and the step does not shrink.
+
+The evidence. For a waiting rank's element (its rank, code and occurrence in the step: the
+same element step after step) with idle before it, the *release* in a step is the last shared
+wait of another rank that ended inside the idle. The element waited on that release when,
+across the steps:
+
+- the release is the same element (by its first member's rank, code and occurrence) in at
+  least ``MIN_STEP_SHARE`` of the steps, and in at least two;
+- the idle mostly comes before it: the median lag from the release to the resume is at most
+  ``MAX_LAG_SHARE`` of the median idle;
+- the resume follows the release, not the idle's own start: the lag varies at most
+  ``MAX_SPREAD_RATIO`` as much as the time from the idle's start to the release does (a rank
+  that comes back from its own host work at its own time shows the opposite), and the idle's
+  start varies by more than clock noise.
+
+The replay then takes the element's own work as ending where the idle began, and its arrival
+as the release's end plus the recorded lag (``arrival' ≥ end'[release] + lag``): with recorded
+gaps it gives back the recorded timeline exactly, and a faster release frees the waiters.
+Idle that passes none of this stays own work; ``Reading.IDLE_AS_WAIT`` takes every idle
+before an element as a wait on its last release all the same — the other end of the bounds
+the what-if gives (whatif.py) where the trace cannot tell.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+IDLE_MIN_NS = 1_000_000  # idle shorter than this is launch jitter, not a wait worth a name
+MIN_STEP_SHARE = 0.75
+MAX_LAG_SHARE = 0.5
+MAX_SPREAD_RATIO = 0.5
+NOISE_NS = 150_000  # below this, spreads are clock noise (replay.PREDECESSOR_SLACK_NS)
+
+
+class Reading(Enum):
+    """How the replay reads idle before an element that no recorded event explains."""
+
+    INFERRED = "inferred"  # a wait only where the evidence above says so; else own work
+    IDLE_AS_WAIT = "idle as wait"  # every such idle a wait on its last release
+
+
+@dataclass(frozen=True)
+class HiddenWaits:
+    """Per dependency: the waiting row, the row whose end released it, the lag between, and
+    where the waiting row's own work ended (the start of its idle)."""
+
+    row: np.ndarray
+    source: np.ndarray
+    lag: np.ndarray
+    work_end: np.ndarray
+    inferred: tuple[InferredWait, ...]
+    idle_rows: np.ndarray  # rows with idle before them no inference explains (by rank: bounds)
+
+    @staticmethod
+    def none() -> HiddenWaits:
+        empty = np.zeros(0, dtype=np.int64)
+        return HiddenWaits(empty, empty, empty, empty, (), empty)
+
+
+@dataclass(frozen=True)
+class InferredWait:
+    """Ranks whose idle before an element waits for one element of another rank."""
+
+    waiters: tuple[int, ...]
+    source_rank: int
+    source_kind: str  # what the releasing element is on its rank ("SendRecv send -16", …)
+    waiter_kind: str  # the element the waiters resume with
+    steps: int  # steps in which every waiter waited for it (the fewest over the waiters)
+    of_steps: int  # steps in which the waiters idled before that element
+    lag_min_ns: int
+    lag_max_ns: int
+    idle_per_step_ns: int  # the median waiter's median idle before its element
+
+
+@dataclass(frozen=True)
+class ChainRows:
+    """What the inference reads of the chain, one entry per row (rows grouped by rank)."""
+
+    rank: np.ndarray
+    inst: np.ndarray
+    code: np.ndarray
+    label: np.ndarray  # (step, code, occurrence)
+    in_step: np.ndarray
+    arrival: np.ndarray
+    start: np.ndarray  # the kernel's start (after the arrival when it waited before it)
+    end: np.ndarray
+    idle: np.ndarray  # GPU idle right before the kernel
+    pred: np.ndarray
+    kind: tuple[str, ...]  # per code: what the element is
+    first_row: np.ndarray  # per row: its element's first member row
+
+
+def hidden_waits(rows: ChainRows, reading: Reading) -> HiddenWaits:
+    """The waits the idle before elements hides (module docstring)."""
+    waiting = np.flatnonzero(
+        (rows.code >= 2)
+        & rows.in_step
+        & (rows.idle >= IDLE_MIN_NS)
+        & (rows.arrival == rows.start)
+        & (rows.pred >= 0)
+    )
+    if waiting.size == 0:
+        return HiddenWaits.none()
+    releases = _last_releases(rows, waiting)
+    found = releases >= 0
+    waiting, releases = waiting[found], releases[found]
+    if reading is Reading.IDLE_AS_WAIT:
+        return _waits(rows, waiting, releases, (), np.zeros(0, dtype=np.int64))
+    accepted, evidence = _accepted(rows, waiting, releases)
+    unexplained = np.setdiff1d(
+        np.flatnonzero((rows.code >= 2) & rows.in_step & (rows.idle >= IDLE_MIN_NS)), accepted
+    )
+    keep = np.isin(waiting, accepted)
+    return _waits(rows, waiting[keep], releases[keep], evidence, unexplained)
+
+
+def _waits(
+    rows: ChainRows,
+    waiting: np.ndarray,
+    releases: np.ndarray,
+    evidence: tuple[InferredWait, ...],
+    unexplained: np.ndarray,
+) -> HiddenWaits:
+    t = rows.arrival[waiting]
+    return HiddenWaits(
+        row=waiting.astype(np.int64),
+        source=releases.astype(np.int64),
+        lag=(t - rows.end[releases]).astype(np.int64),
+        work_end=(t - rows.idle[waiting]).astype(np.int64),
+        inferred=evidence,
+        idle_rows=unexplained.astype(np.int64),
+    )
+
+
+def _last_releases(rows: ChainRows, waiting: np.ndarray) -> np.ndarray:
+    """Per waiting row: the row of another rank whose shared wait ended last inside its idle,
+    earlier in the global order (-1: none)."""
+    shared = np.flatnonzero(rows.code >= 2)
+    order = shared[np.argsort(rows.end[shared], kind="stable")]
+    ends = rows.end[order]
+    out = np.full(waiting.size, -1, dtype=np.int64)
+    for n, w in enumerate(waiting.tolist()):
+        t, since = int(rows.arrival[w]), int(rows.arrival[w] - rows.idle[w])
+        i = int(np.searchsorted(ends, t, side="right")) - 1
+        while i >= 0 and ends[i] >= since:
+            j = int(order[i])
+            if rows.rank[j] != rows.rank[w] and rows.inst[j] < rows.inst[w]:
+                out[n] = j
+                break
+            i -= 1
+    return out
+
+
+def _accepted(
+    rows: ChainRows, waiting: np.ndarray, releases: np.ndarray
+) -> tuple[np.ndarray, tuple[InferredWait, ...]]:
+    """The waiting rows the evidence accepts, and the evidence grouped by release."""
+    by_waiter: dict[tuple[int, int, int], list[int]] = defaultdict(list)
+    for n, w in enumerate(waiting.tolist()):
+        by_waiter[(int(rows.rank[w]), int(rows.label[w, 1]), int(rows.label[w, 2]))].append(n)
+    accepted: list[int] = []
+    groups: dict[tuple[int, int, int, int], list[tuple[int, int, list[int]]]] = defaultdict(list)
+    for (rank, code, _), members in by_waiter.items():
+        sources = [_identity(rows, int(releases[n])) for n in members]
+        source, count = Counter(sources).most_common(1)[0]
+        if count < max(2, MIN_STEP_SHARE * len(members)):
+            continue
+        hits = [n for n, s in zip(members, sources, strict=True) if s == source]
+        w, j = waiting[hits], releases[hits]
+        t = rows.arrival[w]
+        lag = t - rows.end[j]
+        idle = rows.idle[w]
+        before = rows.end[j] - (t - idle)  # from the idle's start to the release
+        if np.median(lag) > MAX_LAG_SHARE * np.median(idle):
+            continue
+        if _spread(before) <= NOISE_NS or _spread(lag) > MAX_SPREAD_RATIO * _spread(before):
+            continue
+        accepted += w.tolist()
+        groups[(source[0], source[1], source[2], code)].append((rank, len(members), hits))
+    evidence = tuple(
+        _evidence(rows, waiting, releases, members) for _, members in sorted(groups.items())
+    )
+    return np.asarray(sorted(accepted), dtype=np.int64), evidence
+
+
+def _identity(rows: ChainRows, row: int) -> tuple[int, int, int]:
+    """A release's element, the same step after step: its first member's rank, code and
+    occurrence (a send/recv pair's two rows name one element)."""
+    first = int(rows.first_row[row])
+    return int(rows.rank[first]), int(rows.label[first, 1]), int(rows.label[first, 2])
+
+
+def _spread(values: np.ndarray) -> float:
+    return float(np.max(values) - np.min(values)) if values.size else 0.0
+
+
+def _evidence(
+    rows: ChainRows,
+    waiting: np.ndarray,
+    releases: np.ndarray,
+    members: list[tuple[int, int, list[int]]],
+) -> InferredWait:
+    hits = [n for _, _, h in members for n in h]
+    j, w = releases[hits], waiting[hits]
+    source = Counter(int(rows.rank[x]) for x in j.tolist()).most_common(1)[0][0]
+    lag = rows.arrival[w] - rows.end[j]
+    idle = [int(np.median(rows.idle[waiting[h]])) for _, _, h in members]
+    mine = j[rows.rank[j] == source]
+    return InferredWait(
+        waiters=tuple(sorted(rank for rank, _, _ in members)),
+        source_rank=source,
+        source_kind=rows.kind[int(rows.code[mine[0]])] if mine.size else "",
+        waiter_kind=rows.kind[int(rows.code[w[0]])],
+        steps=min(len(h) for _, _, h in members),
+        of_steps=max(n for _, n, _ in members),
+        lag_min_ns=int(lag.min()),
+        lag_max_ns=int(lag.max()),
+        idle_per_step_ns=int(np.median(idle)),
+    )
