@@ -120,11 +120,13 @@ def findings(
     if parts is not None:
         basis = StepBasis(parts.step_ns, parts.basis, parts.per_step)
         stages = _stage_imbalance(report, basis)
-        found += stages + _exposed_comm(report, basis, parts, matched)
+        waits = straggler_waits(report, basis)
+        found += stages + _exposed_comm(report, basis, parts, matched, waits)
         found += _pipeline_bubble(
-            report, basis, parts, max((f.cost_ns or 0 for f in stages), default=0)
+            report, basis, parts, max((f.cost_ns or 0 for f in stages), default=0), waits
         )
         found += _stragglers(report, basis, matched)
+        found += _idle_causes(report, basis, waits)
         for rule in _COSTED:
             found += rule(report, basis)
     found += _nccl(report)
@@ -137,6 +139,47 @@ def findings(
             kept,
             key=lambda f: (SEVERITY_ORDER[f.severity], -(f.cost_ns or 0), f.kind, f.ranks),
         )
+    )
+
+
+@dataclass
+class _StragglerWaits:
+    """What the flagged stragglers' fix frees of the others' waits, per step on the findings'
+    basis (Replay.freed_kernel_wait_ns, freed_idle_ns): lost time counted once, in the
+    straggler's finding; the findings below it cost what is left (metrics.md §6). Taken by
+    the findings that cost the waits, as they use it."""
+
+    kernel: dict[str, int]
+    idle: int
+    who: str  # "rank 0", "ranks 0, 16"
+
+    def take_kernel(self, coll: str, most: int) -> int:
+        taken = min(max(0, most), self.kernel.get(coll, 0))
+        self.kernel[coll] = self.kernel.get(coll, 0) - taken
+        return taken
+
+    def take_idle(self, most: int) -> int:
+        taken = min(max(0, most), self.idle)
+        self.idle -= taken
+        return taken
+
+    def line(self, ns: int, what: str) -> str:
+        return (
+            f"{_ms(ns)} of {what} per step is waiting for the straggler ({self.who}): fixing "
+            "it frees that, so the straggler's finding counts it (metrics.md §6)"
+        )
+
+
+def straggler_waits(report: Report, basis: StepBasis) -> _StragglerWaits:
+    st = report.stragglers
+    replay = st.replay if st is not None else None
+    if st is None or replay is None or not st.flagged or not decides(st):
+        return _StragglerWaits({}, 0, "")
+    scale = basis.step_ns / replay.measured_step_ns if replay.measured_step_ns else 1.0
+    return _StragglerWaits(
+        {t: math.floor(ns * scale + 0.5) for t, ns in replay.freed_kernel_wait_ns.items()},
+        math.floor(replay.freed_idle_ns * scale + 0.5),
+        _where(st.flagged, report),
     )
 
 
@@ -274,19 +317,27 @@ _OTHER_COMM_ADVICE = (
 
 
 def _exposed_comm(
-    report: Report, basis: StepBasis, parts: StepParts, aligned: pl.DataFrame | None
+    report: Report,
+    basis: StepBasis,
+    parts: StepParts,
+    aligned: pl.DataFrame | None,
+    waits: _StragglerWaits,
 ) -> list[Finding]:
     socket = _socket_fallback(report)
     out = []
-    for coll, cost in parts.exposed_comm_by_type_ns.items():
+    for coll, exposed in parts.exposed_comm_by_type_ns.items():
         if coll == "SendRecv" and report.pipelines:
             continue  # waits of pipeline stages: the pipeline bubble finding
         total = parts.comm_by_type_ns.get(coll, 0)  # the same mean the step parts took
         _, ranks = _per_step(report.ranks, _of_type(coll, exposed=True), basis)
         evidence = [
-            f"{coll} runs {_ms(total)} per step (mean over ranks); {_ms(cost)} of it with no "
-            "compute kernel running beside it (exposed, metrics.md §3)"
+            f"{coll} runs {_ms(total)} per step (mean over ranks); {_ms(exposed)} of it with "
+            "no compute kernel running beside it (exposed, metrics.md §3)"
         ]
+        straggler = waits.take_kernel(coll, exposed)
+        cost = exposed - straggler
+        if straggler:
+            evidence.append(waits.line(straggler, f"that exposed {coll}"))
         evidence += _bandwidth_evidence(report, coll)
         if coll == "AllToAll":
             evidence += _all_to_all_evidence(report)
@@ -483,6 +534,7 @@ def _straggler(
         if not is_flagged:
             line += f": {_flag_line(w, candidate)}, so not flagged"
         evidence.append(line)
+        evidence += _hidden_evidence(w)
         median = candidate.recoverable_pct if candidate is not None else recoverable
         total = candidate.total_recoverable_pct if candidate is not None else 0.0
         if total > median + 1:  # slow in some steps: the median step hides it
@@ -559,6 +611,26 @@ _IMBALANCE_ADVICE = {
         "balancing (auxiliary loss, capacity factor), for embeddings the sharding plan"
     ),
 }
+
+
+def _hidden_evidence(st: Stragglers) -> list[str]:
+    """The waits the replay inferred, and the figure with unexplained idle read as a wait."""
+    w = st.replay
+    if w is None:
+        return []
+    out = [f"{d.line} (metrics.md §6)" for d in w.inferred_waits[:2]]
+    if w.recoverable_pct_idle_as_wait is not None and st.flagged:
+        decides = ", ".join(f"rank {d.rank}" for d in w.idle_decides[:3])
+        out.append(
+            f"read as a wait rather than work, the idle that nothing explains gives "
+            f"{w.recoverable_pct_idle_as_wait:.1f} % back"
+            + (
+                f" ({decides}: {'its' if len(w.idle_decides) == 1 else 'their'} idle decides)"
+                if decides
+                else ""
+            )
+        )
+    return out
 
 
 def _untraced_members(aligned: pl.DataFrame | None, world_size: int | None) -> tuple[str, ...]:
@@ -662,7 +734,7 @@ def _stage_candidates(report: Report) -> dict[int, Candidate]:
 
 
 def _pipeline_bubble(
-    report: Report, basis: StepBasis, parts: StepParts, imbalance_ns: int
+    report: Report, basis: StepBasis, parts: StepParts, imbalance_ns: int, waits: _StragglerWaits
 ) -> list[Finding]:
     """On pipeline stages a wait for the neighbour stage sits inside the receive kernel (it
     starts early and spins), so exposed SendRecv is mostly bubble, not transfer: the two are
@@ -674,7 +746,9 @@ def _pipeline_bubble(
     ranks = [r for r in report.ranks if r.rank in stage_ranks] or report.ranks
     recv, _ = _per_step(ranks, _of_type("SendRecv", exposed=True), basis)
     idle, _ = _per_step(ranks, _idle_of(_PIPELINE_IDLE), basis)
-    cost = max(0, recv + idle - imbalance_ns)
+    bubble = max(0, recv + idle - imbalance_ns)
+    straggler = waits.take_kernel("SendRecv", min(recv, bubble))
+    cost = bubble - straggler
     if cost <= 0:
         return []
     evidence = [
@@ -682,6 +756,8 @@ def _pipeline_bubble(
         f"§3) and idle {_ms(idle)} (pipeline fill, drain and wait, metrics.md §10)"
         + (f", less {_ms(imbalance_ns)} an overloaded stage causes" if imbalance_ns else "")
     ]
+    if straggler:
+        evidence.append(waits.line(straggler, "those receives"))
     for view in report.pipelines[:2]:
         if view.textbook_bubble_pct is not None and view.per_stage:
             measured = statistics.median(s.bubble_pct for s in view.per_stage)
@@ -739,11 +815,15 @@ _IDLE = {
 }
 
 
-def _idle_causes(report: Report, basis: StepBasis) -> list[Finding]:
+def _idle_causes(report: Report, basis: StepBasis, waits: _StragglerWaits) -> list[Finding]:
+    """Idle by cause; host-bound idle that was an inferred wait for the straggler (hidden.py:
+    the host held by a rendezvous the trace does not record) is the straggler's."""
     out = []
     for cause, (what, advice) in _IDLE.items():
         names = (cause,)
-        cost, ranks = _per_step(report.ranks, _idle_of(names), basis)
+        idle, ranks = _per_step(report.ranks, _idle_of(names), basis)
+        straggler = waits.take_idle(idle) if cause == "host_bound" else 0
+        cost = idle - straggler
         if cost <= 0:
             continue
         out.append(
@@ -760,8 +840,9 @@ def _idle_causes(report: Report, basis: StepBasis) -> list[Finding]:
                 group=None,
                 hosts=(),
                 evidence=(
-                    f"{_ms(cost)} of idle GPU time per step (mean over ranks) is "
+                    f"{_ms(idle)} of idle GPU time per step (mean over ranks) is "
                     f"'{', '.join(names)}', in its steps and between them (metrics.md §10)",
+                    *([waits.line(straggler, "that idle")] if straggler else []),
                 ),
                 advice=_idle_advice(report, cause, advice),
                 section="metrics.md §10",
@@ -825,7 +906,7 @@ def _exposed_memory(report: Report, basis: StepBasis) -> list[Finding]:
     ]
 
 
-_COSTED = (_idle_causes, _exposed_memory)
+_COSTED = (_exposed_memory,)
 
 
 # --- problems with the inputs, and what the traces cannot cost -------------------------------

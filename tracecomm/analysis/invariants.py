@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from tracecomm.analysis.document_checks import partition_problem
+from tracecomm.analysis.findings import StepBasis, straggler_waits
 from tracecomm.analysis.pipeline_view import heaviest_stage
 from tracecomm.analysis.report import Report
 from tracecomm.engine.model import WindowFigures
@@ -204,16 +205,41 @@ def _named(value: Any, path: str) -> Iterator[tuple[str, float]]:
 
 
 def findings_cost_their_parts(report: Report) -> list[str]:
-    """A finding about a collective type costs the step parts' exposed time of that type."""
+    """A finding about a collective type costs the step parts' exposed time of that type,
+    less the wait in it the flagged stragglers' fix frees (metrics.md §6: theirs)."""
     parts = report.step_parts
     out = []
+    if parts is None:
+        return [
+            f"finding {f.coll_type} exposed without step parts"
+            for f in report.findings
+            if f.kind == "exposed_comm"
+        ]
+    freed = straggler_waits(report, StepBasis(parts.step_ns, parts.basis, parts.per_step))
     for f in report.findings:
         if f.kind != "exposed_comm" or f.coll_type is None:
             continue
-        want = parts.exposed_comm_by_type_ns.get(f.coll_type) if parts is not None else None
+        exposed = parts.exposed_comm_by_type_ns.get(f.coll_type)
+        want = None if exposed is None else exposed - freed.take_kernel(f.coll_type, exposed)
         if f.cost_ns != want:
-            out.append(f"finding {f.coll_type} exposed costs {f.cost_ns} ns, step parts {want}")
+            taken = None if exposed is None or want is None else exposed - want
+            out.append(
+                f"finding {f.coll_type} exposed costs {f.cost_ns} ns, step parts {exposed} "
+                f"less the straggler's {taken}"
+            )
     return out
+
+
+def findings_fit_the_step(report: Report) -> list[str]:
+    """Lost time is counted once (metrics.md §14): the costed findings add up to no more than
+    the step."""
+    parts = report.step_parts
+    costed = [f for f in report.findings if f.severity == "cost" and f.cost_ns is not None]
+    total = sum(f.cost_ns or 0 for f in costed)
+    if parts is None or total <= parts.step_ns + len(costed):
+        return []
+    names = ", ".join(f"{f.title} {f.cost_ns}" for f in costed)
+    return [f"findings cost {total} ns of a {parts.step_ns} ns step: {names}"]
 
 
 def stages_named_are_heaviest(report: Report) -> list[str]:
@@ -302,6 +328,7 @@ CHECKS: dict[str, Check] = {
     "shares are their figures": shares_are_their_figures,
     "shares in range": shares_in_range,
     "findings cost their parts": findings_cost_their_parts,
+    "findings fit the step": findings_fit_the_step,
     "stages named are heaviest": stages_named_are_heaviest,
     "one step time": one_step_time,
     "all-to-all is its type": all_to_all_is_its_type,

@@ -255,7 +255,46 @@ def replay(
     return _steps(_durations(chain, gaps, transfers), chain.mark_rank)
 
 
+def timeline(chain: Chain, gaps: np.ndarray, transfers: np.ndarray | None = None) -> Timeline:
+    """One what-if's replayed timeline, row by row (``gaps`` and ``transfers`` one column)."""
+    own = np.zeros((chain.size, gaps.shape[1]), dtype=np.int64)
+    arrival = np.zeros_like(own)
+    end = _ends(chain, gaps, transfers, own, arrival)
+    return Timeline(own[:, 0], arrival[:, 0], end[: chain.size, 0])
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Per row: when its rank's own work before the element was done (stream holds
+    included), when it arrived at the element (after a hidden wait, hidden.py), and when the
+    element ended. From the arrival to the element's last member's is the wait inside the
+    kernel; from the own work to the arrival, the hidden wait's idle."""
+
+    own: np.ndarray
+    arrival: np.ndarray
+    end: np.ndarray
+
+    def kernel_wait(self, chain: Chain) -> np.ndarray:
+        """Per row: the time its kernel waits for the element's last member."""
+        last = np.maximum.reduceat(self.arrival[chain.by_inst], chain.inst_offsets[:-1])
+        return last[chain.inst] - self.arrival
+
+
 def _durations(chain: Chain, gaps: np.ndarray, transfers: np.ndarray | None) -> np.ndarray:
+    end = _ends(chain, gaps, transfers)
+    return end[chain.ends] - end[chain.starts]
+
+
+def _ends(
+    chain: Chain,
+    gaps: np.ndarray,
+    transfers: np.ndarray | None,
+    own: np.ndarray | None = None,
+    arrival: np.ndarray | None = None,
+) -> np.ndarray:
+    """Per row (and a last row for "nothing") and column: when the row's element ended;
+    ``own`` and ``arrival``, when given, receive each row's arrival before and after its
+    hidden wait (Timeline)."""
     width = gaps.shape[1]
     moved = chain.transfer[:, None] if transfers is None else transfers
     end = np.full((chain.size + 1, width), _FAR_PAST, dtype=np.int64)  # row -1: nothing
@@ -264,11 +303,15 @@ def _durations(chain: Chain, gaps: np.ndarray, transfers: np.ndarray | None) -> 
         arrived += gaps[rows]
         if queued.size:  # the rows whose stream can hold them beyond their own work
             arrived[queued] = np.maximum(arrived[queued], end[queue] + hold[:, None])
+        if own is not None:
+            own[rows] = arrived
         if held.size:  # the rows that waited for another rank's element (hidden.py)
             arrived[held] = np.maximum(arrived[held], end[source] + lag[:, None])
+        if arrival is not None:
+            arrival[rows] = arrived
         last = np.maximum.reduceat(arrived, bounds, axis=0)
         end[rows] = np.repeat(last, counts, axis=0) + moved[rows]
-    return end[chain.ends] - end[chain.starts]
+    return end
 
 
 def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Annotated, Literal, cast
 
 import polars as pl
 from msgspec import Meta, structs
+from msgspec import field as doc_field
 
 from tracecomm.analysis.chains import chain_of, stage_of
 from tracecomm.analysis.crossrank import Matching
+from tracecomm.analysis.hidden import InferredWait, Reading
 from tracecomm.analysis.rank import RankReport
 from tracecomm.analysis.replay import WAIT_COLUMNS, build_chain
 from tracecomm.analysis.whatif import (
@@ -25,6 +27,7 @@ from tracecomm.analysis.whatif import (
     Job,
     WhatIf,
     what_if,
+    with_idle_as_wait,
 )
 from tracecomm.doc import Doc, NonNegative, Percent
 
@@ -146,6 +149,58 @@ class GroupTypeDelay(Doc, frozen=True):
     ] = False  # members at different pipeline stages: lateness by schedule
 
 
+class InferredDependency(Doc, frozen=True):
+    """Ranks whose idle before an element is a wait on another rank's element that the trace
+    does not record (metrics.md §6, hidden dependencies): the replay takes it as one."""
+
+    waiters: tuple[int, ...]
+    waiter_element: Annotated[
+        str, Meta(description="the element the waiters resume with (its type and group size)")
+    ]
+    source_rank: Annotated[int, Meta(description="the rank whose element's end releases them")]
+    source_element: Annotated[
+        str, Meta(description="that element, in words (a send/recv names both ranks)")
+    ]
+    steps: Annotated[int, Meta(ge=0, description="steps in which every waiter resumed after it")]
+    of_steps: Annotated[int, Meta(ge=0, description="steps in which the waiters idled there")]
+    lag_min_ns: NonNegative
+    lag_max_ns: NonNegative
+    idle_per_step_ns: Annotated[
+        int, Meta(ge=0, description="the median waiter's median idle before its element")
+    ]
+
+    @property
+    def line(self) -> str:
+        """One line, as the terminal and the finding's evidence say it."""
+        one = len(self.waiters) == 1
+        who = f"rank{'' if one else 's'} {_ranks_text(self.waiters)} wait{'s' if one else ''}"
+        return (
+            f"{who} for {self.source_element} before {self.waiter_element} in "
+            f"{self.steps} of {self.of_steps} steps ({self.idle_per_step_ns / 1e6:,.1f} ms idle"
+            f" per step, resuming {self.lag_min_ns / 1e6:,.1f}–{self.lag_max_ns / 1e6:,.1f} ms"
+            " after it): inferred, not recorded"
+        )
+
+
+class IdleDecides(Doc, frozen=True):
+    """A rank whose unexplained idle decides between the what-if's two readings."""
+
+    rank: int
+    idle_per_step_ns: Annotated[
+        int, Meta(ge=0, description="idle before elements that no inference explains, per step")
+    ]
+    moves_pct: Annotated[
+        float,
+        Meta(
+            ge=0,
+            description=(
+                "points recoverable_pct_idle_as_wait loses when this rank's idle is read as "
+                "its own work again"
+            ),
+        ),
+    ]
+
+
 class Replay(Doc, frozen=True):
     measured_step_ns: NonNegative
     step_ns: Annotated[
@@ -193,6 +248,36 @@ class Replay(Doc, frozen=True):
             ),
         ),
     ] = None
+    inferred_waits: Annotated[
+        tuple[InferredDependency, ...],
+        Meta(description="waits the trace does not record, inferred and replayed as waits"),
+    ] = ()
+    freed_kernel_wait_ns: Annotated[
+        dict[str, int],
+        Meta(
+            description=(
+                "per collective type: the wait inside its kernels, per step (mean over ranks),"
+                " that the flagged fix frees; that part of its exposed time is the straggler's"
+            )
+        ),
+    ] = doc_field(default_factory=dict)
+    freed_idle_ns: Annotated[
+        NonNegative,
+        Meta(description="the idle of inferred waits, per step (mean over ranks), it frees"),
+    ] = 0
+    recoverable_pct_idle_as_wait: Annotated[
+        Percent | None,
+        Meta(
+            description=(
+                "recoverable_pct with every idle before an element that no inference "
+                "explains read as a wait (recoverable_pct reads it as work): the bounds"
+            )
+        ),
+    ] = None
+    idle_decides: Annotated[
+        tuple[IdleDecides, ...],
+        Meta(description="the ranks whose idle decides between the two readings, most first"),
+    ] = ()
 
 
 class StepDelay(Doc, frozen=True):
@@ -898,7 +983,43 @@ def _replay(w: WhatIf) -> Replay:
         by_scaling=w.by_scaling,
         reason=w.reason,
         mean_step_ns=w.mean_step_ns,
+        inferred_waits=tuple(_dependency(i) for i in w.inferred),
+        freed_kernel_wait_ns=dict(w.freed_kernel_wait_ns),
+        freed_idle_ns=w.freed_idle_ns,
+        recoverable_pct_idle_as_wait=w.recoverable_pct_idle_as_wait,
+        idle_decides=tuple(IdleDecides(r, ns, pts) for r, ns, pts in w.idle_decides),
     )
+
+
+def _dependency(i: InferredWait) -> InferredDependency:
+    return InferredDependency(
+        waiters=i.waiters,
+        waiter_element=_element_words(i.waiter_kind, None),
+        source_rank=i.source_rank,
+        source_element=_element_words(i.source_kind, i.source_rank),
+        steps=i.steps,
+        of_steps=i.of_steps,
+        lag_min_ns=max(0, i.lag_min_ns),
+        lag_max_ns=max(0, i.lag_max_ns),
+        idle_per_step_ns=max(0, i.idle_per_step_ns),
+    )
+
+
+def _element_words(kind: str, rank: int | None) -> str:
+    """A chain element's kind ("AllReduce ×2", "SendRecv recv 16") in words: a send/recv
+    names its two ranks (the offset is the peer's rank less this one's)."""
+    parts = kind.split()
+    if len(parts) == 3 and parts[0] == "SendRecv" and parts[2].lstrip("-").isdigit():
+        peer = None if rank is None else rank + int(parts[2])
+        if rank is None or peer is None:
+            return "a send/recv"
+        sender, receiver = (rank, peer) if parts[1] == "send" else (peer, rank)
+        return f"the send/recv {sender}→{receiver}"
+    return f"{'rank ' + str(rank) + chr(39) + 's ' if rank is not None else 'the '}{kind}"
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    return ", ".join(str(r) for r in ranks)
 
 
 def _shortlist_delay(found: StragglerWork) -> dict[int, int]:
@@ -953,8 +1074,15 @@ def _what_if(timed: Sequence[RankReport], cr: Matching, job: Job) -> WhatIf | No
                 *columns, pl.format("SendRecv {} {}", "direction", peer_offset).alias("kind")
             )
         )
-    chain = build_chain(pl.concat(shared), windows)
-    return None if chain is None else what_if(chain, job)
+    waits = pl.concat(shared)
+    chain = build_chain(waits, windows)
+    if chain is None:
+        return None
+    found = what_if(chain, job)
+    if not found.reproduces or not found.flagged_ranks or not chain.hidden.idle_rows.size:
+        return found
+    other = build_chain(waits, windows, Reading.IDLE_AS_WAIT)
+    return found if other is None else with_idle_as_wait(found, chain, other, job)
 
 
 def _decided(

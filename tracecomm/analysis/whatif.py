@@ -24,14 +24,15 @@ from __future__ import annotations
 import hashlib
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Literal, cast
 
 import numpy as np
 from msgspec import Meta, structs
 
-from tracecomm.analysis.replay import ByStat, Chain, Stat, replay
+from tracecomm.analysis.hidden import InferredWait
+from tracecomm.analysis.replay import ByStat, Chain, Stat, Timeline, replay, timeline
 from tracecomm.doc import Doc, NonNegative, Percent
 
 FLAG_SHARE_OF_STEP = 0.05  # a flagged candidate gains more than this share of the step …
@@ -155,6 +156,14 @@ class WhatIf:
     # flagged candidate is slow in some steps only — their mean step (mean_step_ns)
     step_basis: Stat = "median"
     considered: tuple[int, ...] = ()  # ranks weighed as candidates (gain 0 unless listed)
+    inferred: tuple[InferredWait, ...] = ()  # the hidden waits the replay took (hidden.py)
+    # the waits the flagged fix frees, per step (mean over ranks): inside the kernels, by
+    # collective type, and in inferred waits' idle (_freed)
+    freed_kernel_wait_ns: Mapping[str, int] = field(default_factory=dict)
+    freed_idle_ns: int = 0
+    # the other reading of idle no inference explains (hidden.Reading.IDLE_AS_WAIT)
+    recoverable_pct_idle_as_wait: float | None = None
+    idle_decides: tuple[tuple[int, int, float], ...] = ()  # (rank, idle per step, points)
 
 
 @dataclass(frozen=True)
@@ -195,6 +204,7 @@ def what_if(chain: Chain, job: Job) -> WhatIf:
         error <= TOLERANCE_PCT,
         chain.shared_waits,
         mean_step_ns=recorded.mean,
+        inferred=chain.hidden.inferred,
     )
     if not check.reproduces:
         reason = (
@@ -218,6 +228,65 @@ def what_if(chain: Chain, job: Job) -> WhatIf:
     decided = _decide(chain, check, candidates, {(k[0], k[1]): f for k, f in fixes}, parts)
     present = sorted(set(np.unique(chain.rank).tolist()))
     return _replace(decided, considered=tuple(_rank_shortlist(present, job)))
+
+
+IDLE_DECIDES_PCT = 0.5  # a rank whose idle, read as work again, moves the figure this much
+MAX_IDLE_RANKS = 16  # ranks weighed for it, by their idle per step
+
+
+def with_idle_as_wait(w: WhatIf, chain: Chain, other: Chain, job: Job) -> WhatIf:
+    """The flagged fix replayed on ``other``, the chain that reads every idle no inference
+    explains as a wait (hidden.Reading.IDLE_AS_WAIT): the other end of the what-if where the
+    trace cannot tell. Then, per rank with such idle, that replay with the rank's idle read as
+    its own work again: the points it moves are how much its idle decides between the two."""
+    flagged = [c for c in w.candidates if c.flagged]
+    if not flagged or w.recoverable_pct is None or other.size != chain.size:
+        return w
+    donors = _donors(other, job.peers)
+    merged = _merge([f for c in flagged if (f := _fix_of(other, job, donors, c)) is not None])
+    if merged is None:
+        return w
+    moved = other.gap < chain.gap  # the rows whose idle the other reading takes as a wait
+    moved &= ~np.isin(other.rank, list(merged.gaps))
+    idle = _idle_per_step(chain, other, moved)
+    ranks = sorted(idle, key=lambda r: (-idle[r], r))[:MAX_IDLE_RANKS]
+    fixes = [merged]
+    for rank in ranks:
+        rows = other.rows_of(rank)
+        own = np.where(moved[rows], chain.gap[rows], other.gap[rows])
+        fixes.append(_Fix({**merged.gaps, rank: own}, merged.cuts, merged.method))
+    bases = ByStat(w.measured_step_ns, w.mean_step_ns or w.measured_step_ns)
+    base = bases.of(w.step_basis)
+    gains = _gains(other, bases, fixes).of(w.step_basis)
+    pct = [_pct(g, base) for g in gains]
+    decides = tuple(
+        (rank, idle[rank], round(pct[0] - p, 2))
+        for rank, p in zip(ranks, pct[1:], strict=True)
+        if pct[0] - p >= IDLE_DECIDES_PCT
+    )
+    return _replace(
+        w,
+        recoverable_pct_idle_as_wait=pct[0],
+        idle_decides=tuple(sorted(decides, key=lambda d: (-d[2], d[0]))),
+    )
+
+
+def _fix_of(chain: Chain, job: Job, donors: Mapping[int, _Donor], c: Candidate) -> _Fix | None:
+    """A candidate's fix, built again on ``chain`` (as _candidate_fixes builds it)."""
+    if c.kind == "stage":
+        return _stage_fix(chain, job, c.ranks)
+    return _merge([f for r in c.ranks if (f := _rank_fix(chain, job, donors, r)) is not None])
+
+
+def _idle_per_step(chain: Chain, other: Chain, moved: np.ndarray) -> dict[int, int]:
+    """Per rank with moved rows: the idle the other reading takes as a wait, per step."""
+    out = {}
+    for rank in np.unique(other.rank[moved]).tolist():
+        mine = other.rank == rank
+        steps = max(1, np.unique(other.step[mine & other.in_step]).size)
+        rows = mine & moved & other.in_step
+        out[int(rank)] = int(np.sum(chain.gap[rows] - other.gap[rows])) // steps
+    return {r: ns for r, ns in out.items() if ns > 0}
 
 
 def _replace(w: WhatIf, **changes: object) -> WhatIf:
@@ -617,21 +686,96 @@ def _gains(
         gaps = np.repeat(chain.gap[:, None], len(batch), axis=1)
         transfers = None
         for k, (fix, part) in enumerate(batch):
-            if part in (None, "compute"):
-                for rank, g in fix.gaps.items():
-                    gaps[chain.rows_of(rank), k] = g
-            for t, (elements, cut) in fix.cuts.items():
-                if part not in (None, t):
-                    continue
-                if transfers is None:
-                    transfers = np.repeat(chain.transfer[:, None], len(batch), axis=1)
-                rows = chain.rows_of_elements(elements)
-                lengths = chain.inst_offsets[elements + 1] - chain.inst_offsets[elements]
-                transfers[rows, k] = np.maximum(0, transfers[rows, k] - np.repeat(cut, lengths))
+            transfers = _apply(chain, fix, part, gaps, transfers, k)
         replayed.append(replay(chain, gaps, transfers))
     return ByStat.build(
         lambda stat: [_gain(bases.of(stat), s) for steps in replayed for s in steps.of(stat)]
     )
+
+
+def _apply(
+    chain: Chain,
+    fix: _Fix,
+    part: str | None,
+    gaps: np.ndarray,
+    transfers: np.ndarray | None,
+    k: int,
+) -> np.ndarray | None:
+    """Write ``fix`` (only the named part: "compute", an op type, or None for all) into column
+    ``k`` of ``gaps`` and of the transfers, which it returns (made when a cut needs them)."""
+    if part in (None, "compute"):
+        for rank, g in fix.gaps.items():
+            gaps[chain.rows_of(rank), k] = g
+    for t, (elements, cut) in fix.cuts.items():
+        if part not in (None, t):
+            continue
+        if transfers is None:
+            transfers = np.repeat(chain.transfer[:, None], gaps.shape[1], axis=1)
+        rows = chain.rows_of_elements(elements)
+        lengths = chain.inst_offsets[elements + 1] - chain.inst_offsets[elements]
+        transfers[rows, k] = np.maximum(0, transfers[rows, k] - np.repeat(cut, lengths))
+    return transfers
+
+
+def _freed(chain: Chain, fix: _Fix) -> tuple[dict[str, int], int]:
+    """What the flagged fix frees of the others' waits, per step (mean over the ranks, each
+    rank's total over its steps by its steps): inside the kernels by collective type, and in
+    the idle of inferred waits. The recorded timeline against the fixed one, net (a wait the
+    fix lengthens counts against it), each rank's waits of a type as their union (a batched
+    send and receive wait side by side once): a collective's exposed time that was a wait
+    for the straggler is the straggler's (metrics.md §6)."""
+    gaps = chain.gap[:, None].copy()
+    transfers = _apply(chain, fix, None, gaps, None, 0)
+    recorded, fixed = timeline(chain, chain.gap[:, None]), timeline(chain, gaps, transfers)
+    inside = chain.in_step & ~np.isin(chain.rank, list(fix.gaps))  # not the fixed ranks'
+    ranks, per_rank = np.unique(chain.rank, return_inverse=True)
+    steps = np.array(
+        [np.unique(chain.step[(per_rank == i) & chain.in_step]).size for i in range(ranks.size)]
+    )
+    weight = 1.0 / np.maximum(steps, 1) / ranks.size  # per rank: its total -> the mean step
+    types = len(chain.coll_types)
+    key = per_rank * types + chain.coll_code
+
+    def by_type(
+        start_of: Callable[[Timeline], np.ndarray], end_of: Callable[[Timeline], np.ndarray]
+    ) -> np.ndarray:
+        freed = np.zeros(ranks.size * types)
+        for sign, t in ((1, recorded), (-1, fixed)):
+            freed += sign * _union(key[inside], start_of(t)[inside], end_of(t)[inside], freed.size)
+        return (freed.reshape(ranks.size, types) * weight[:, None]).sum(axis=0)
+
+    kernel = by_type(lambda t: t.arrival, lambda t: t.arrival + t.kernel_wait(chain))
+    idle = by_type(lambda t: t.own, lambda t: t.arrival)
+    freed_by_type = {
+        name: math.floor(float(kernel[code]) + 0.5)
+        for code, name in enumerate(chain.coll_types)
+        if name
+    }
+    return (
+        {t: ns for t, ns in freed_by_type.items() if ns > 0},
+        max(0, math.floor(float(idle.sum()) + 0.5)),
+    )
+
+
+def _union(key: np.ndarray, start: np.ndarray, end: np.ndarray, keys: int) -> np.ndarray:
+    """Per key (0 … keys − 1): the length of the union of its intervals [start, end)."""
+    keep = end > start
+    key, start, end = key[keep], start[keep], end[keep]
+    out = np.zeros(keys)
+    if not key.size:
+        return out
+    order = np.lexsort((start, key))
+    key, start, end = key[order], start[order], end[order]
+    # the running end within each key: offset every key past the one before it
+    base = int(start.min())
+    span = int(end.max()) - base + 1
+    shifted = end - base + key * span
+    reach = np.maximum.accumulate(shifted) - key * span + base
+    before = np.r_[np.iinfo(np.int64).min, reach[:-1]]
+    before = np.where(np.r_[True, key[1:] != key[:-1]], np.iinfo(np.int64).min, before)
+    covered = np.maximum(0, end - np.maximum(start, before))
+    np.add.at(out, key, covered)
+    return out
 
 
 def _gain(base: int, step: int | None) -> int:
@@ -705,8 +849,11 @@ def _decide(
     basis: Stat = "mean" if on_mean else "median"
     base, gain = bases.of(basis), gains.of(basis)[0]
     ranks = sorted({r for c in decomposed if c.flagged for r in c.ranks})
+    freed_kernel, freed_idle = _freed(chain, merged) if merged is not None else ({}, 0)
     return _replace(
         check,
+        freed_kernel_wait_ns=freed_kernel,
+        freed_idle_ns=freed_idle,
         candidates=_with_mostly(decomposed),
         threshold_ns=threshold,
         flagged_ranks=tuple(ranks),

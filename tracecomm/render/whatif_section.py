@@ -46,6 +46,7 @@ def whatif_section(st: Stragglers) -> Text | None:
                 "  (slow in some steps only: the median step, the step time, hides it; the "
                 "mean over the steps shows it)\n"
             )
+        text.append(_readings(w))
     else:
         text.append(
             "  nothing gains more than the flag line "
@@ -54,6 +55,24 @@ def whatif_section(st: Stragglers) -> Text | None:
     for c in shown:
         text.append(_candidate_line(c, w.measured_step_ns, _mostly(c)))
     return text
+
+
+def _readings(w: Replay) -> str:
+    """The hidden waits the replay took, and the other reading of the idle nothing explains
+    (metrics.md §6)."""
+    lines = [f"  hidden wait: {d.line}\n" for d in w.inferred_waits]
+    if w.recoverable_pct_idle_as_wait is not None:
+        decides = ", ".join(
+            f"rank {d.rank} ({ms(d.idle_per_step_ns)} ms per step, {d.moves_pct:.1f} points)"
+            for d in w.idle_decides
+        )
+        lines.append(
+            f"  idle that nothing explains, read as a wait instead of work: "
+            f"{pct(w.recoverable_pct_idle_as_wait)} % back"
+            + (f"; the idle of {decides} decides" if decides else "")
+            + "\n"
+        )
+    return "".join(lines)
 
 
 def _mostly(c: Candidate) -> str:

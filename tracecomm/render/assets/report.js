@@ -313,6 +313,23 @@
         ms(rp.step_ns) + " for the ranks' median step of " + ms(rp.measured_step_ns) + " (" +
         rp.reproduction_error_pct.toFixed(2) + " % off, tolerance " + rp.tolerance_pct + " %)" +
         (rp.reproduces ? "." : ": " + rp.reason)));
+      (rp.inferred_waits || []).forEach(function (d) {
+        s.appendChild(el("p", { class: "explain inferred-wait" }, "Hidden wait: ranks " +
+          d.waiters.join(", ") + " wait for " + d.source_element + " before " +
+          d.waiter_element + " in " + d.steps + " of " + d.of_steps + " steps (" +
+          ms(d.idle_per_step_ns) + " idle per step, resuming " + ms(d.lag_min_ns) + "–" +
+          ms(d.lag_max_ns) + " after it): inferred, not recorded (metrics.md §6)."));
+      });
+      if (rp.recoverable_pct_idle_as_wait !== null && rp.recoverable_pct_idle_as_wait !== undefined) {
+        s.appendChild(el("p", { class: "explain idle-reading" },
+          "Idle that nothing explains, read as a wait instead of work: " +
+          pct(rp.recoverable_pct_idle_as_wait) + " back (" + pct(rp.recoverable_pct) +
+          " read as work)" + (rp.idle_decides.length ? "; the idle of " +
+          rp.idle_decides.map(function (d) {
+            return "rank " + d.rank + " (" + ms(d.idle_per_step_ns) + " per step, " +
+              d.moves_pct.toFixed(1) + " points)";
+          }).join(", ") + " decides" : "") + "."));
+      }
     }
     if (!shown.length) {
       s.appendChild(el("p", { class: "empty" },
