@@ -74,7 +74,7 @@ def test_the_straggler_is_the_first_finding_and_costs_its_what_if(
     (rs,) = [f for f in findings if f["title"] == "ReduceScatter exposed"]
     exposed = parts["exposed_comm_by_type_ns"]["ReduceScatter"]
     assert rs["cost_ns"] < 0.2 * exposed
-    assert any("waiting for the straggler (rank 0)" in e for e in rs["evidence"])
+    assert any("is a wait for rank 0: fixing rank 0 frees it" in e for e in rs["evidence"])
     # the embedding all-reduce's and the host-bound idle were the hidden wait for rank 0
     assert "host_bound" not in {f["kind"] for f in findings}
     costed = sum(f["cost_ns"] for f in findings if f["severity"] == "cost")
@@ -83,3 +83,20 @@ def test_the_straggler_is_the_first_finding_and_costs_its_what_if(
 
 def test_no_impossible_figure(ar: tuple[dict[str, Any], dict[str, Any]]) -> None:
     assert list(impossible(ar[0])) == []  # the invariants: test_invariants.py, every real trace
+
+
+def test_the_terminal_names_the_hidden_wait_and_the_other_reading() -> None:
+    from typer.testing import CliRunner
+
+    from tracecomm.cli.app import app
+
+    folder = SHARED_TRACES / AR
+    if not folder.is_dir():
+        pytest.skip(f"../shared/data/traces/{AR} is not present")
+    out = CliRunner().invoke(app, ["analyze", str(folder)], env={"COLUMNS": "250"}).stdout
+    assert (
+        "  hidden wait: ranks 52, 56, 60 wait for the send/recv 48→32 before the AllReduce ×2 "
+        "in 40 of 40 steps" in out
+    )
+    assert "  idle that nothing explains, read as a wait instead of work: 49.5 % back; the " in out
+    assert "the idle of rank 48 (2,052.665 ms per step, 1.4 points) decides" in out

@@ -425,3 +425,26 @@ def test_a_cpu_timeline_is_cpu_busy_and_mfu_says_it_waits_for_a_peak(
         assert (
             cards["MFU"] == "the model's FLOPs are known; the device's peak is not (--peak-tflops)"
         )
+
+
+def test_the_inferred_wait_and_both_readings_in_the_report(browser: str, tmp_path: Path) -> None:
+    """ByteDance's slow-worker job (issue 45): the what-to-fix section names the wait the trace
+    does not record and gives the other reading of the idle, from the same figures as JSON."""
+    from tests.conftest import SHARED_TRACES
+
+    run = SHARED_TRACES / "bytedance-straggler-AR"
+    if not run.is_dir():
+        pytest.skip("../shared/data/traces/bytedance-straggler-AR is not present")
+    html = report_of(run, tmp_path / "ar.html")
+    with chromium_page() as page:
+        assert open_report(page, html) == []
+        waits = page.evaluate(
+            "[...document.querySelectorAll('p.inferred-wait')].map(e => e.textContent)"
+        )
+        reading = page.evaluate("document.querySelector('p.idle-reading').textContent")
+    assert waits[0].startswith(
+        "Hidden wait: ranks 52, 56, 60 wait for the send/recv 48→32 before the AllReduce ×2 in "
+        "40 of 40 steps"
+    )
+    assert reading.startswith("Idle that nothing explains, read as a wait instead of work: 49.5")
+    assert "the idle of rank 48 (" in reading and reading.endswith(" decides.")

@@ -151,7 +151,7 @@ class _StragglerWaits:
 
     kernel: dict[str, int]
     idle: int
-    who: str  # "rank 0", "ranks 0, 16"
+    who: str  # the flagged candidates: "rank 0", "stage 1", "host node0"
 
     def take_kernel(self, coll: str, most: int) -> int:
         taken = min(max(0, most), self.kernel.get(coll, 0))
@@ -165,8 +165,8 @@ class _StragglerWaits:
 
     def line(self, ns: int, what: str) -> str:
         return (
-            f"{_ms(ns)} of {what} per step is waiting for the straggler ({self.who}): fixing "
-            "it frees that, so the straggler's finding counts it (metrics.md §6)"
+            f"{_ms(ns)} of {what} per step is a wait for {self.who}: fixing {self.who} frees "
+            f"it, so {self.who}'s finding counts it (metrics.md §6)"
         )
 
 
@@ -179,7 +179,7 @@ def straggler_waits(report: Report, basis: StepBasis) -> _StragglerWaits:
     return _StragglerWaits(
         {t: math.floor(ns * scale + 0.5) for t, ns in replay.freed_kernel_wait_ns.items()},
         math.floor(replay.freed_idle_ns * scale + 0.5),
-        _where(st.flagged, report),
+        ", ".join(c.label for c in st.candidates if c.flagged) or _where(st.flagged, report),
     )
 
 
