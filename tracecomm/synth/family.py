@@ -16,7 +16,14 @@ Members (``python -m tracecomm.synth OUT --family NAME --ranks N --counterfactua
   one replica (all its tensor-parallel ranks);
 - ``slow-tp-peer``: one tensor-parallel rank of a DP × TP job;
 - ``intermittent``: a pipeline GPU that is slow in every third step only;
-- ``fsdp`` and ``ddp``: one slow rank in a job without pipelines.
+- ``fsdp`` and ``ddp``: one slow rank in a job without pipelines;
+- ``hidden-rendezvous``: the slow worker, and a wait no event records: before the embedding
+  all-reduce the last stage's first tensor-parallel rank of every replica but replica 0 idles
+  until replica 0's ends its last backward send, plus a lag (a CPU barrier; the held-out
+  job's ranks 52, 56 and 60 on rank 48); the job without the slow worker keeps it;
+- ``coarse-clock``: the slow worker with coarse clocks: each compute kernel that waited for a
+  send/recv is recorded as starting up to 130 µs before that send/recv's end (the
+  counterfactual has the same draws).
 
 Sizes: 8, 64 and 512 ranks (``SIZES``); other sizes where the layout divides them.
 """
@@ -111,6 +118,34 @@ def _slow_worker(ranks: int, seed: int, slowdown: float) -> Member:
     return Member("slow-worker", job, twin, (0,), "rank", note)
 
 
+RENDEZVOUS_US = (250.0, 350.0)  # the lag after the release, drawn per step
+COARSE_CLOCK_US = 130.0  # the held-out conversions put compute up to ~131 µs early
+
+
+def _hidden_rendezvous(ranks: int, seed: int, slowdown: float) -> Member:
+    lay = _pp_layout(ranks)
+    job = _megatron(lay, seed, slow_ranks={0: slowdown}, rendezvous_us=RENDEZVOUS_US)
+    twin = _megatron(lay, seed, rendezvous_us=RENDEZVOUS_US)
+    place = PipelineLayout(lay.dp, lay.pp, lay.tp).rank
+    waiters = ", ".join(str(place(lay.pp - 1, d)) for d in range(1, lay.dp))
+    note = (
+        f"DP{lay.dp} × PP{lay.pp} × TP{lay.tp}: rank 0 {1 + slowdown:g}×; ranks {waiters} "
+        f"wait unrecorded for rank {place(lay.pp - 1, 0)}"
+    )
+    return Member("hidden-rendezvous", job, twin, (0,), "rank", note)
+
+
+def _coarse_clock(ranks: int, seed: int, slowdown: float) -> Member:
+    lay = _pp_layout(ranks)
+    job = _megatron(lay, seed, slow_ranks={0: slowdown}, coarse_clock_us=COARSE_CLOCK_US)
+    twin = _megatron(lay, seed, coarse_clock_us=COARSE_CLOCK_US)
+    note = (
+        f"DP{lay.dp} × PP{lay.pp} × TP{lay.tp}: rank 0 {1 + slowdown:g}×; compute after a "
+        f"send/recv recorded up to {COARSE_CLOCK_US:g} µs before its end"
+    )
+    return Member("coarse-clock", job, twin, (0,), "rank", note)
+
+
 def _overloaded_stage(ranks: int, seed: int, slowdown: float) -> Member:
     lay = _pp_layout(ranks)
     layers = [4] * lay.pp
@@ -193,6 +228,8 @@ _MEMBERS: dict[str, Callable[[int, int, float], Member]] = {
     "intermittent": _intermittent,
     "fsdp": _fsdp,
     "ddp": _ddp,
+    "hidden-rendezvous": _hidden_rendezvous,
+    "coarse-clock": _coarse_clock,
 }
 
 

@@ -26,10 +26,20 @@ the messages of one stream pair up in micro-batch order and the schedule cannot 
 With ``recv_waits_outside`` a receive kernel starts only once its send has started (the CPU
 posts it after a handshake, as NDTimeline-timed Megatron jobs show): the receiving GPU idles
 before the kernel instead of spinning inside it.
+
+Two things a trace can hide, each off by default. With ``rendezvous`` the first tensor-parallel
+rank of each replica's last stage, before its embedding all-reduce (its data-parallel one
+without the embedding), waits on its host for replica 0's: until that rank's last backward
+send ends, plus a lag (a CPU barrier over gloo, say: no kernel, no CPU event, only a gap on
+the GPU). With ``coarse_clock_us`` every compute kernel launched after a send/recv it waits for
+is recorded as starting up to that many µs earlier than it did (its end as it was), so its
+start lies before the send/recv's recorded end, as converted timestamps put it; the
+simulated times, and so every step, stay as they were.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -106,7 +116,15 @@ class _P2p:
         return SEND_GRAD_STREAM if self.send else RECV_GRAD_STREAM
 
 
-_PpInstr = _Launch | _P2p | _Cpu | _Sync | _StepMark
+@dataclass(frozen=True, slots=True)
+class _Rendezvous:
+    """The host waits, unrecorded, until replica 0's rank of the same place has ended the
+    op ``key`` (its last backward send), plus a lag; replica 0's rank itself goes on."""
+
+    key: int
+
+
+_PpInstr = _Launch | _P2p | _Cpu | _Sync | _StepMark | _Rendezvous
 
 
 @dataclass
@@ -121,9 +139,11 @@ class _StageBuilder:
     sync_before_recv: bool = False
     tp: int = 1
     embedding: bool = False
+    rendezvous: bool = False
     program: list[_PpInstr] = field(default_factory=list)
     next_key: int = 0
     last_backward: int = -1
+    last_send: int = -1  # the step's last backward send (stage > 0)
 
     def add(self, instr: _Launch | _P2p) -> int:
         self.program.append(instr)
@@ -198,11 +218,13 @@ class _StageBuilder:
         wait = (self.p2p(False, "grad", micro, s + 1),) if s < self.pp - 1 else ()
         last = self.kernels(_BACKWARD_LAYER, "autograd", wait)
         if s > 0:
-            self.p2p(True, "grad", micro, s - 1, (last,))
+            self.last_send = self.p2p(True, "grad", micro, s - 1, (last,))
         self.last_backward = last
 
     def optimizer(self) -> None:
         deps = (self.last_backward,)
+        if self.rendezvous and self.stage == self.pp - 1 and self.stage > 0:
+            self.program.append(_Rendezvous(self.last_send))
         if self.embedding and self.pp > 1 and self.stage in (0, self.pp - 1):
             shared = _Launch(
                 self.next_key,
@@ -307,7 +329,9 @@ class _Rec:
 class _PpRank:
     """One rank's progress through its stage's program."""
 
-    def __init__(self, sim: _RankSim, layout: PipelineLayout, program: list[_PpInstr]) -> None:
+    def __init__(
+        self, sim: _RankSim, layout: PipelineLayout, program: list[_PpInstr], seed: int = 0
+    ) -> None:
         self.sim = sim
         self.layout = layout
         self.stage, self.d, self.t = layout.place(sim.rank)
@@ -322,6 +346,9 @@ class _PpRank:
         # 0..step-1 are taken to have run before
         self.per_step = per_step(program, layout.p2p_groups == "pair")
         self.seqs: dict[str, int] = {}
+        # the draws of what the trace hides (rendezvous lags, coarse-clock shifts): a stream
+        # of their own, so the run's other draws stay those of the run without them
+        self.aside = random.Random((seed * 1000 + sim.rank) * 7919 + 4099)
 
     def next_seq(self, kind: str) -> int:
         seq = self.seqs.get(kind, self.step * self.per_step.get(kind, 0)) + 1
@@ -394,9 +421,17 @@ class _Meet:
 
 
 class _PpSim:
-    def __init__(self, ranks: list[_PpRank], recv_waits_outside: bool = False) -> None:
+    def __init__(
+        self,
+        ranks: list[_PpRank],
+        recv_waits_outside: bool = False,
+        rendezvous_us: tuple[float, float] | None = None,
+        coarse_clock_us: float = 0.0,
+    ) -> None:
         self.ranks = ranks
         self.recv_waits_outside = recv_waits_outside
+        self.rendezvous_us = rendezvous_us
+        self.coarse_clock_us = coarse_clock_us
         self.meets: dict[tuple[object, ...], _Meet] = {}
 
     def run(self) -> None:
@@ -429,7 +464,22 @@ class _PpSim:
             return True
         if isinstance(instr, _P2p):
             return self.p2p(rank, instr)
+        if isinstance(instr, _Rendezvous):
+            return self.rendezvous(rank, instr)
         return self.launch(rank, instr)
+
+    def rendezvous(self, rank: _PpRank, instr: _Rendezvous) -> bool:
+        """The first tensor-parallel rank of a replica but the first waits, on its host, for
+        replica 0's rank of the same place to end ``instr.key``, plus a lag; others go on."""
+        if self.rendezvous_us is None or rank.d == 0 or rank.t != 0:
+            return True
+        source = self.ranks[rank.layout.rank(rank.stage, 0, rank.t)]
+        if instr.key not in source.ends:
+            return False
+        lo, hi = self.rendezvous_us
+        lag = round(rank.aside.uniform(lo, hi) * 1000)
+        rank.sim.cpu = max(rank.sim.cpu, source.ends[instr.key] + lag)
+        return True
 
     def launch(self, rank: _PpRank, launch: _Launch) -> bool:
         timing = rank.ready(launch.stream, launch.deps)
@@ -438,6 +488,7 @@ class _PpSim:
         sim = rank.sim
         at, start = timing
         sim.cpu += sim.ns(launch.cost_us)
+        before = rank.last_on.get(launch.stream)
         rank.last_on[launch.stream] = launch.key
         rec = _Rec(launch.kind, launch.stream, at, start, None, launch.name, launch.coll)
         rec.nelems, rec.thread = launch.nelems, launch.thread
@@ -445,6 +496,8 @@ class _PpSim:
         if launch.kind != "comm":
             scale = sim.compute_factor if launch.kind == "compute" else 1.0
             rank.settle(launch.key, start + sim.ns(launch.dur_us * scale))
+            if launch.kind == "compute" and self.coarse_clock_us > 0:
+                rec.start = self.coarse_start(rank, launch, start, before)
             return True
         # a collective of the rank's group of that kind (data parallel, tensor parallel,
         # embedding), numbered per group
@@ -453,6 +506,16 @@ class _PpSim:
         own = sim.ns(launch.dur_us, spread=0.002)
         self.meet(("coll", rec.pg, rec.seq), size, rank, launch.key, start, own)
         return True
+
+    def coarse_start(self, rank: _PpRank, launch: _Launch, start: int, before: int | None) -> int:
+        """Where a coarse clock records a compute kernel's start: after a send/recv it waited
+        for, up to ``coarse_clock_us`` earlier (one draw per such kernel), never before the
+        end of the kernel ahead of it on its stream; elsewhere where it started."""
+        if not any(rank.recs[k].p2p for k in launch.deps if k in rank.recs):
+            return start
+        shift = round(rank.aside.uniform(0.0, self.coarse_clock_us) * 1000)
+        floor = rank.ends[before] if before is not None else start
+        return max(start - shift, min(floor, start))
 
     def p2p(self, rank: _PpRank, op: _P2p) -> bool:
         timing = rank.ready(op.stream, op.deps)
@@ -517,6 +580,8 @@ def dp_pp_run(
     slow_ranks: Mapping[int, float] | None = None,
     slow_steps: Collection[int] | None = None,
     hosts: Callable[[int], str] | None = None,
+    rendezvous_us: tuple[float, float] | None = None,
+    coarse_clock_us: float = 0.0,
 ) -> RunSpec:
     """A DP x PP (x TP) 1F1B run of ``steps`` complete steps; groups are in ``RunSpec.groups``.
 
@@ -537,12 +602,23 @@ def dp_pp_run(
     ``slow_ranks`` (rank -> slowdown) replaces ``slow_rank`` and ``slowdown``; ``slow_steps``
     limits the slowness to those steps; ``hosts`` names each rank's host (default ``node{r //
     8}``; the clocks still skew per eight ranks, so give ``host_offsets_ns`` zeros with it).
+
+    What a trace can hide (the module's doc), both off by default: ``rendezvous_us`` (lo, hi)
+    makes the first tensor-parallel rank of each replica's last stage but replica 0's wait,
+    unrecorded, before its embedding (else data-parallel) all-reduce until replica 0's rank
+    there ends its last backward send, plus a lag drawn per step from lo–hi µs;
+    ``coarse_clock_us`` records each compute kernel that waited for a send/recv as starting
+    up to that many µs before it did (a draw per kernel), its end unchanged.
     """
     layers = list(layers_per_stage) if layers_per_stage is not None else [2] * pp
     if dp < 1 or pp < 1 or tp < 1 or microbatches < 1 or steps < 1:
         raise ValueError("dp, pp, tp, microbatches and steps must all be >= 1")
     if len(layers) != pp or min(layers) < 1:
         raise ValueError(f"layers_per_stage needs {pp} entries, each >= 1; got {layers}")
+    if rendezvous_us is not None and not 0 <= rendezvous_us[0] <= rendezvous_us[1]:
+        raise ValueError(f"rendezvous_us {rendezvous_us}: want 0 <= lo <= hi")
+    if coarse_clock_us < 0:
+        raise ValueError(f"coarse_clock_us {coarse_clock_us} is negative")
     layout = PipelineLayout(dp, pp, tp, p2p_groups, embedding_allreduce)
     world = layout.world
     if slow_rank is not None and not 0 <= slow_rank < world:
@@ -552,7 +628,15 @@ def dp_pp_run(
     programs = []
     for s in range(pp):
         builder = _StageBuilder(
-            s, pp, dp, microbatches, layers[s], sync_before_recv, tp, embedding_allreduce
+            s,
+            pp,
+            dp,
+            microbatches,
+            layers[s],
+            sync_before_recv,
+            tp,
+            embedding_allreduce,
+            rendezvous_us is not None,
         )
         for i in range(steps):
             builder.step(FIRST_STEP + i)
@@ -563,11 +647,12 @@ def dp_pp_run(
             _RankSim(r, seed, factors[r], False, off, jitter),
             layout,
             programs[layout.place(r)[0]],
+            seed,
         )
         for r, off in enumerate(_offsets(world, host_offsets_ns))
     ]
     slow_in([r.sim for r in ranks], slow_steps)
-    _PpSim(ranks, recv_waits_outside).run()
+    _PpSim(ranks, recv_waits_outside, rendezvous_us, coarse_clock_us).run()
     sims = [r.sim for r in ranks]
     specs = tuple(
         RankSpec(
