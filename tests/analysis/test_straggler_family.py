@@ -58,9 +58,20 @@ def test_the_held_out_shape_at_64_ranks(tmp_path: Path) -> None:
     write_run(m.job, tmp_path / "job")
     write_run(m.counterfactual, tmp_path / "without")
     job = analyze_json(tmp_path / "job")
-    row = judge(m, job, analyze_json(tmp_path / "without"))
+    twin = analyze_json(tmp_path / "without")
+    row = judge(m, job, twin)
     assert failed(row) == [], row
     assert row["finding"] == "straggler: rank 0 on node0"
+    # one story (issue 45): the straggler first; the AllReduce the other replicas spent
+    # waiting for rank 0 is its finding's, so AllReduce exposed costs what it costs on the
+    # job without the slow GPU (7.8 ms), within 3 points of the step, and so does the bubble
+    findings, step = job["findings"], job["step_parts"]["step_ns"]
+    assert findings[0]["title"] == "straggler: rank 0 on node0"
+    for title in ("AllReduce exposed", "pipeline bubble: stages wait for each other"):
+        (ours,) = [f["cost_ns"] for f in findings if f["title"] == title]
+        (theirs,) = [f["cost_ns"] for f in twin["findings"] if f["title"] == title]
+        assert abs(ours - theirs) < 0.03 * step, (title, ours, theirs, step)
+    assert sum(f["cost_ns"] for f in findings if f["severity"] == "cost") <= step
     views = {v["group"]: v for v in job["pipelines"]}
     assert views["0→16→32→48"]["slow_rank"] == 0
     healthy = [v for g, v in views.items() if not g.startswith("0→")]
@@ -118,24 +129,24 @@ def test_coarse_clocks_need_the_predecessor_slack(tmp_path: Path) -> None:
     assert blind["whatif_pct"] < blind["truth_pct"] - 10, blind
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            "hidden-rendezvous",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="TP4: ranks 48-51 end their last sends within µs of each other, so the "
-                "release the idle ends on is rank 48's in 2 of 3 steps, rank 51's in one; "
-                "hidden.py wants one element in 75 % of the steps and infers nothing: the "
-                "what-if gives 20.8 % against 35.6 % measured (issue 45)",
-            ),
-        ),
-        "coarse-clock",
-    ],
-)
+@pytest.mark.parametrize("name", ["hidden-rendezvous", "coarse-clock"])
 def test_hidden_waits_and_coarse_clocks_at_64_ranks(tmp_path: Path, name: str) -> None:
     """The held-out shape (DP4 × PP4 × TP4, rank 0 2.2×) with what its trace hides: ranks 52,
-    56 and 60 waiting unrecorded for rank 48, or compute stamped before its send/recv ends."""
-    row = judged(tmp_path, name, 64)
+    56 and 60 waiting unrecorded for rank 48, or compute stamped before its send/recv ends.
+    Ranks 48–51 end their last sends within µs of each other, so which one the idle ends on
+    varies by step: the release is the element found in most steps among those that ended
+    together (hidden.py), and the report names the wait as on the real job."""
+    m = member(name, 64)
+    write_run(m.job, tmp_path / "job")
+    write_run(m.counterfactual, tmp_path / "without")
+    job = analyze_json(tmp_path / "job")
+    row = judge(m, job, analyze_json(tmp_path / "without"))
     assert failed(row) == [], row
+    inferred = [
+        (d["waiters"], d["source_element"], d["steps"], d["of_steps"])
+        for d in job["stragglers"]["replay"]["inferred_waits"]
+    ]
+    if name == "hidden-rendezvous":
+        assert inferred == [([52, 56, 60], "the send/recv 48→32", 3, 3)]
+    else:
+        assert inferred == []

@@ -8,12 +8,14 @@ unless it can tell it is a wait, so an unrecorded wait on a straggler hides what
 straggler gives back: the waiting ranks keep their idle and the step does not shrink.
 
 The evidence. For a waiting rank's element (its rank, code and occurrence in the step: the
-same element step after step) with idle before it, the *release* in a step is the last shared
-wait of another rank that ended inside the idle. The element waited on that release when,
-across the steps:
+same element step after step) with idle before it, the *releases* in a step are the shared
+waits of other ranks that ended inside the idle, the last of them and those that ended within
+``NOISE_NS`` of it (a stage's tensor-parallel ranks end their sends together; which ends last
+is noise). The element waited on a release when, across the steps:
 
 - the release is the same element (by its first member's rank, code and occurrence) in at
-  least ``MIN_STEP_SHARE`` of the steps, and in at least two;
+  least ``MIN_STEP_SHARE`` of the steps, and in at least two (of the elements among the
+  releases, the one found in the most steps);
 - the idle mostly comes before it: the median lag from the release to the resume is at most
   ``MAX_LAG_SHARE`` of the median idle;
 - the resume follows the release, not the idle's own start: the lag varies at most
@@ -113,17 +115,18 @@ def hidden_waits(rows: ChainRows, reading: Reading) -> HiddenWaits:
     )
     if waiting.size == 0:
         return HiddenWaits.none()
-    releases = _last_releases(rows, waiting)
-    found = releases >= 0
-    waiting, releases = waiting[found], releases[found]
+    candidates = _release_candidates(rows, waiting)
+    found = np.array([bool(c) for c in candidates], dtype=bool)
+    waiting = waiting[found]
+    candidates = [c for c in candidates if c]
     if reading is Reading.IDLE_AS_WAIT:
-        return _waits(rows, waiting, releases, (), np.zeros(0, dtype=np.int64))
-    accepted, evidence = _accepted(rows, waiting, releases)
+        last = np.array([c[0] for c in candidates], dtype=np.int64)
+        return _waits(rows, waiting, last, (), np.zeros(0, dtype=np.int64))
+    accepted, releases, evidence = _accepted(rows, waiting, candidates)
     unexplained = np.setdiff1d(
         np.flatnonzero((rows.code >= 2) & rows.in_step & (rows.idle >= IDLE_MIN_NS)), accepted
     )
-    keep = np.isin(waiting, accepted)
-    return _waits(rows, waiting[keep], releases[keep], evidence, unexplained)
+    return _waits(rows, accepted, releases, evidence, unexplained)
 
 
 def _waits(
@@ -144,41 +147,52 @@ def _waits(
     )
 
 
-def _last_releases(rows: ChainRows, waiting: np.ndarray) -> np.ndarray:
-    """Per waiting row: the row of another rank whose shared wait ended last inside its idle,
-    earlier in the global order (-1: none)."""
+def _release_candidates(rows: ChainRows, waiting: np.ndarray) -> list[list[int]]:
+    """Per waiting row: the rows of other ranks, earlier in the global order, whose shared
+    waits ended inside its idle within NOISE_NS of the last of them, last first. Several end
+    together where a release's peers finish as one (the tensor-parallel ranks of a stage):
+    which of them ends last is clock noise, and the evidence picks the one that holds."""
     shared = np.flatnonzero(rows.code >= 2)
     order = shared[np.argsort(rows.end[shared], kind="stable")]
     ends = rows.end[order]
-    out = np.full(waiting.size, -1, dtype=np.int64)
-    for n, w in enumerate(waiting.tolist()):
+    out: list[list[int]] = []
+    for w in waiting.tolist():
         t, since = int(rows.arrival[w]), int(rows.arrival[w] - rows.idle[w])
         i = int(np.searchsorted(ends, t, side="right")) - 1
+        found: list[int] = []
         while i >= 0 and ends[i] >= since:
             j = int(order[i])
-            if rows.rank[j] != rows.rank[w] and rows.inst[j] < rows.inst[w]:
-                out[n] = j
+            if found and ends[i] < rows.end[found[0]] - NOISE_NS:
                 break
+            if rows.rank[j] != rows.rank[w] and rows.inst[j] < rows.inst[w]:
+                found.append(j)
             i -= 1
+        out.append(found)
     return out
 
 
 def _accepted(
-    rows: ChainRows, waiting: np.ndarray, releases: np.ndarray
-) -> tuple[np.ndarray, tuple[InferredWait, ...]]:
-    """The waiting rows the evidence accepts, and the evidence grouped by release."""
+    rows: ChainRows, waiting: np.ndarray, candidates: list[list[int]]
+) -> tuple[np.ndarray, np.ndarray, tuple[InferredWait, ...]]:
+    """The waiting rows the evidence accepts, the release each waited for, and the evidence
+    grouped by release."""
     by_waiter: dict[tuple[int, int, int], list[int]] = defaultdict(list)
     for n, w in enumerate(waiting.tolist()):
         by_waiter[(int(rows.rank[w]), int(rows.label[w, 1]), int(rows.label[w, 2]))].append(n)
-    accepted: list[int] = []
+    accepted: dict[int, int] = {}  # waiting row -> its release
     groups: dict[tuple[int, int, int, int], list[tuple[int, int, list[int]]]] = defaultdict(list)
     for (rank, code, _), members in by_waiter.items():
-        sources = [_identity(rows, int(releases[n])) for n in members]
-        source, count = Counter(sources).most_common(1)[0]
-        if count < max(2, MIN_STEP_SHARE * len(members)):
+        # per step, each candidate's element once; the element found in the most steps (ties:
+        # the one that ended last more often, then the lowest) is the release
+        seen = [{_identity(rows, j): j for j in reversed(candidates[n])} for n in members]
+        counts = Counter(key for step in seen for key in step)
+        lasts = Counter(_identity(rows, candidates[n][0]) for n in members)
+        source = min(counts, key=lambda k: (-counts[k], -lasts[k], k))
+        if counts[source] < max(2, MIN_STEP_SHARE * len(members)):
             continue
-        hits = [n for n, s in zip(members, sources, strict=True) if s == source]
-        w, j = waiting[hits], releases[hits]
+        hits = [n for n, step in zip(members, seen, strict=True) if source in step]
+        w = waiting[hits]
+        j = np.array([seen[members.index(n)][source] for n in hits], dtype=np.int64)
         t = rows.arrival[w]
         lag = t - rows.end[j]
         idle = rows.idle[w]
@@ -187,12 +201,17 @@ def _accepted(
             continue
         if _spread(before) <= NOISE_NS or _spread(lag) > MAX_SPREAD_RATIO * _spread(before):
             continue
-        accepted += w.tolist()
+        accepted.update(zip(w.tolist(), j.tolist(), strict=True))
         groups[(source[0], source[1], source[2], code)].append((rank, len(members), hits))
+    ordered = sorted(accepted)
     evidence = tuple(
-        _evidence(rows, waiting, releases, members) for _, members in sorted(groups.items())
+        _evidence(rows, waiting, accepted, members) for _, members in sorted(groups.items())
     )
-    return np.asarray(sorted(accepted), dtype=np.int64), evidence
+    return (
+        np.asarray(ordered, dtype=np.int64),
+        np.asarray([accepted[w] for w in ordered], dtype=np.int64),
+        evidence,
+    )
 
 
 def _identity(rows: ChainRows, row: int) -> tuple[int, int, int]:
@@ -209,11 +228,12 @@ def _spread(values: np.ndarray) -> float:
 def _evidence(
     rows: ChainRows,
     waiting: np.ndarray,
-    releases: np.ndarray,
+    accepted: dict[int, int],
     members: list[tuple[int, int, list[int]]],
 ) -> InferredWait:
     hits = [n for _, _, h in members for n in h]
-    j, w = releases[hits], waiting[hits]
+    w = waiting[hits]
+    j = np.array([accepted[x] for x in w.tolist()], dtype=np.int64)
     source = Counter(int(rows.rank[x]) for x in j.tolist()).most_common(1)[0][0]
     lag = rows.arrival[w] - rows.end[j]
     idle = [int(np.median(rows.idle[waiting[h]])) for _, _, h in members]
