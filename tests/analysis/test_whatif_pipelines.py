@@ -72,21 +72,18 @@ def test_the_slowed_worker_what_if_lands_on_the_job_without_it(
     slowed: tuple[dict[str, Any], dict[str, Any]],
 ) -> None:
     st, clean = slowed[0]["stragglers"], slowed[1]["stragglers"]
-    # Receives that start only once their send has (recv_waits_outside, NDTimeline's timing)
-    # hide when the receiving stage was ready; with waits inside the kernels (NCCL's) the
-    # family lands within 3 points (test_straggler_family.py). Here it is 6.3 % of the step
-    # long (26.2 % back against 30.6 %): the known limit, guarded so it does not grow.
-    assert within(st["step_if_no_straggler_replay_ns"], clean["median_step_ns"], 0.07)
     assert st["recoverable_pct_replay"] > 20  # about a third of the step: one slow worker
     assert clean["flagged"] == []
 
 
-@pytest.mark.xfail(
-    strict=True, reason="receives timed from their send's start hide the stage's readiness"
-)
 def test_the_slowed_worker_what_if_within_2_percent_with_receives_waiting_outside(
     slowed: tuple[dict[str, Any], dict[str, Any]],
 ) -> None:
+    """Receives that start only once their send has (recv_waits_outside, NDTimeline's
+    timing): the tensor-parallel all-reduces of rank 0's peers queue behind ones that wait for
+    rank 0, and the work that led into each is its own (ready_since_ns), not a receive that
+    ended beside it; the what-if lands within 2 % of the job without the slow GPU (0.7 %: 31.1
+    % back against 30.6 %; 26.2 % before issue 45)."""
     st, clean = slowed[0]["stragglers"], slowed[1]["stragglers"]
     assert within(st["step_if_no_straggler_replay_ns"], clean["median_step_ns"], 0.02)
 

@@ -3,6 +3,7 @@ cross-rank arrivals (metrics.md §6) read when a wait happens before a kernel, n
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from tracecomm.engine.collectives import idle_before
@@ -81,4 +82,9 @@ def test_the_compute_run_leading_into_a_kernel() -> None:
         ]
     )
     comm = work.filter(pl.col("cls") == "comm")
-    assert work_since(comm, work).tolist() == [0, 900_000]
+    assert work_since(comm, work)[0].tolist() == [0, 900_000]
+    # taken at another time per kernel (ready_since_ns: at ready_ns): a kernel that queued
+    # until 900 µs after the compute it was launched after ended at 300 µs had that run
+    # leading into its own work
+    at = np.array([300_000, 300_000])
+    assert [a.tolist() for a in work_since(comm, work, at)] == [[0, 900_000], [0, 0]]

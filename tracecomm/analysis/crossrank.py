@@ -120,7 +120,8 @@ class Matching:
     # per send/recv kernel on the aligned clock: rank, step, start_ns, wait (for its peer)
     p2p_waits: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
     # matched instances per rank, clock-aligned (rank, pg, key, coll_type, step, start_ns,
-    # end_ns, idle_before_ns, work_since_ns, ready_ns, stream, arrival_ns, synchronized)
+    # end_ns, idle_before_ns, work_since_ns, ready_ns, ready_since_ns, stream, arrival_ns,
+    # synchronized)
     aligned: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
     # both kernels of every paired send/recv, aligned (rank, pg, key, step, start_ns, end_ns,
     # idle_before_ns, work_since_ns, ready_ns, stream, direction, coll_type, sender, receiver,
@@ -161,6 +162,8 @@ def cross_rank(
         every = every.with_columns(pl.col("start_ns").alias("work_since_ns"))
     if "ready_ns" not in every.columns:
         every = every.with_columns(pl.col("start_ns").alias("ready_ns"))
+    if "ready_since_ns" not in every.columns:
+        every = every.with_columns(pl.col("ready_ns").alias("ready_since_ns"))
     if "stream" not in every.columns:
         every = every.with_columns(pl.lit(None, dtype=pl.Int64).alias("stream"))
     analyzed = sorted(collectives)
@@ -313,6 +316,7 @@ def _point_to_point(timed: pl.DataFrame, floors: Mapping[int, int], check: bool)
         "idle_before_ns",
         "work_since_ns",
         "ready_ns",
+        "ready_since_ns",
         "stream",
     ]
     sends = timed.filter(pl.col("direction") == "send").select(
@@ -371,7 +375,11 @@ def _aligned(frame: pl.DataFrame, clocks: tuple[HostClock, ...]) -> pl.DataFrame
         },
         schema={"rank": pl.Int64, "offset": pl.Int64},
     )
-    times = [c for c in ("start_ns", "end_ns", "work_since_ns", "ready_ns") if c in frame.columns]
+    times = [
+        c
+        for c in ("start_ns", "end_ns", "work_since_ns", "ready_ns", "ready_since_ns")
+        if c in frame.columns
+    ]
     return (
         frame.join(offsets, on="rank", how="left", maintain_order="left")
         .with_columns(pl.col(c) - pl.col("offset").fill_null(0) for c in times)

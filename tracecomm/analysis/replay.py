@@ -17,8 +17,11 @@ of the compute it was launched after (ProcessGroupNCCL makes its stream wait for
 stream's queued work; engine/collectives.py ``ready_ns``), where that came earlier — in the
 recording the queue hid it. Its work predecessor ``p`` is the rank's element that ended last
 before the compute leading to that moment began (one still running beside it, on another
-stream, cannot have held it back); its queue predecessor ``q`` the previous shared wait on its
-stream:
+stream, cannot have held it back; a kernel that queued had its own work lead into ``ready``,
+not into its start) — within RELEASE_SLACK_NS, or PREDECESSOR_SLACK_NS where no element ended
+right before that compute (a coarse clock put it before the end of the wait it followed); its
+queue predecessor ``q`` the previous shared wait on its stream, and a hidden wait (hidden.py)
+adds ``end'[release] + lag``:
 
     gap[r, i]      = ready[r, i] − end[r, p]                      (own work before it, >= 0)
     arrival'[r, i] = max(end'[r, p] + gap[r, i], end'[r, q] + hold[r, i])
@@ -69,6 +72,7 @@ WAIT_COLUMNS = (
     "end_ns",
     "work_since_ns",
     "ready_ns",
+    "ready_since_ns",
     "stream",
     "start_ns",
     "idle_before_ns",
@@ -185,7 +189,8 @@ def build_chain(
     rank = frame["rank"].to_numpy()
     inst = frame["inst"].to_numpy().astype(np.int64)
     queue, hold, ready = _queues(frame, inst)
-    pred = _predecessors(frame, ready)
+    queued = ready < frame["arrival_ns"].to_numpy()  # its own work done before it started
+    pred = _predecessors(frame, ready, queued)
     # a stream predecessor that is the work predecessor adds nothing unless it held the start
     queue = np.where((queue == pred) & (hold == 0), -1, queue)
     inside = _inside_steps(frame)
@@ -323,6 +328,8 @@ def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         waits = waits.with_columns(pl.col("arrival_ns").alias("work_since_ns"))
     if "ready_ns" not in waits.columns:
         waits = waits.with_columns(pl.col("arrival_ns").alias("ready_ns"))
+    if "ready_since_ns" not in waits.columns:
+        waits = waits.with_columns(pl.col("ready_ns").alias("ready_since_ns"))
     if "stream" not in waits.columns:
         waits = waits.with_columns(pl.lit(None, dtype=pl.Int64).alias("stream"))
     if "start_ns" not in waits.columns:
@@ -350,6 +357,7 @@ def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
             "end_ns",
             pl.min_horizontal("arrival_ns", "work_since_ns").alias("work_since_ns"),
             pl.min_horizontal("arrival_ns", "ready_ns").alias("ready_ns"),
+            pl.min_horizontal("arrival_ns", "ready_ns", "ready_since_ns").alias("ready_since_ns"),
             pl.col("stream").cast(pl.Int64),
             pl.col("start_ns").fill_null(pl.col("arrival_ns")).cast(pl.Int64),
             pl.col("idle_before_ns").fill_null(0).cast(pl.Int64),
@@ -373,6 +381,7 @@ def _elements(waits: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
                 pl.col(edge).alias("end_ns"),
                 pl.col(edge).alias("work_since_ns"),
                 pl.col(edge).alias("ready_ns"),
+                pl.col(edge).alias("ready_since_ns"),
                 pl.lit(None, pl.Int64).alias("stream"),
                 pl.col(edge).alias("start_ns"),
                 pl.lit(0, pl.Int64).alias("idle_before_ns"),
@@ -445,17 +454,33 @@ def _queues(frame: pl.DataFrame, inst: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return queue, hold, ready
 
 
-def _predecessors(frame: pl.DataFrame, ready: np.ndarray | None = None) -> np.ndarray:
+def _predecessors(
+    frame: pl.DataFrame, ready: np.ndarray | None = None, queued: np.ndarray | None = None
+) -> np.ndarray:
     """Per row: the rank's earlier element that ended last before the work leading into this
     one began (-1: none). Only an element that had ended can have held this one back; one
     still running beside it (an all-reduce on another stream, the other half of a batched
     send/recv) did not, and chaining it would invent a dependency. Within RELEASE_SLACK_NS:
-    timestamps rounded to µs put a kernel a hair before the end of the wait that released it.
-    Rows come grouped by rank in chain order."""
+    timestamps rounded to µs put a kernel a hair before the end of the wait that released it;
+    within PREDECESSOR_SLACK_NS where nothing ended right before the work (coarse clocks).
+    ``queued``: the rows whose own work led into their ready (ready_since_ns), not their
+    start. Rows come grouped by rank in chain order."""
     rank = frame["rank"].to_numpy()
     end = frame["end_ns"].to_numpy()
     arrival = frame["arrival_ns"].to_numpy() if ready is None else ready
-    released = np.minimum(arrival, frame["work_since_ns"].to_numpy() + PREDECESSOR_SLACK_NS)
+    since = frame["work_since_ns"].to_numpy()
+    if queued is not None:  # a queued element's own work led into its ready, not its start
+        since = np.where(queued, frame["ready_since_ns"].to_numpy(), since)
+    strict = _by_rank(rank, end, np.minimum(arrival, since + RELEASE_SLACK_NS))
+    wide = _by_rank(rank, end, np.minimum(arrival, since + PREDECESSOR_SLACK_NS))
+    # the wider slack only where no element ending right before the work explains its start:
+    # an element ending just after it began is then the wait it followed on a coarse clock;
+    # otherwise it ran beside the work (a receive on its own stream) and held nothing
+    explained = (strict >= 0) & (end[np.maximum(strict, 0)] >= since - RELEASE_SLACK_NS)
+    return np.where(explained, strict, wide)
+
+
+def _by_rank(rank: np.ndarray, end: np.ndarray, released: np.ndarray) -> np.ndarray:
     pred = np.full(len(rank), -1, dtype=np.int64)
     bounds = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True])
     for lo, hi in pairwise(bounds.tolist()):  # per rank, not per event

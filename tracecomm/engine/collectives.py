@@ -37,6 +37,9 @@ INSTANCE_SCHEMA: dict[str, pl.DataType] = {
     # kernel cannot start before that kernel ends (null without launch times); for the replay,
     # what an early kernel's start hides when it queues behind another kernel (§6)
     "ready_ns": pl.Int64(),
+    # where the run of compute leading into ready_ns began: a kernel that queued behind another
+    # on its stream had its own work lead into that, not into its start (the replay, §6)
+    "ready_since_ns": pl.Int64(),
     "stream": pl.Int64(),
     # all-to-all(v) volumes (metrics.md §7a): elements received (Out msg nelems), and rows
     # (tokens) received from / sent to all members when the trace records split sizes
@@ -75,10 +78,13 @@ def collective_instances(linked: pl.DataFrame, work: pl.DataFrame | None = None)
     comm = linked.filter(pl.col("cls") == "comm")
     if comm.height == 0:
         return pl.DataFrame(schema=INSTANCE_SCHEMA)
+    ready = ready_after_launch(comm, work)
+    since, ready_since = work_since(comm, work, ready)
     comm = comm.with_columns(
         pl.Series("idle_before_ns", idle_before(comm, work)),
-        pl.Series("work_since_ns", work_since(comm, work)),
-        pl.Series("ready_ns", ready_after_launch(comm, work), dtype=pl.Int64),
+        pl.Series("work_since_ns", since),
+        pl.Series("ready_ns", ready, dtype=pl.Int64),
+        pl.Series("ready_since_ns", ready_since, dtype=pl.Int64),
     )
     launch_order = pl.coalesce("launch_ns", "start_ns")
     name = pl.col("collective_name").str.to_lowercase()
@@ -295,13 +301,16 @@ def _runs(ordered: pl.DataFrame) -> _Runs:
     )
 
 
-def work_since(kernels: pl.DataFrame, work: pl.DataFrame | None) -> np.ndarray:
+def work_since(
+    kernels: pl.DataFrame, work: pl.DataFrame | None, *more: np.ndarray
+) -> list[np.ndarray]:
     """Per kernel: where the run of compute kernels that ends at (or runs through) its start
-    began — consecutive compute kernels less than _RUN_GAP_NS apart are one run — and the
-    kernel's own start when no compute leads into it."""
-    starts = kernels["start_ns"].to_numpy().astype(np.int64)
+    began — consecutive compute kernels less than _RUN_GAP_NS apart are one run — and its
+    start when no compute leads into it; then the same at each of ``more`` (one time per
+    kernel: ``ready_since_ns`` is it at ``ready_ns``), from one pass over the compute."""
+    times = [kernels["start_ns"].to_numpy().astype(np.int64), *(m.astype(np.int64) for m in more)]
     if work is None or "cls" not in work.columns:
-        return starts
+        return times
     compute = (
         work.lazy()
         .select("cls", "start_ns", "end_ns")
@@ -310,15 +319,18 @@ def work_since(kernels: pl.DataFrame, work: pl.DataFrame | None) -> np.ndarray:
         .collect(engine="in-memory")
     )
     if compute.height == 0:
-        return starts
+        return times
     run_starts, run_ends = _busy_runs(
         compute["start_ns"].to_numpy().astype(np.int64),
         compute["end_ns"].to_numpy().astype(np.int64) + _RUN_GAP_NS,
     )
-    run = np.searchsorted(run_starts, starts, side="right") - 1
-    safe = np.maximum(run, 0)
-    leads = (run >= 0) & (run_ends[safe] >= starts)
-    return np.where(leads, np.minimum(run_starts[safe], starts), starts)
+    out = []
+    for at in times:
+        run = np.searchsorted(run_starts, at, side="right") - 1
+        safe = np.maximum(run, 0)
+        leads = (run >= 0) & (run_ends[safe] >= at)
+        out.append(np.where(leads, np.minimum(run_starts[safe], at), at))
+    return out
 
 
 def ready_after_launch(kernels: pl.DataFrame, work: pl.DataFrame | None) -> np.ndarray:
