@@ -147,27 +147,48 @@ def _waits(
     )
 
 
+MAX_LOOK_BACK = 64  # elements ending inside an idle passed over looking for an earlier one
+MAX_CANDIDATES = 16  # releases ending together kept per idle
+
+
 def _release_candidates(rows: ChainRows, waiting: np.ndarray) -> list[list[int]]:
-    """Per waiting row: the rows of other ranks, earlier in the global order, whose shared
-    waits ended inside its idle within NOISE_NS of the last of them, last first. Several end
-    together where a release's peers finish as one (the tensor-parallel ranks of a stage):
-    which of them ends last is clock noise, and the evidence picks the one that holds."""
+    """Per waiting row: the releases that ended inside its idle, last first — rows of other
+    ranks, of elements earlier in the global order, the last of them and those within
+    NOISE_NS of it. Several end together where a release's peers finish as one (the
+    tensor-parallel ranks of a stage): which of them ends last is clock noise, and the
+    evidence picks the one that holds. Searched by element (at most MAX_LOOK_BACK elements
+    whose first member ended inside the idle, each its last member of another rank that
+    ended there): bounded per idle, however many ranks a collective holds."""
     shared = np.flatnonzero(rows.code >= 2)
-    order = shared[np.argsort(rows.end[shared], kind="stable")]
-    ends = rows.end[order]
+    # each element's member rows by end (ties: the later row), elements by their first end
+    order = shared[np.lexsort((shared, rows.end[shared], rows.inst[shared]))]
+    member_end = rows.end[order]
+    element = rows.inst[order]
+    heads = np.flatnonzero(np.r_[True, element[1:] != element[:-1]])
+    tails = np.r_[heads[1:], order.size]
+    by_first = np.argsort(member_end[heads], kind="stable")
+    first_end = member_end[heads][by_first]
+    t_all = rows.arrival[waiting]
+    his = np.searchsorted(first_end, t_all, side="right") - 1
     out: list[list[int]] = []
-    for w in waiting.tolist():
-        t, since = int(rows.arrival[w]), int(rows.arrival[w] - rows.idle[w])
-        i = int(np.searchsorted(ends, t, side="right")) - 1
+    for w, t, hi in zip(waiting.tolist(), t_all.tolist(), his.tolist(), strict=True):
+        since, rank = t - int(rows.idle[w]), int(rows.rank[w])
         found: list[int] = []
-        while i >= 0 and ends[i] >= since:
-            j = int(order[i])
-            if found and ends[i] < rows.end[found[0]] - NOISE_NS:
+        for k in range(hi, max(-1, hi - MAX_LOOK_BACK), -1):
+            if first_end[k] < since:
                 break
-            if rows.rank[j] != rows.rank[w] and rows.inst[j] < rows.inst[w]:
-                found.append(j)
-            i -= 1
-        out.append(found)
+            e = int(by_first[k])
+            lo, top = int(heads[e]), int(tails[e])
+            if element[lo] >= rows.inst[w]:
+                continue
+            p = lo + int(np.searchsorted(member_end[lo:top], t, side="right")) - 1
+            while p >= lo and rows.rank[order[p]] == rank:
+                p -= 1
+            if p >= lo and member_end[p] >= since:
+                found.append(int(order[p]))
+        found.sort(key=lambda j: (-int(rows.end[j]), -j))
+        last = int(rows.end[found[0]]) if found else 0
+        out.append([j for j in found if rows.end[j] >= last - NOISE_NS][:MAX_CANDIDATES])
     return out
 
 
