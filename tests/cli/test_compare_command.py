@@ -242,10 +242,20 @@ def _share(doc: dict[str, Any]) -> None:
     doc["stragglers"]["recoverable_pct"] = 250.0
 
 
+def _short_kernel_row(doc: dict[str, Any]) -> None:
+    doc["kernel_steps"]["kernels"][0]["time_ns"].pop()
+
+
+def _negative_kernel_time(doc: dict[str, Any]) -> None:
+    doc["kernel_steps"]["kernels"][0]["time_ns"][0] = -1
+
+
 @pytest.mark.parametrize(
     ("damage", "says"),
     [
         (_break_figures, "do not add up"),
+        (_short_kernel_row, "does not have one figure per step"),
+        (_negative_kernel_time, "at `$.kernel_steps.kernels[0].time_ns[0]`"),
         (_negative_mfu, "mfu -0.5"),
         (_string_time, "not an analyze JSON document"),
         (_newer, "schema version 4"),
