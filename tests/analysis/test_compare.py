@@ -19,7 +19,9 @@ from tracecomm.analysis.compare import (
     diff_table,
     kernel_diff,
 )
+from tracecomm.analysis.kernels import RunKernelSteps, kernel_table_of
 from tracecomm.analysis.runrecord import RunRecord, model_record, record_of_report
+from tracecomm.engine.model import KernelStep
 from tracecomm.run.request import AnalyzeOptions, request_of
 from tracecomm.run.session import analyze_run
 from tracecomm.synth.schedule import RunSpec
@@ -141,7 +143,13 @@ def test_collective_rows_follow_the_network(
         assert row.run.time_per_step_ns == pytest.approx(want[coll], abs=1)
         assert row.run.calls_per_step == typical(series[64][1]).calls_per_step[coll]
         assert row.run.busbw_gbps < row.base.busbw_gbps  # type: ignore[operator]
-    assert last.kernels.rows == () and last.kernels.missing == KERNELS_MISSING
+    assert last.kernels.missing is None
+    # each collective's kernel (one name per type here) changed as its collective row did
+    by_class = {k.kernel_class: k for k in last.kernels.changes if k.kernel_class in rows}
+    assert set(by_class) == set(rows)
+    for coll, k in by_class.items():
+        assert k.status == "changed"
+        assert k.delta_ns == pytest.approx(rows[coll].delta_time_per_step_ns, abs=1)
 
 
 @pytest.fixture(scope="module")
@@ -249,15 +257,86 @@ def test_diff_table_keeps_rows_of_one_side() -> None:
     assert out["v_base"].to_list() == [None, 5.0, 1.0]
 
 
-def test_kernel_diff_takes_per_kernel_tables() -> None:
-    assert kernel_diff(None, None).missing == KERNELS_MISSING
-    a = pl.DataFrame({"name": ["gemm", "softmax"], "calls_per_step": [4.0, 2.0],
-                      "time_per_step_ns": [1e6, 2e5]})  # fmt: skip
-    b = pl.DataFrame({"name": ["gemm"], "calls_per_step": [4.0], "time_per_step_ns": [3e6]})
-    diff = kernel_diff(a, b)
+def _steps(*names: tuple[str, int, int], steps: tuple[int, ...] = (1, 2)) -> RunKernelSteps:
+    """(name, calls, time) in each step, in the step's order (the engine's rows, as the
+    analysis turns them into the run's table)."""
+    return kernel_table_of(
+        0,
+        [
+            KernelStep(
+                step=s,
+                name=name,
+                cls="comm" if name.startswith("nccl") else "compute",
+                coll_type="AllGather" if name.startswith("nccl") else None,
+                calls=calls,
+                time_ns=ns,
+                order=i,
+            )
+            for s in steps
+            for i, (name, calls, ns) in enumerate(names)
+        ],
+    )
+
+
+def test_kernel_diff_pairs_by_name_and_keeps_new_and_gone_kernels() -> None:
+    assert kernel_diff(None, _steps(("gemm", 1, 1))).missing == KERNELS_MISSING
+    base = _steps(("gemm", 4, 1_000), ("softmax", 2, 200), ("ncclAllGather", 1, 300))
+    # a kernel inserted in the middle of the step, one removed, one slower
+    run = _steps(("gemm", 4, 1_000), ("inserted", 1, 50), ("ncclAllGather", 1, 900))
+    diff = kernel_diff(base, run, (1, 2), (1, 2))
     assert diff.missing is None
-    assert [(k.name, k.delta_time_per_step_ns) for k in diff.rows] == [
-        ("gemm", 2e6),
-        ("softmax", -2e5),
-    ]
-    assert diff.rows[1].run_time_per_step_ns is None
+    assert [(k.name, k.status, k.delta_ns) for k in diff.changes] == [
+        ("ncclAllGather", "changed", 600.0),
+        ("softmax", "gone", -200.0),
+        ("inserted", "new", 50.0),
+    ]  # gemm, unchanged though it moved in the step, is left out
+    gone, new = diff.changes[1], diff.changes[2]
+    assert gone.calls == (2.0, None) and gone.time_ns == (200.0, None)
+    assert new.calls == (None, 1.0) and new.kernel_class == "compute"
+    assert diff.changes[0].kernel_class == "AllGather"
+    # per step over the steps compared (the rank's own when it has none of them)
+    one = kernel_diff(base, _steps(("gemm", 4, 2_000), steps=(1,)), (1, 2), (1, 2))
+    assert one.changes[0].time_ns == (1_000.0, 2_000.0)
+    assert kernel_diff(base, base).changes == ()
+    assert [k.name for k in run.kernels] == ["gemm", "inserted", "ncclAllGather"]
+    assert run.steps == (1, 2) and run.kernels[0].calls == (4, 4)
+
+
+@pytest.fixture(scope="module")
+def slower_allgather(tmp_path_factory: pytest.TempPathFactory) -> Comparison:
+    out = tmp_path_factory.mktemp("allgather")
+    before, after = before_after(16, "AllGather", 3.0)
+    write_run(before, out / "before")
+    write_run(after, out / "after")
+    return compare([record_of(out / name, name) for name in ("before", "after")])
+
+
+def test_the_top_changed_kernel_is_the_collective_made_three_times_slower(
+    slower_allgather: Comparison,
+) -> None:
+    (p,) = slower_allgather.pairs
+    changes = p.kernels.changes
+    top = changes[0]
+    assert top.kernel_class == "AllGather" and top.name.startswith("ncclDevKernel_AllGather")
+    assert top.status == "changed" and top.calls[0] == top.calls[1] == 12
+    base, run = top.time_ns
+    assert base is not None and run is not None
+    assert run / base == pytest.approx(3.0, rel=0.01)
+    assert top.delta_ns == run - base
+    assert top.delta_ns == pytest.approx(
+        next(r for r in p.collectives.rows if r.coll_type == "AllGather").delta_time_per_step_ns,
+        rel=1e-9,
+    )
+    # compute kernels that were not changed move by less than 2 % (here: not at all)
+    for k in changes:
+        if k.kernel_class == "compute":
+            a, b = k.time_ns
+            assert a and b is not None and abs(b - a) / a < 0.02, k.name
+    assert all(k.status == "changed" for k in changes)
+
+
+def test_a_run_compared_with_itself_has_no_kernel_change(records: list[RunRecord]) -> None:
+    one = records[0]
+    assert one.kernels is not None and one.kernels.kernels
+    (p,) = compare([one, replace(one, label="again")]).pairs
+    assert p.kernels.missing is None and p.kernels.changes == ()

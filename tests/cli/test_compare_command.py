@@ -4,7 +4,9 @@ refused in one line (exit 2); text from inputs made safe in every format."""
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -100,6 +102,8 @@ def test_a_saved_report_is_compared_like_its_run(runs: dict[str, Path]) -> None:
         assert live["runs"][1][key] == doc["runs"][1][key], key
     assert live["pairs"][0]["decomposition"] == doc["pairs"][0]["decomposition"]
     assert live["pairs"][0]["collectives"] == doc["pairs"][0]["collectives"]
+    assert live["pairs"][0]["kernels"] == doc["pairs"][0]["kernels"]
+    assert doc["pairs"][0]["kernels"]["changes"]  # the kernels of 4 and 8 ranks differ
 
 
 def test_a_report_saved_before_collective_steps_is_compared_by_type(
@@ -133,6 +137,7 @@ def test_a_run_compared_with_itself(runs: dict[str, Path]) -> None:
     assert pair["delta_step_time_ns"] == 0 and pair["decomposition"]["delta_step_ns"] == 0
     assert all(c["delta"] == 0 for c in doc["runs"][1]["changes"].values())
     assert all(r["delta_time_per_step_ns"] == 0 for r in pair["collectives"]["rows"])
+    assert pair["kernels"] == {"changes": [], "missing": None}
     assert doc["notes"] == []
     assert "every run has its world size" in doc["projection"]["missing"]
 
@@ -144,12 +149,29 @@ def test_before_and_after_in_every_format(runs: dict[str, Path], tmp_path: Path)
     assert term.exit_code == EXIT_OK, term.stderr
     text = term.stdout
     assert "Where the time went" in text and "Largest changes by collective" in text
-    assert "Δ typical step" in text and "by kernel: per-kernel statistics" in text
+    assert "Δ typical step" in text and "Largest changes by kernel: after − before" in text
+    (top, *_) = doc["pairs"][0]["kernels"]["changes"]
+    assert top["class"] == "AllGather" and top["status"] == "changed"
+    assert top["name"].startswith("ncclDevKernel_AllGather") and top["name"] in text
+    table = runner.invoke(
+        app, ["compare", str(runs["before"]), str(runs["after"]), "--table", "kernel-changes"]
+    )
+    assert table.exit_code == EXIT_OK, table.stderr
+    rows = list(csv.DictReader(io.StringIO(table.stdout)))
+    assert len(rows) == len(doc["pairs"][0]["kernels"]["changes"])
+    assert rows[0]["name"] == top["name"] and rows[0]["class"] == "AllGather"
+    assert float(rows[0]["delta_ns"]) == top["delta_ns"]
+    refused = runner.invoke(
+        app, ["compare", str(runs["before"]), str(runs["after"]), "-f", "json", "--table",
+              "kernel-changes"]
+    )  # fmt: skip
+    assert refused.exit_code == 2
     md = runner.invoke(
         app, ["compare", str(runs["before"]), str(runs["after"]), "-f", "markdown"]
     ).stdout
     assert md.startswith("### tracecomm compare: 2 runs")
     assert "| Δ typical step |" in md and "| ↳ ↳ AllGather |" in md
+    assert "#### Largest changes by kernel: after − before" in md
     page = tmp_path / "compare.html"
     written = runner.invoke(
         app, ["compare", str(runs["before"]), str(runs["after"]), "-f", "html", "-o", str(page)]
@@ -220,10 +242,20 @@ def _share(doc: dict[str, Any]) -> None:
     doc["stragglers"]["recoverable_pct"] = 250.0
 
 
+def _short_kernel_row(doc: dict[str, Any]) -> None:
+    doc["kernel_steps"]["kernels"][0]["time_ns"].pop()
+
+
+def _negative_kernel_time(doc: dict[str, Any]) -> None:
+    doc["kernel_steps"]["kernels"][0]["time_ns"][0] = -1
+
+
 @pytest.mark.parametrize(
     ("damage", "says"),
     [
         (_break_figures, "do not add up"),
+        (_short_kernel_row, "does not have one figure per step"),
+        (_negative_kernel_time, "at `$.kernel_steps.kernels[0].time_ns[0]`"),
         (_negative_mfu, "mfu -0.5"),
         (_string_time, "not an analyze JSON document"),
         (_newer, "schema version 4"),

@@ -207,6 +207,13 @@ def compare_json(report: Report, text: str) -> None:
     ]
 
 
+def compare_csv(report: Report, text: str) -> None:
+    """--table kernel-changes: the run against itself, so the header alone (no kernel changed)."""
+    header, *rows = text.splitlines()
+    assert header.startswith("baseline,run,name,class,status,") and rows == []
+    assert report.kernel_steps is not None and report.kernel_steps.kernels
+
+
 def compare_html(report: Report, text: str) -> None:
     compare_json(report, json.dumps(embedded(text)))
 
@@ -228,6 +235,7 @@ SHOWS: dict[tuple[str, str], Callable[[Report, str], None]] = {
     ("COMPARE", "json"): compare_json,
     ("COMPARE", "markdown"): compare_shown,
     ("COMPARE", "html"): compare_html,
+    ("COMPARE", "csv"): compare_csv,
 }
 
 

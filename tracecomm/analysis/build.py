@@ -21,7 +21,7 @@ from tracecomm.analysis.bandwidth import bandwidth
 from tracecomm.analysis.collective_steps import collective_steps as steps_of
 from tracecomm.analysis.crossrank import ranks_cross_rank
 from tracecomm.analysis.framework import detect_frameworks
-from tracecomm.analysis.kernels import kernel_view
+from tracecomm.analysis.kernels import kernel_view, run_kernel_steps
 from tracecomm.analysis.model import RunData, Side
 from tracecomm.analysis.options import AnalysisOptions
 from tracecomm.analysis.pipeline_view import pipeline_views
@@ -96,6 +96,12 @@ def step_rate(report: Report, ctx: Context) -> Report:
 def kernels(report: Report, ctx: Context) -> Report:
     """metrics.md §15–§16: the ranks' kernel views across ranks, the roofline with peaks."""
     return replace(report, kernels=kernel_view(report.ranks, ctx.side.results))
+
+
+def kernel_steps(report: Report, ctx: Context) -> Report:
+    """metrics.md §18: the median rank's kernels per step, what compare diffs by kernel."""
+    found = run_kernel_steps(ctx.side.results, report.summary.median_rank)
+    return replace(report, kernel_steps=found)
 
 
 def link_bandwidth(report: Report, ctx: Context) -> Report:
@@ -209,6 +215,7 @@ PROCESSORS: tuple[Processor, ...] = (
     stragglers,
     step_rate,
     kernels,
+    kernel_steps,
     link_bandwidth,
     all_to_all,
     pipelines,

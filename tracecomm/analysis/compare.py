@@ -1,6 +1,6 @@
 """Runs side by side (metrics.md §18): the scaling table, where the time went between two runs,
-the largest changes by collective (and by kernel, once per-kernel tables exist), and the first
-run's projection against what the other runs measured.
+the largest changes by collective and by kernel, and the first run's projection against what
+the other runs measured.
 
 Every figure is computed here, from ``RunRecord``s (``analysis.runrecord``); renderers only
 display the ``Comparison``.
@@ -20,14 +20,15 @@ from dataclasses import dataclass, field, replace
 import polars as pl
 
 from tracecomm.analysis.collective_steps import CollectiveStep
-from tracecomm.analysis.runrecord import KERNEL_SCHEMA, ProjectionRecord, RunRecord, StepRecord
+from tracecomm.analysis.kernels import RunKernelSteps
+from tracecomm.analysis.runrecord import ProjectionRecord, RunRecord, StepRecord
 from tracecomm.engine.idle import IDLE_CAUSES
 
 TYPE_LEVEL_GROUP = "all groups"
 TYPE_LEVEL_BUCKET = "all sizes"
 KERNELS_MISSING = (
-    "per-kernel statistics are not in the report yet: the diff by kernel takes them "
-    "(name, calls and time per step) once the analysis has them"
+    "no per-kernel statistics: a CPU timeline, no included step with device work, or a saved "
+    "analyze JSON written before kernel_steps (analyze the run again)"
 )
 _SAME_MODEL_TOLERANCE = 0.005  # FLOPs per token within 0.5 %: the same model
 
@@ -146,17 +147,20 @@ class CollectiveDiff:
 
 @dataclass(frozen=True)
 class KernelChange:
+    """One kernel name in two runs (metrics.md §18), per step of each run's median rank; the
+    pairs are (first run, run)."""
+
     name: str
-    base_calls_per_step: float | None
-    run_calls_per_step: float | None
-    base_time_per_step_ns: float | None
-    run_time_per_step_ns: float | None
-    delta_time_per_step_ns: float
+    kernel_class: str  # "compute", "memory", or the collective type of a comm kernel
+    status: str  # "changed", "new" (not in the first run), "gone" (not in the run)
+    calls: tuple[float | None, float | None]  # per step; None: not in that run
+    time_ns: tuple[float | None, float | None]  # per step, the calls' durations summed
+    delta_ns: float  # time per step: run − first (a missing side counts 0)
 
 
 @dataclass(frozen=True)
 class KernelDiff:
-    rows: tuple[KernelChange, ...]
+    changes: tuple[KernelChange, ...]  # largest |delta_ns| first; unchanged kernels left out
     missing: str | None  # why there is no diff by kernel
 
 
@@ -562,7 +566,9 @@ def _pair(
             else None
         ),
         collectives=collective_diff(records[i], records[k], a.typical_steps, b.typical_steps),
-        kernels=kernel_diff(records[i].kernels, records[k].kernels),
+        kernels=kernel_diff(
+            records[i].kernels, records[k].kernels, a.typical_steps, b.typical_steps
+        ),
         missing=None if decomposition is not None else "a run has no analyzed step window",
     )
 
@@ -725,32 +731,85 @@ def diff_table(
     )
 
 
-def kernel_diff(base: pl.DataFrame | None, run: pl.DataFrame | None) -> KernelDiff:
-    """The diff by kernel: two KERNEL_SCHEMA tables (name, calls and time per step) of the
-    compared steps. The Report holds no per-kernel statistics yet: both are None today."""
+KERNEL_SCHEMA: dict[str, pl.DataType] = {
+    "name": pl.String(),
+    "kernel_class": pl.String(),
+    "calls": pl.Float64(),
+    "time_ns": pl.Float64(),
+}
+
+
+def kernel_table(kernels: RunKernelSteps, steps: Sequence[int]) -> pl.DataFrame:
+    """Per kernel name (the whole name), per step of the steps compared that the rank has (none
+    of them: each of its steps): its calls and summed time (KERNEL_SCHEMA). Repeated calls of
+    a name in a step add up, wherever they occur in it."""
+    used = [i for i, s in enumerate(kernels.steps) if s in set(steps)] or list(
+        range(len(kernels.steps))
+    )
+    n = max(1, len(used))
+    sums: dict[str, list[float]] = {}
+    classes: dict[str, tuple[int, str]] = {}
+    for k in kernels.kernels:
+        calls = sum(k.calls[i] for i in used)
+        if not calls:
+            continue  # not in the steps compared
+        time = sum(k.time_ns[i] for i in used)
+        row = sums.setdefault(k.name, [0.0, 0.0])
+        row[0] += calls
+        row[1] += time
+        cls = (k.coll_type or "comm") if k.cls == "comm" else k.cls
+        # a name in two classes (rare): the class it spends the most time in
+        if k.name not in classes or classes[k.name][0] < time:
+            classes[k.name] = (time, cls)
+    return pl.DataFrame(
+        {
+            "name": list(sums),
+            "kernel_class": [classes[name][1] for name in sums],
+            "calls": [c / n for c, _ in sums.values()],
+            "time_ns": [t / n for _, t in sums.values()],
+        },
+        schema=KERNEL_SCHEMA,
+    )
+
+
+def kernel_diff(
+    base: RunKernelSteps | None,
+    run: RunKernelSteps | None,
+    base_steps: Sequence[int] = (),
+    run_steps: Sequence[int] = (),
+) -> KernelDiff:
+    """The diff by kernel (metrics.md §18): the two runs' kernel tables paired by name, so that
+    a kernel inserted anywhere in the step is ``new`` and leaves the pairing of the rest as it
+    was; a name with the same calls and time in both is left out (a run against itself has
+    no change)."""
     if base is None or run is None:
         return KernelDiff((), KERNELS_MISSING)
-    joined = diff_table(
-        base.cast(KERNEL_SCHEMA),  # type: ignore[arg-type]
-        run.cast(KERNEL_SCHEMA),  # type: ignore[arg-type]
-        ["name"],
-        ["calls_per_step", "time_per_step_ns"],
-        "time_per_step_ns",
-    )
-    return KernelDiff(
-        tuple(
+    a = kernel_table(base, base_steps).rename({"kernel_class": "class_base"})
+    b = kernel_table(run, run_steps).rename({"kernel_class": "class_run"})
+    joined = diff_table(a, b, ["name"], ["calls", "time_ns"], "time_ns")
+    changes = []
+    for row in joined.iter_rows(named=True):
+        calls = (row["calls_base"], row["calls_run"])
+        time = (row["time_ns_base"], row["time_ns_run"])
+        if calls[0] is None:
+            status = "new"
+        elif calls[1] is None:
+            status = "gone"
+        elif calls[0] == calls[1] and time[0] == time[1]:
+            continue
+        else:
+            status = "changed"
+        changes.append(
             KernelChange(
                 name=row["name"],
-                base_calls_per_step=row["calls_per_step_base"],
-                run_calls_per_step=row["calls_per_step_run"],
-                base_time_per_step_ns=row["time_per_step_ns_base"],
-                run_time_per_step_ns=row["time_per_step_ns_run"],
-                delta_time_per_step_ns=row["delta_time_per_step_ns"],
+                kernel_class=row["class_run"] or row["class_base"],
+                status=status,
+                calls=calls,
+                time_ns=time,
+                delta_ns=row["delta_time_ns"],
             )
-            for row in joined.iter_rows(named=True)
-        ),
-        None,
-    )
+        )
+    return KernelDiff(tuple(changes), None)
 
 
 # --- the first run's projection against the others ---------------------------------------------

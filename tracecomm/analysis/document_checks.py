@@ -69,6 +69,12 @@ def document_problem(doc: ReportDocument) -> str | None:
         found = _rank_problem(rank)
         if found:
             return f"rank {rank.rank}: {found}"
+    if doc.kernel_steps is not None:
+        from tracecomm.analysis.kernels import kernel_steps_problem
+
+        found = kernel_steps_problem(doc.kernel_steps)
+        if found:
+            return found
     return _throughput_problem(doc) or _projection_problem(doc) or _basis_problem(doc)
 
 

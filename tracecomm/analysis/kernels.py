@@ -12,11 +12,13 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
+
+from msgspec import Meta
 
 from tracecomm.analysis.rank import RankReport, RankResult
-from tracecomm.doc import Doc
-from tracecomm.engine.model import KernelRow, KernelStats
+from tracecomm.doc import Doc, NonNegative
+from tracecomm.engine.model import KernelRow, KernelStats, KernelStep
 from tracecomm.mfu.peaks import find_bandwidth, find_peak
 
 TOP_RUN_KERNELS = 10
@@ -128,6 +130,75 @@ class KernelView(Doc, frozen=True):
     launches: RunLaunches
     graphs: RunGraphs | None
     roofline: tuple[RooflineRow, ...]
+
+
+class RunKernel(Doc, frozen=True):
+    """One kernel name of the run's kernel table: per step of ``RunKernelSteps.steps``, its
+    calls and their summed durations (0 in a step without it)."""
+
+    name: str
+    cls: Annotated[str, Meta(description="compute, comm or memory (metrics.md §1)")]
+    coll_type: Annotated[str | None, Meta(description="comm: its collective type")]
+    calls: tuple[NonNegative, ...]
+    time_ns: tuple[NonNegative, ...]
+
+
+class RunKernelSteps(Doc, frozen=True):
+    """Every kernel name of one rank's included steps, the median rank (else the lowest with
+    device work), per step: what compare diffs by kernel (metrics.md §18). Names in the order
+    they first ran."""
+
+    rank: int
+    steps: tuple[int, ...]
+    kernels: tuple[RunKernel, ...]
+
+
+def run_kernel_steps(
+    results: Mapping[int, RankResult], median_rank: int | None
+) -> RunKernelSteps | None:
+    """None when no rank has device work in an included step."""
+    have = {
+        rank: r.breakdown.kernel_steps
+        for rank, r in results.items()
+        if r.breakdown.kernel_steps is not None
+    }
+    if not have:
+        return None
+    rank = median_rank if median_rank in have else min(have)
+    return kernel_table_of(rank, have[rank] or ())
+
+
+def kernel_table_of(rank: int, rows: Sequence[KernelStep]) -> RunKernelSteps:
+    """The rank's per-step kernel rows (the engine's) as one row per name."""
+    steps = sorted({k.step for k in rows})
+    column = {s: i for i, s in enumerate(steps)}
+    first = sorted(rows, key=lambda k: (k.step, k.order, k.name))
+    table: dict[tuple[str, str, str | None], tuple[list[int], list[int]]] = {}
+    for k in first:
+        calls, times = table.setdefault(
+            (k.name, k.cls, k.coll_type), ([0] * len(steps), [0] * len(steps))
+        )
+        calls[column[k.step]] += k.calls
+        times[column[k.step]] += k.time_ns
+    return RunKernelSteps(
+        rank=rank,
+        steps=tuple(steps),
+        kernels=tuple(
+            RunKernel(name, cls, coll, tuple(calls), tuple(times))
+            for (name, cls, coll), (calls, times) in table.items()
+        ),
+    )
+
+
+def kernel_steps_problem(k: RunKernelSteps) -> str | None:
+    """A saved document's kernel table that cannot be: a row per step, steps once each."""
+    if len(set(k.steps)) != len(k.steps):
+        return "kernel_steps: a step listed twice"
+    n = len(k.steps)
+    for row in k.kernels:
+        if len(row.calls) != n or len(row.time_ns) != n:
+            return f"kernel_steps: {row.name!r} does not have one figure per step"
+    return None
 
 
 def kernel_view(

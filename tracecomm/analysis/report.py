@@ -17,7 +17,7 @@ from tracecomm.analysis.collective_steps import CollectiveStep
 from tracecomm.analysis.crossrank import CrossRank
 from tracecomm.analysis.finding import Finding, StepParts
 from tracecomm.analysis.framework import Frameworks
-from tracecomm.analysis.kernels import KernelView
+from tracecomm.analysis.kernels import KernelView, RunKernelSteps
 from tracecomm.analysis.model import RunSummary, TypeSummary
 from tracecomm.analysis.pipeline_view import PipelineView
 from tracecomm.analysis.projection import Projection, ProjectionBasis
@@ -88,6 +88,15 @@ class Report(Doc, frozen=True, kw_only=True):
                 "the matched instances (§4) per step, collective type, group and size bucket: "
                 "what compare diffs by collective (§18); empty: none matched; null: a document "
                 "written before it"
+            )
+        ),
+    ] = None
+    kernel_steps: Annotated[
+        RunKernelSteps | None,
+        Meta(
+            description=(
+                "every kernel name per included step of the median rank: what compare diffs "
+                "by kernel (§18); null: no device work, or a document written before it"
             )
         ),
     ] = None

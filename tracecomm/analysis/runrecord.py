@@ -1,6 +1,7 @@
 """What a comparison of runs needs of one run (metrics.md §18): its headline figures as the
 analysis reported them, every rank's included steps with their partition, its matched
-collective instances (the Report's ``collective_steps``) and its projection. Built here from
+collective instances (the Report's ``collective_steps``), its median rank's kernels per step
+(``kernel_steps``) and its projection. Built here from
 a Report, analyzed now or read back from its saved ``analyze --format json`` document
 (``run.saved``): both compare alike.
 """
@@ -9,19 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import polars as pl
-
 from tracecomm.analysis.collective_steps import CollectiveStep
+from tracecomm.analysis.kernels import RunKernelSteps
 from tracecomm.analysis.projection import ProjectedSize, Projection
 from tracecomm.analysis.report import Report
 from tracecomm.engine.model import Figures, TypeFigures
-
-# per-kernel statistics per step (the kernel-level diff's input; not in the Report yet)
-KERNEL_SCHEMA: dict[str, pl.DataType] = {
-    "name": pl.String(),
-    "calls_per_step": pl.Float64(),
-    "time_per_step_ns": pl.Float64(),
-}
 
 
 @dataclass(frozen=True)
@@ -78,7 +71,9 @@ class RunRecord:
     # the Report's collective_steps; None: a saved document written before them
     collectives: tuple[CollectiveStep, ...] | None
     projection: ProjectionRecord | str | None = None  # None: not asked for
-    kernels: pl.DataFrame | None = None  # KERNEL_SCHEMA, once per-kernel tables exist
+    # the Report's kernel_steps (the median rank's kernels per step); None: none, or a saved
+    # document written before them
+    kernels: RunKernelSteps | None = None
     warnings: tuple[str, ...] = ()
     frameworks: tuple[str, ...] = ()  # the labels of the frameworks its traces name (§14a)
 
@@ -116,6 +111,7 @@ def record_of_report(report: Report, label: str) -> RunRecord:
         tokens_per_j=energy.tokens_per_j if energy is not None else None,
         partial=report.partial,
         collectives=report.collective_steps,
+        kernels=report.kernel_steps,
         projection=None if report.projection is None else projection_record(report.projection),
         frameworks=tuple(f.label for f in report.frameworks.detected) if report.frameworks else (),
         warnings=report.warnings

@@ -22,6 +22,7 @@ from tracecomm.engine.model import (
     KernelGroup,
     KernelRow,
     KernelStats,
+    KernelStep,
     LaunchStats,
     OpShape,
     ShortKernels,
@@ -67,21 +68,16 @@ def kernel_stats(
     in_capture: pl.Series,
     names: LaunchNames,
     counted: Counted | None = None,
+    work: pl.DataFrame | None = None,
 ) -> KernelStats | None:
     """``linked``: the device frame with launches and steps (``steps.link_launches``);
-    ``gaps``: the analysis window's idle gaps (``idle.idle_gaps``); ``in_capture``: per launch,
-    made during a graph capture (``steps.captured``). None without an included step."""
+        ``gaps``: the analysis window's idle gaps (``idle.idle_gaps``); ``in_capture``: per launch,
+        made during a graph capture (``steps.captured``); ``work``: ``kernel_work`` of them, when
+    already taken. None without an included step."""
     steps = sorted(included)
     if not steps:
         return None
-    # only the columns the views read: the included steps' rows are most of a trace's kernels
-    work = (
-        linked.lazy()
-        .select(_WORK_COLUMNS)
-        .filter((pl.col("cls") != "sync") & pl.col("step").is_in(steps))
-        .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur"))
-        .collect(engine="in-memory")  # as every lazy plan of the engine (partition.py)
-    )
+    work = kernel_work(linked, steps) if work is None else work
     return KernelStats(
         steps=len(steps),
         events=work.height,
@@ -90,6 +86,50 @@ def kernel_stats(
         launches=_launches(rank, work, steps, gaps),
         graphs=_graphs(rank, linked, work, steps, in_capture, names),
         ops=_op_shapes(counted),
+    )
+
+
+def kernel_work(linked: pl.DataFrame, steps: Collection[int]) -> pl.DataFrame:
+    """The included steps' device work (no syncs), with its durations (``dur``)."""
+    # only the columns the views read: the included steps' rows are most of a trace's kernels
+    return (
+        linked.lazy()
+        .select(_WORK_COLUMNS)
+        .filter((pl.col("cls") != "sync") & pl.col("step").is_in(sorted(steps)))
+        .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur"))
+        .collect(engine="in-memory")  # as every lazy plan of the engine (partition.py)
+    )
+
+
+def kernel_steps(work: pl.DataFrame) -> tuple[KernelStep, ...]:
+    """Every kernel name of every included step (``kernel_work``): its calls, summed time and
+    the position of its first call among the step's names (metrics.md §18)."""
+    if work.height == 0:
+        return ()
+    per = (
+        work.lazy()
+        .with_columns(pl.when(pl.col("cls") == "comm").then(pl.col("coll_type")).alias("coll_type"))
+        .group_by("step", "cls", "coll_type", "name")
+        .agg(
+            pl.len().alias("calls"),
+            pl.col("dur").sum().alias("time_ns"),
+            pl.col("start_ns").min().alias("first"),
+        )
+        .sort(["step", "first", "name"])
+        .with_columns(pl.int_range(pl.len()).over("step").alias("order"))
+        .collect(engine="in-memory")
+    )
+    return tuple(
+        KernelStep(
+            step=int(r["step"]),
+            name=r["name"],
+            cls=r["cls"],
+            coll_type=r["coll_type"],
+            calls=int(r["calls"]),
+            time_ns=int(r["time_ns"]),
+            order=int(r["order"]),
+        )
+        for r in per.iter_rows(named=True)
     )
 
 

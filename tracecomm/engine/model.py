@@ -251,6 +251,20 @@ class OpShape(Doc, frozen=True):
     kernel_ns: int
 
 
+class KernelStep(Doc, frozen=True):
+    """One kernel name in one included step of one rank (metrics.md §15, §18): what compare
+    diffs by kernel. ``order``: the position of the name's first kernel among the step's
+    names, by start (0 first)."""
+
+    step: int
+    name: str
+    cls: Annotated[str, Meta(description="compute, comm or memory (metrics.md §1)")]
+    coll_type: Annotated[str | None, Meta(description="comm: its collective type")]
+    calls: NonNegative
+    time_ns: Annotated[NonNegative, Meta(description="the calls' durations summed")]
+    order: NonNegative
+
+
 class KernelStats(Doc, frozen=True):
     """The rank's kernel and launch view over its included steps (metrics.md §15-§16): top
     kernels per class, short kernels, launches, graphs and the recorded ops' FLOPs and bytes.
@@ -293,6 +307,8 @@ class RankBreakdown:
     devices: tuple[int, ...] = ()  # device ids the rank's kernels ran on, most used first
     observed: ObservedFlops | None = None  # with record_shapes traces
     kernels: KernelStats | None = None  # GPU timelines with an included step (§15)
+    # every kernel name per included step (§18's diff by kernel); None: CPU timelines
+    kernel_steps: tuple[KernelStep, ...] | None = None
     comm_libraries: tuple[str, ...] = ()  # "NCCL", "DeepEP", … whose kernels ran (§1a)
     all_to_all_use: str | None = None  # "expert" / "embedding": what its all-to-alls are for
     frameworks: tuple[FrameworkMark, ...] = ()  # the names that say which framework ran it

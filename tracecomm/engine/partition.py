@@ -25,7 +25,7 @@ from tracecomm.engine.energy import window_energy
 from tracecomm.engine.framework import framework_marks
 from tracecomm.engine.idle import HostActivity, cause_sums, compute_bounds, idle_gaps
 from tracecomm.engine.intervals import Coverage, IntArray, measure
-from tracecomm.engine.kernels import kernel_stats
+from tracecomm.engine.kernels import kernel_stats, kernel_steps, kernel_work
 from tracecomm.engine.model import (
     Figures,
     RankBreakdown,
@@ -145,6 +145,8 @@ def _breakdown(
         work.select("start_ns", "end_ns", "step", "cls", "stream", "launch_ns"),
     )
     splits = split_note(instances)
+    gpu = result.timeline == "gpu" and included
+    kernel_table = kernel_work(linked, included) if gpu else None
     views = rank_views(rank, linked, comm, steps, result.steps, request)
     return replace(
         result,
@@ -163,9 +165,11 @@ def _breakdown(
             in_capture,
             names,
             counted,
+            kernel_table,
         )
-        if result.timeline == "gpu"
+        if kernel_table is not None
         else None,
+        kernel_steps=kernel_steps(kernel_table) if kernel_table is not None else None,
     ), views
 
 

@@ -5,6 +5,7 @@ each output's rules."""
 
 from __future__ import annotations
 
+import csv
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -23,12 +24,13 @@ from tracecomm.analysis.compare import (
     ComparedRun,
     Comparison,
     Decomposition,
+    KernelChange,
     PairComparison,
     TypicalStep,
 )
 from tracecomm.render import View
 from tracecomm.render.fit import FitTable
-from tracecomm.text import DASH, json_safe, map_strings, markdown_safe, visible
+from tracecomm.text import DASH, csv_safe, json_safe, map_strings, markdown_safe, visible
 
 COMPARE_SCHEMA_VERSION = 1
 MINUS = "−"
@@ -56,7 +58,7 @@ def compare_document(c: Comparison) -> dict[str, Any]:
         "order": c.order,
         "compared_steps": None if c.compared_steps is None else list(c.compared_steps),
         "runs": [_run_document(r) for r in c.runs],
-        "pairs": [_plain(asdict(p)) for p in c.pairs],
+        "pairs": [_pair_document(p) for p in c.pairs],
         "projection": _plain(asdict(c.projection)),
         "notes": list(c.notes),
         "warnings": list(c.warnings),
@@ -67,6 +69,16 @@ def compare_document(c: Comparison) -> dict[str, Any]:
 def _run_document(r: ComparedRun) -> dict[str, Any]:
     doc = _plain(asdict(r))
     doc["typical_step"] = doc.pop("typical")
+    return doc
+
+
+def _pair_document(p: PairComparison) -> dict[str, Any]:
+    doc = _plain(asdict(p))
+    kernels = doc["kernels"]  # "class" is a Python keyword: the field is kernel_class
+    kernels["changes"] = [
+        {("class" if k == "kernel_class" else k): v for k, v in change.items()}
+        for change in kernels["changes"]
+    ]
     return doc
 
 
@@ -82,6 +94,41 @@ def _plain(value: Any) -> Any:
 
 def render_json(c: Comparison, view: View) -> bytes:
     return json_safe(orjson.dumps(compare_document(c), option=orjson.OPT_INDENT_2) + b"\n")
+
+
+def render_csv(c: Comparison, view: View) -> bytes:
+    """``--table kernel-changes``: every changed kernel of every pair, largest change first
+    (the JSON's ``pairs[].kernels.changes``), one row each; the whole name."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(
+        [
+            "baseline",
+            "run",
+            "name",
+            "class",
+            "status",
+            "calls_baseline",
+            "calls_run",
+            "time_ns_baseline",
+            "time_ns_run",
+            "delta_ns",
+        ]
+    )
+    for p in c.pairs:
+        for k in p.kernels.changes:
+            writer.writerow(
+                [
+                    csv_safe(c.runs[p.baseline].label),
+                    csv_safe(c.runs[p.run].label),
+                    csv_safe(k.name),
+                    csv_safe(k.kernel_class),
+                    k.status,
+                    *("" if v is None else v for v in (*k.calls, *k.time_ns)),
+                    k.delta_ns,
+                ]
+            )
+    return out.getvalue().encode()
 
 
 # --- what the table shows, for the terminal and Markdown ----------------------------------------
@@ -337,6 +384,29 @@ def _collective_cells(row: CollectiveChange) -> list[str]:
     ]
 
 
+KERNEL_ROWS = 10  # kernel changes shown per pair (--changes: as many as collectives)
+KERNEL_NAME_CHARS = 72  # a longer name is cut (JSON and --table kernel-changes keep it whole)
+_KERNEL_HEAD = ("Kernel", "Class", "Status", "Calls/step", "Time/step ms", "Δ ms")
+
+
+def _short_name(name: str) -> str:
+    return name if len(name) <= KERNEL_NAME_CHARS else name[: KERNEL_NAME_CHARS - 1] + "…"
+
+
+def _kernel_cells(k: KernelChange) -> list[str]:
+    def pair(values: tuple[float | None, float | None], fn: Callable[[float], str]) -> str:
+        return " → ".join(DASH if v is None else fn(v) for v in values)
+
+    return [
+        _short_name(k.name),
+        k.kernel_class,
+        k.status,
+        pair(k.calls, lambda v: f"{v:,.1f}"),
+        pair(k.time_ns, _ms),
+        _signed_ms(k.delta_ns),
+    ]
+
+
 _COLLECTIVE_HEAD = (
     "Collective",
     "Group",
@@ -452,13 +522,35 @@ def render_terminal(c: Comparison, view: View) -> bytes:
             console.print(f"{_pair_name(c, p)}: no collective in either run")
         if p.collectives.note:
             console.print(f"note: {p.collectives.note}", style="yellow")
-        if p.kernels.missing:
-            console.print(f"by kernel: {p.kernels.missing}", style="dim")
+        _kernels_terminal(c, p, view.top or KERNEL_ROWS, console)
     console.print()
     _projection_terminal(c, console)
     for note in c.notes:
         console.print(f"note: {note}", style="yellow")
     return out.getvalue().encode()
+
+
+def _kernels_terminal(c: Comparison, p: PairComparison, shown: int, console: Console) -> None:
+    if p.kernels.missing:
+        console.print(f"by kernel: {p.kernels.missing}", style="dim")
+        return
+    changes = p.kernels.changes
+    if not changes:
+        console.print(f"{_pair_name(c, p)}: no kernel changed")
+        return
+    table = FitTable(
+        title=f"Largest changes by kernel: {_pair_name(c, p)} "
+        f"({min(shown, len(changes))} of {len(changes)})",
+        title_justify="left",
+        caption="per step of each run's median rank; time: the calls' durations summed; "
+        "all of them: --table kernel-changes",
+    )
+    for i, name in enumerate(_KERNEL_HEAD):
+        table.add_column(name, justify="left" if i < 3 else "right")
+    for k in changes[:shown]:
+        table.add_row(*_kernel_cells(k))
+    console.print()
+    console.print(table)
 
 
 def _projection_terminal(c: Comparison, console: Console) -> None:
@@ -531,6 +623,18 @@ def render_markdown(c: Comparison, view: View) -> bytes:
             lines += ["", f"Note: {markdown_safe(p.collectives.note)}"]
         if p.kernels.missing:
             lines += ["", f"By kernel: {markdown_safe(p.kernels.missing)}"]
+        elif p.kernels.changes:
+            changes = p.kernels.changes
+            shown_k = changes[: view.top or KERNEL_ROWS]
+            lines += [
+                "",
+                f"#### Largest changes by kernel: {markdown_safe(_pair_name(c, p))} "
+                f"({len(shown_k)} of {len(changes)})",
+                "",
+            ]
+            lines += _md_table(_KERNEL_HEAD, [_kernel_cells(k) for k in shown_k], left=3)
+        else:
+            lines += ["", "No kernel changed."]
         lines.append("")
     if c.projection.rows:
         lines += ["#### Projection against measurement (metrics.md §11)", ""]

@@ -54,4 +54,5 @@ COMPARE: dict[str, Renderer] = {
     "json": _lazy("compare", "render_json"),
     "markdown": _lazy("compare", "render_markdown"),
     "html": _lazy("compare", "render_html"),
+    "csv": _lazy("compare", "render_csv"),
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import typer
@@ -16,8 +17,10 @@ from tracecomm.cli.options import (
     OPTIONAL_OUTPUT,
     RUNS,
     WEAK,
+    choice,
     command,
     format_option,
+    option,
 )
 
 FORMAT = format_option(
@@ -25,12 +28,22 @@ FORMAT = format_option(
     "json",
     "markdown",
     "html",
+    "csv",
     help="terminal tables, one JSON document (compare.schema.json), Markdown for a PR comment, "
-    "or an HTML page with the scaling plot.",
+    "an HTML page with the scaling plot, or CSV (--table).",
+)
+COMPARE_TABLES = ("kernel-changes",)
+TABLE = option(
+    "table",
+    choice(*COMPARE_TABLES) | None,
+    None,
+    metavar="|".join(COMPARE_TABLES),
+    help="Write this table as CSV (what -f csv writes): every changed kernel of every pair, "
+    "largest change first.",
 )
 
 
-@command(app, (FORMAT, OPTIONAL_OUTPUT, KEEP_ORDER, WEAK, CHANGES), ANALYZE_RUN)
+@command(app, (FORMAT, TABLE, OPTIONAL_OUTPUT, KEEP_ORDER, WEAK, CHANGES), ANALYZE_RUN)
 def compare(runs: RUNS, *, options: dict[str, Any]) -> None:
     """Compare runs of one model: several world sizes (a scaling study), or before and after
     a change.
@@ -41,7 +54,8 @@ def compare(runs: RUNS, *, options: dict[str, Any]) -> None:
     t1 / tk), MFU, the typical step's partition (busy, exposed comm by collective type,
     exposed memory, idle by cause), the straggler share, power and energy. Per pair: the
     typical step's difference part by part (adding up to the ns), and the collectives that
-    changed most. The first run is projected (metrics.md §11) to the others' world sizes and
+    changed most, and the kernels that changed most (`--table kernel-changes`: all of them, as
+    CSV). The first run is projected (metrics.md §11) to the others' world sizes and
     checked against them. The analysis options apply to every run folder.
 
     Exit codes: 0; 2 usage error (a malformed saved report too); 3 no usable input; 4 partial
@@ -54,7 +68,11 @@ def compare(runs: RUNS, *, options: dict[str, Any]) -> None:
 
     fmt, output = options.pop("output_format"), options.pop("output")
     keep, weak, rows = options.pop("keep_order"), options.pop("weak"), options.pop("changes")
-    quiet = options.pop("quiet")
+    quiet, table = options.pop("quiet"), options.pop("table")
+    if table is not None and fmt not in ("terminal", "csv"):
+        fail(f"--table {table}: a table is written as CSV (-f csv), not -f {fmt}", EXIT_USAGE)
+    if table is not None or fmt == "csv":
+        fmt, table = "csv", table or COMPARE_TABLES[0]
     try:
         result = compare_runs(
             runs,
@@ -70,6 +88,8 @@ def compare(runs: RUNS, *, options: dict[str, Any]) -> None:
     if not quiet:
         flow.print_lines([f"warning: {w}" for w in result.warnings])
     view = flow.view(rows) if output is None else View(top=rows)
+    if table is not None:
+        view = replace(view, table=table)
     out = COMPARE[fmt](result, view)
     if output is None:
         flow.write_stdout(out)
