@@ -1010,12 +1010,12 @@ def _element_words(kind: str, rank: int | None) -> str:
     names its two ranks (the offset is the peer's rank less this one's)."""
     parts = kind.split()
     if len(parts) == 3 and parts[0] == "SendRecv" and parts[2].lstrip("-").isdigit():
-        peer = None if rank is None else rank + int(parts[2])
-        if rank is None or peer is None:
+        if rank is None:
             return "a send/recv"
+        peer = rank + int(parts[2])
         sender, receiver = (rank, peer) if parts[1] == "send" else (peer, rank)
         return f"the send/recv {sender}→{receiver}"
-    return f"{'rank ' + str(rank) + chr(39) + 's ' if rank is not None else 'the '}{kind}"
+    return f"the {kind}" if rank is None else f"rank {rank}'s {kind}"
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
