@@ -18,12 +18,14 @@ from tracecomm.analysis.compare import (
     compare,
     diff_table,
     kernel_diff,
+    kernel_family,
 )
 from tracecomm.analysis.kernels import RunKernelSteps, kernel_table_of
 from tracecomm.analysis.runrecord import RunRecord, model_record, record_of_report
 from tracecomm.engine.model import KernelStep
 from tracecomm.run.request import AnalyzeOptions, request_of
 from tracecomm.run.session import analyze_run
+from tracecomm.synth.fsdp import fsdp_run
 from tracecomm.synth.schedule import RunSpec
 from tracecomm.synth.series import Deltas, before_after, deltas, scaling_series, typical
 from tracecomm.synth.writer import write_run
@@ -294,6 +296,9 @@ def test_kernel_diff_pairs_by_name_and_keeps_new_and_gone_kernels() -> None:
     assert gone.calls == (2.0, None) and gone.time_ns == (200.0, None)
     assert new.calls == (None, 1.0) and new.kernel_class == "compute"
     assert diff.changes[0].kernel_class == "AllGather"
+    # tables without exposed times (a document written before them): no share is made up
+    assert all(k.exposed_ns == (None, None) and k.delta_exposed_ns is None for k in diff.changes)
+    assert diff.delta_not_kernels_ns is None and diff.note is None
     # per step over the steps compared (the rank's own when it has none of them)
     one = kernel_diff(base, _steps(("gemm", 4, 2_000), steps=(1,)), (1, 2), (1, 2))
     assert one.changes[0].time_ns == (1_000.0, 2_000.0)
@@ -340,3 +345,119 @@ def test_a_run_compared_with_itself_has_no_kernel_change(records: list[RunRecord
     assert one.kernels is not None and one.kernels.kernels
     (p,) = compare([one, replace(one, label="again")]).pairs
     assert p.kernels.missing is None and p.kernels.changes == ()
+
+
+# --- generated pairs with a known kernel change: one more kernel in every step ---------------
+
+SCALE = "void tracecomm_scale<float>(float*)"
+SCALE_HALF = "void tracecomm_scale<c10::Half>(c10::Half*)"
+EXTRA = {
+    "base": None,
+    "middle": (SCALE, 150.0, "middle"),  # inserted between forward and backward
+    "half": (SCALE_HALF, 90.0, "middle"),  # the same kernel for another dtype, faster
+    "end": ("tracecomm_added", 150.0, "end"),  # added before the optimizer
+}
+
+
+@pytest.fixture(scope="module")
+def extra_kernel(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunRecord]:
+    out = tmp_path_factory.mktemp("extra")
+    records = {}
+    for name, extra in EXTRA.items():
+        write_run(fsdp_run(8, steps=3, extra_kernel=extra), out / name)
+        records[name] = record_of(out / name, name)
+    return records
+
+
+def _pair(records: dict[str, RunRecord], a: str, b: str) -> Any:
+    (p,) = compare([records[a], records[b]], keep_order=True).pairs
+    return p
+
+
+def _unchanged_compute_within_2pct(changes: Any, made: str) -> None:
+    for k in changes:
+        if k.kernel_class == "compute" and k.name != made:
+            a, b = k.time_ns
+            assert a and b is not None and abs(b - a) / a < 0.02, k.name
+
+
+@pytest.mark.parametrize("where", ["middle", "end"])
+def test_a_kernel_inserted_in_the_step_is_the_top_change_and_pairs_the_rest(
+    extra_kernel: dict[str, RunRecord], where: str
+) -> None:
+    made, us, _ = EXTRA[where] or ("", 0.0, "")
+    p = _pair(extra_kernel, "base", where)
+    top = p.kernels.changes[0]
+    assert (top.name, top.status, top.kernel_class) == (made, "new", "compute")
+    assert top.calls == (None, 1.0) and top.paired_by is None
+    assert top.delta_ns == pytest.approx(us * 1e3, rel=0.02)  # 2 % compute jitter
+    # on the critical path of the step: all of it exposed
+    assert top.delta_exposed_ns == top.delta_ns
+    # every other kernel is paired with itself, by name: nothing shifted
+    rest = p.kernels.changes[1:]
+    assert all(k.status == "changed" and k.paired_by == "name" for k in rest)
+    base_names = {k.name for k in extra_kernel["base"].kernels.kernels}  # type: ignore[union-attr]
+    assert {k.name for k in rest} <= base_names
+    _unchanged_compute_within_2pct(rest, made)
+
+
+def test_a_removed_kernel_is_gone(extra_kernel: dict[str, RunRecord]) -> None:
+    p = _pair(extra_kernel, "middle", "base")
+    top = p.kernels.changes[0]
+    assert (top.name, top.status) == (SCALE, "gone")
+    assert top.calls == (1.0, None) and top.time_ns[1] is None
+    assert top.delta_ns == pytest.approx(-150e3, rel=0.02)
+    assert all(k.status == "changed" for k in p.kernels.changes[1:])
+    # the pair the other way round: the same changes, negated
+    back = _pair(extra_kernel, "base", "middle")
+    assert [(k.name, -k.delta_ns) for k in back.kernels.changes] == [
+        (k.name, k.delta_ns) for k in p.kernels.changes
+    ]
+
+
+def test_names_differing_in_template_arguments_pair_and_say_so(
+    extra_kernel: dict[str, RunRecord],
+) -> None:
+    p = _pair(extra_kernel, "middle", "half")
+    top = p.kernels.changes[0]
+    assert (top.name, top.baseline_name, top.paired_by) == (SCALE_HALF, SCALE, "family")
+    assert top.status == "changed" and top.calls == (1.0, 1.0)
+    assert top.delta_ns == pytest.approx(-60e3, rel=0.03)
+    assert not any(k.status in ("new", "gone") for k in p.kernels.changes)
+
+
+def test_kernel_families() -> None:
+    assert kernel_family(SCALE) == kernel_family(SCALE_HALF) == "tracecomm_scale"
+    named = "void at::native::(anonymous namespace)::k<float, 4>(at::TensorInfo<float>, int)"
+    assert kernel_family(named) == "at::native::(anonymous namespace)::k"
+    assert kernel_family("sm80_gemm_tn_lb256") == kernel_family("sm80_gemm_tn") == "sm80_gemm_tn"
+    assert kernel_family("k __launch_bounds__(256, 2)") == "k"
+    # what is not an argument stays: two Triton kernels, two copies, are two families
+    assert kernel_family("triton_poi_fused_add_0") != kernel_family("triton_poi_fused_add_1")
+    assert kernel_family("Memcpy DtoH (Device -> Pinned)") != kernel_family(
+        "Memcpy HtoD (Pinned -> Device)"
+    )
+
+
+def test_exposed_kernel_time_adds_up_to_the_step_change(
+    extra_kernel: dict[str, RunRecord], slower_allgather: Comparison
+) -> None:
+    for p in (
+        _pair(extra_kernel, "base", "middle"),
+        _pair(extra_kernel, "base", "end"),
+        slower_allgather.pairs[0],
+    ):
+        k = p.kernels
+        assert k.step_change_ns is not None and k.delta_not_kernels_ns is not None
+        exposed = sum(c.delta_exposed_ns or 0.0 for c in k.changes)
+        assert exposed + k.delta_not_kernels_ns == pytest.approx(k.step_change_ns)
+        # what no kernel holds is idle here (no unlinked work in the steps): small
+        assert abs(k.delta_not_kernels_ns) <= 0.05 * max(abs(exposed), 1.0)
+        for c in k.changes:
+            share = c.step_change_share_pct
+            assert share is None or -100.0 <= share <= 100.0
+            if share is not None:
+                assert share == pytest.approx(100 * (c.delta_exposed_ns or 0) / k.step_change_ns)
+    # the collective made 3x slower is exposed longer, by no more than it ran longer
+    top = slower_allgather.pairs[0].kernels.changes[0]
+    assert top.delta_exposed_ns is not None and 0 < top.delta_exposed_ns <= top.delta_ns

@@ -166,6 +166,16 @@ def _broken_step_time(r: Report) -> Report:
     return replace(r, step_parts=replace(r.step_parts, step_ns=r.step_parts.step_ns + 53_000))
 
 
+def _kernels_past_their_step(r: Report) -> Report:
+    """A kernel exposed for as long as it ran, beside the others: the step's busy time twice."""
+    table = r.kernel_steps
+    assert table is not None
+    first = table.kernels[0]
+    doubled = tuple(e + 10**9 for e in first.exposed_ns or ())
+    broken = replace(first, time_ns=doubled, exposed_ns=doubled)
+    return replace(r, kernel_steps=replace(table, kernels=(broken, *table.kernels[1:])))
+
+
 BROKEN = {
     "partitions add up": _broken_partition,
     "types add up": _broken_types,
@@ -175,6 +185,7 @@ BROKEN = {
     "findings cost their parts": _broken_finding,
     "findings fit the step": _overcounted,
     "one step time": _broken_step_time,
+    "kernels fit their steps": _kernels_past_their_step,
 }
 
 

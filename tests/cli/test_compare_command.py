@@ -137,7 +137,14 @@ def test_a_run_compared_with_itself(runs: dict[str, Path]) -> None:
     assert pair["delta_step_time_ns"] == 0 and pair["decomposition"]["delta_step_ns"] == 0
     assert all(c["delta"] == 0 for c in doc["runs"][1]["changes"].values())
     assert all(r["delta_time_per_step_ns"] == 0 for r in pair["collectives"]["rows"])
-    assert pair["kernels"] == {"changes": [], "missing": None}
+    assert pair["kernels"] == {
+        "changes": [],
+        "missing": None,
+        "step_change_ns": 0.0,
+        "delta_not_kernels_ns": 0.0,
+        "note": None,
+    }
+    assert all(r["status"] == "same" for r in pair["collectives"]["rows"])
     assert doc["notes"] == []
     assert "every run has its world size" in doc["projection"]["missing"]
 
@@ -250,12 +257,18 @@ def _negative_kernel_time(doc: dict[str, Any]) -> None:
     doc["kernel_steps"]["kernels"][0]["time_ns"][0] = -1
 
 
+def _exposed_past_its_time(doc: dict[str, Any]) -> None:
+    row = doc["kernel_steps"]["kernels"][0]
+    row["exposed_ns"][0] = row["time_ns"][0] + 1
+
+
 @pytest.mark.parametrize(
     ("damage", "says"),
     [
         (_break_figures, "do not add up"),
         (_short_kernel_row, "does not have one figure per step"),
         (_negative_kernel_time, "at `$.kernel_steps.kernels[0].time_ns[0]`"),
+        (_exposed_past_its_time, "is exposed longer than it ran"),
         (_negative_mfu, "mfu -0.5"),
         (_string_time, "not an analyze JSON document"),
         (_newer, "schema version 4"),

@@ -21,7 +21,15 @@ from tracecomm.synth.writer import write_run
 runner = CliRunner()
 ARTIFACTS = REPO / "test-artifacts"
 READY = "document.getElementById('report').dataset.ready === 'true'"
-SECTIONS = ["headline", "runs", "scaling", "decomposition", "collectives", "projection"]
+SECTIONS = [
+    "headline",
+    "runs",
+    "scaling",
+    "decomposition",
+    "collectives",
+    "kernels",
+    "projection",
+]
 MODEL = ["--flops-per-token", "2e8", "--tokens-per-step", "1000000"]
 
 
@@ -89,6 +97,14 @@ def test_the_scaling_page_draws_every_section(
         d = doc["pairs"][0]["decomposition"]["delta_step_ns"]
         assert total == ("+" if d > 0 else "−") + f"{abs(d) / 1e6:.3f}"
         assert page.evaluate("document.querySelectorAll('#collectives table').length") == 2
+        # by kernel: each pair's ten largest changes, in the JSON's order, whole names kept
+        for pair in doc["pairs"]:
+            shown = page.evaluate(
+                f"[...document.querySelectorAll('#kernels-{pair['run']} tr[data-kernel]')]"
+                ".map(r => [r.dataset.kernel, r.dataset.status])"
+            )
+            changes = pair["kernels"]["changes"]
+            assert changes and shown == [[k["name"], k["status"]] for k in changes[:10]]
         projected = page.evaluate(
             "[...document.querySelectorAll('#projection-table tr[data-world]')]"
             ".map(r => +r.dataset.world)"

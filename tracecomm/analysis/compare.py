@@ -14,8 +14,10 @@ up to the difference of the windows, in integer ns.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import polars as pl
 
@@ -125,6 +127,8 @@ class CollectiveFigures:
     transfer_per_step_ns: float | None  # §6 transfer: moving data (instance rows only)
     bytes_median: float | None
     busbw_gbps: float | None  # §7, median over instances
+    # time − transfer: waiting for the other ranks and starting up (instance rows only)
+    wait_per_step_ns: float | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,9 @@ class CollectiveChange:
     run: CollectiveFigures | None
     delta_time_per_step_ns: float
     delta_calls_per_step: float
+    # "changed", "same" (calls and time per step equal), "new" (not in the first run),
+    # "gone" (not in the run)
+    status: str = "changed"
 
 
 @dataclass(frozen=True)
@@ -156,12 +163,27 @@ class KernelChange:
     calls: tuple[float | None, float | None]  # per step; None: not in that run
     time_ns: tuple[float | None, float | None]  # per step, the calls' durations summed
     delta_ns: float  # time per step: run − first (a missing side counts 0)
+    # per step, the part of time_ns on the step's partition (§3); None: not in that run, or
+    # a document written before exposed times were kept
+    exposed_ns: tuple[float | None, float | None] = (None, None)
+    delta_exposed_ns: float | None = None  # run − first (a missing side counts 0)
+    # 100 · delta_exposed_ns / KernelDiff.step_change_ns: the share of the step change it
+    # explains; None without exposed times, without a step change, or past ±100 %
+    step_change_share_pct: float | None = None
+    paired_by: str | None = None  # "name", "family" (template arguments…); None: new / gone
+    baseline_name: str | None = None  # paired by family: the first run's name
 
 
 @dataclass(frozen=True)
 class KernelDiff:
     changes: tuple[KernelChange, ...]  # largest |delta_ns| first; unchanged kernels left out
     missing: str | None  # why there is no diff by kernel
+    # the kernel tables' rank's mean step window, run − first, over the steps read
+    step_change_ns: float | None = None
+    # step_change_ns − Σ delta_exposed_ns: what no kernel of the table holds (idle, and
+    # unlinked work); with the kernels' exposed changes it adds up to the step change
+    delta_not_kernels_ns: float | None = None
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -567,7 +589,14 @@ def _pair(
         ),
         collectives=collective_diff(records[i], records[k], a.typical_steps, b.typical_steps),
         kernels=kernel_diff(
-            records[i].kernels, records[k].kernels, a.typical_steps, b.typical_steps
+            records[i].kernels,
+            records[k].kernels,
+            a.typical_steps,
+            b.typical_steps,
+            (
+                table_step_ns(records[i], a.typical_steps),
+                table_step_ns(records[k], b.typical_steps),
+            ),
         ),
         missing=None if decomposition is not None else "a run has no analyzed step window",
     )
@@ -618,6 +647,7 @@ def collective_diff(
             delta_time_per_step_ns=row["delta_time_per_step_ns"],
             delta_calls_per_step=(row["calls_per_step_run"] or 0.0)
             - (row["calls_per_step_base"] or 0.0),
+            status=_row_status(row),
         )
         for row in joined.iter_rows(named=True)
     )
@@ -632,11 +662,22 @@ def _has_instances(record: RunRecord) -> bool:
     return len(record.collectives) > 0 or not any(s.by_type for s in record.steps)
 
 
-def _figures(row: dict[str, object], side: str) -> CollectiveFigures | None:
+def _row_status(row: dict[str, Any]) -> str:
+    if row["calls_per_step_base"] is None:
+        return "new"
+    if row["calls_per_step_run"] is None:
+        return "gone"
+    same = all(row[f"{v}_base"] == row[f"{v}_run"] for v in ("calls_per_step", "time_per_step_ns"))
+    return "same" if same else "changed"
+
+
+def _figures(row: dict[str, Any], side: str) -> CollectiveFigures | None:
     if row[f"calls_per_step_{side}"] is None:
         return None
     values = {v: row[f"{v}_{side}"] for v in _ROW_VALUES}
-    return CollectiveFigures(**values)  # type: ignore[arg-type]
+    transfer = values["transfer_per_step_ns"]
+    wait = None if transfer is None else max(0.0, values["time_per_step_ns"] - transfer)
+    return CollectiveFigures(**values, wait_per_step_ns=wait)
 
 
 def instance_table(rows: Sequence[CollectiveStep], steps: Sequence[int]) -> pl.DataFrame:
@@ -736,27 +777,45 @@ KERNEL_SCHEMA: dict[str, pl.DataType] = {
     "kernel_class": pl.String(),
     "calls": pl.Float64(),
     "time_ns": pl.Float64(),
+    "exposed_ns": pl.Float64(),
+    "first": pl.Int64(),
 }
+SHARE_PAST_CHANGE = (
+    "shares of the step change past ±100 % are left out (null): other kernels, or idle, "
+    "moved the other way"
+)
+
+
+def _used_columns(kernels: RunKernelSteps, steps: Sequence[int]) -> list[int]:
+    """The table's columns of the steps compared that the rank has (none of them: all)."""
+    wanted = set(steps)
+    return [i for i, s in enumerate(kernels.steps) if s in wanted] or list(
+        range(len(kernels.steps))
+    )
 
 
 def kernel_table(kernels: RunKernelSteps, steps: Sequence[int]) -> pl.DataFrame:
     """Per kernel name (the whole name), per step of the steps compared that the rank has (none
-    of them: each of its steps): its calls and summed time (KERNEL_SCHEMA). Repeated calls of
-    a name in a step add up, wherever they occur in it."""
-    used = [i for i, s in enumerate(kernels.steps) if s in set(steps)] or list(
-        range(len(kernels.steps))
-    )
+    of them: each of its steps): its calls, summed time and exposed time (null in a document
+    written before it), and ``first``, its place in the rank's table (the order names first
+    ran). Repeated calls of a name in a step add up, wherever they occur in it."""
+    used = _used_columns(kernels, steps)
     n = max(1, len(used))
     sums: dict[str, list[float]] = {}
     classes: dict[str, tuple[int, str]] = {}
-    for k in kernels.kernels:
+    first: dict[str, int] = {}
+    exposed_known = all(k.exposed_ns is not None for k in kernels.kernels)
+    for place, k in enumerate(kernels.kernels):
         calls = sum(k.calls[i] for i in used)
         if not calls:
             continue  # not in the steps compared
         time = sum(k.time_ns[i] for i in used)
-        row = sums.setdefault(k.name, [0.0, 0.0])
+        exposed = sum(k.exposed_ns[i] for i in used) if k.exposed_ns is not None else 0
+        row = sums.setdefault(k.name, [0.0, 0.0, 0.0])
         row[0] += calls
         row[1] += time
+        row[2] += exposed
+        first.setdefault(k.name, place)
         cls = (k.coll_type or "comm") if k.cls == "comm" else k.cls
         # a name in two classes (rare): the class it spends the most time in
         if k.name not in classes or classes[k.name][0] < time:
@@ -765,11 +824,57 @@ def kernel_table(kernels: RunKernelSteps, steps: Sequence[int]) -> pl.DataFrame:
         {
             "name": list(sums),
             "kernel_class": [classes[name][1] for name in sums],
-            "calls": [c / n for c, _ in sums.values()],
-            "time_ns": [t / n for _, t in sums.values()],
+            "calls": [c / n for c, _, _ in sums.values()],
+            "time_ns": [t / n for _, t, _ in sums.values()],
+            "exposed_ns": [e / n if exposed_known else None for _, _, e in sums.values()],
+            "first": [first[name] for name in sums],
         },
         schema=KERNEL_SCHEMA,
     )
+
+
+def table_step_ns(record: RunRecord, steps: Sequence[int]) -> float | None:
+    """The mean step window of the kernel table's rank over the steps its table is read on
+    (``kernel_table``): the step the kernels' exposed times are a part of."""
+    if record.kernels is None:
+        return None
+    table = record.kernels
+    on = {table.steps[i] for i in _used_columns(table, steps)}
+    windows = [s.figures.window_ns for s in record.steps if s.rank == table.rank and s.step in on]
+    return sum(windows) / len(windows) if windows else None
+
+
+def kernel_family(name: str) -> str:
+    """A kernel's name without what a build or a dtype changes and the kernel keeps: template
+    arguments (``<…>``, nested), the parameter list, a leading ``void`` and a launch-bounds
+    suffix (``__launch_bounds__(256)``, ``_lb256``)."""
+    out: list[str] = []
+    depth = 0
+    for ch in name:
+        if ch == "<":
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+        elif not depth:
+            out.append(ch)
+    bare = _LAUNCH_BOUNDS.sub("", "".join(out).strip())
+    return _without_parameters(bare).removeprefix("void ").strip()
+
+
+def _without_parameters(name: str) -> str:
+    """The name without its trailing parameter list, ``(…)`` balanced: ``ns::(anonymous
+    namespace)::k(float*, int)`` keeps its namespace."""
+    if not name.endswith(")"):
+        return name
+    depth = 0
+    for i in range(len(name) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(name[i], 0)
+        if depth == 0:
+            return name[:i].rstrip() if i else name
+    return name
+
+
+_LAUNCH_BOUNDS = re.compile(r"(?:\s*__launch_bounds__\s*\(.*\)|_lb_?\d+)$")
 
 
 def kernel_diff(
@@ -777,39 +882,120 @@ def kernel_diff(
     run: RunKernelSteps | None,
     base_steps: Sequence[int] = (),
     run_steps: Sequence[int] = (),
+    step_ns: tuple[float | None, float | None] = (None, None),
 ) -> KernelDiff:
-    """The diff by kernel (metrics.md §18): the two runs' kernel tables paired by name, so that
-    a kernel inserted anywhere in the step is ``new`` and leaves the pairing of the rest as it
-    was; a name with the same calls and time in both is left out (a run against itself has
-    no change)."""
+    """The diff by kernel (metrics.md §18): the two runs' kernel tables paired by whole name,
+    so that a kernel inserted anywhere in the step is ``new`` and leaves the pairing of the
+    rest as it was; then a name left unpaired in each run whose family (``kernel_family``) is
+    the same, in the order they first ran (``paired_by`` "family"). A name with the same
+    calls, time and exposed time in both is left out (a run against itself has no change).
+    ``step_ns``: each run's mean step window of its table's rank over the steps read
+    (``table_step_ns``), the step change the exposed times are a share of."""
     if base is None or run is None:
         return KernelDiff((), KERNELS_MISSING)
-    a = kernel_table(base, base_steps).rename({"kernel_class": "class_base"})
-    b = kernel_table(run, run_steps).rename({"kernel_class": "class_run"})
-    joined = diff_table(a, b, ["name"], ["calls", "time_ns"], "time_ns")
-    changes = []
-    for row in joined.iter_rows(named=True):
-        calls = (row["calls_base"], row["calls_run"])
-        time = (row["time_ns_base"], row["time_ns_run"])
-        if calls[0] is None:
-            status = "new"
-        elif calls[1] is None:
-            status = "gone"
-        elif calls[0] == calls[1] and time[0] == time[1]:
-            continue
+    a = kernel_table(base, base_steps)
+    b = kernel_table(run, run_steps)
+    pairs = _pair_by_name(a, b) + _pair_by_family(a, b)
+    step_change = (
+        step_ns[1] - step_ns[0] if step_ns[0] is not None and step_ns[1] is not None else None
+    )
+    changes = [c for p in pairs if (c := _change(*p, step_change)) is not None]
+    changes.sort(key=lambda c: (-abs(c.delta_ns), c.name))
+    shares = [c.step_change_share_pct for c in changes]
+    exposed = any(c.exposed_ns != (None, None) for c in changes)
+    left_out = bool(exposed and step_change) and any(
+        s is None and c.delta_exposed_ns is not None for s, c in zip(shares, changes, strict=True)
+    )
+    known = [c.delta_exposed_ns for c in changes]
+    rest = (
+        step_change - sum(d or 0.0 for d in known)
+        if step_change is not None and all(d is not None for d in known)
+        else None
+    )
+    return KernelDiff(
+        tuple(changes),
+        None,
+        step_change_ns=step_change,
+        delta_not_kernels_ns=rest,
+        note=SHARE_PAST_CHANGE if left_out else None,
+    )
+
+
+_Side = dict[str, Any] | None
+
+
+def _pair_by_name(a: pl.DataFrame, b: pl.DataFrame) -> list[tuple[_Side, _Side, str]]:
+    mine = {r["name"]: r for r in b.iter_rows(named=True)}
+    theirs = {r["name"]: r for r in a.iter_rows(named=True)}
+    out: list[tuple[_Side, _Side, str]] = [
+        (row, mine.get(name), "name") for name, row in theirs.items() if name in mine
+    ]
+    return out
+
+
+def _pair_by_family(a: pl.DataFrame, b: pl.DataFrame) -> list[tuple[_Side, _Side, str]]:
+    """Names in one run only, paired within their class and family in the order they first
+    ran; the rest new or gone."""
+    names_b = set(b["name"].to_list())
+    names_a = set(a["name"].to_list())
+    gone = sorted(
+        (r for r in a.iter_rows(named=True) if r["name"] not in names_b), key=lambda r: r["first"]
+    )
+    new = sorted(
+        (r for r in b.iter_rows(named=True) if r["name"] not in names_a), key=lambda r: r["first"]
+    )
+    families: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in new:
+        families.setdefault((r["kernel_class"], kernel_family(r["name"])), []).append(r)
+    out: list[tuple[_Side, _Side, str]] = []
+    for r in gone:
+        waiting = families.get((r["kernel_class"], kernel_family(r["name"])))
+        if waiting:
+            out.append((r, waiting.pop(0), "family"))
         else:
-            status = "changed"
-        changes.append(
-            KernelChange(
-                name=row["name"],
-                kernel_class=row["class_run"] or row["class_base"],
-                status=status,
-                calls=calls,
-                time_ns=time,
-                delta_ns=row["delta_time_ns"],
-            )
-        )
-    return KernelDiff(tuple(changes), None)
+            out.append((r, None, "name"))
+    paired = {id(run) for _, run, how in out if how == "family"}
+    out += [(None, r, "name") for r in new if id(r) not in paired]
+    return out
+
+
+def _change(base: _Side, run: _Side, how: str, step_change: float | None) -> KernelChange | None:
+    def get(side: _Side, key: str) -> float | None:
+        return None if side is None else side[key]
+
+    calls = (get(base, "calls"), get(run, "calls"))
+    time = (get(base, "time_ns"), get(run, "time_ns"))
+    exposed = (get(base, "exposed_ns"), get(run, "exposed_ns"))
+    if base is None:
+        status = "new"
+    elif run is None:
+        status = "gone"
+    elif calls[0] == calls[1] and time[0] == time[1] and exposed[0] == exposed[1] and how == "name":
+        return None
+    else:
+        status = "changed"
+    delta_exposed = None
+    if (base is None or exposed[0] is not None) and (run is None or exposed[1] is not None):
+        delta_exposed = (exposed[1] or 0.0) - (exposed[0] or 0.0)
+    share = None
+    if delta_exposed is not None and step_change:
+        share = 100.0 * delta_exposed / step_change
+        share = share if abs(share) <= 100.0 else None
+    named = run if run is not None else base
+    assert named is not None
+    return KernelChange(
+        name=named["name"],
+        kernel_class=named["kernel_class"],
+        status=status,
+        calls=calls,
+        time_ns=time,
+        delta_ns=(time[1] or 0.0) - (time[0] or 0.0),
+        exposed_ns=exposed,
+        delta_exposed_ns=delta_exposed,
+        step_change_share_pct=share,
+        paired_by=how if base is not None and run is not None else None,
+        baseline_name=base["name"] if how == "family" and base is not None else None,
+    )
 
 
 # --- the first run's projection against the others ---------------------------------------------

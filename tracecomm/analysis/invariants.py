@@ -321,6 +321,27 @@ def all_to_all_is_its_type(report: Report) -> list[str]:
     return out
 
 
+def kernels_fit_their_steps(report: Report) -> list[str]:
+    """metrics.md §15: in the kernel table, each step's exposed kernel time (the kernels' shares
+    of the partition, §3) is no more than the busy time of that step's window (its kernels
+    run inside it; unlinked work there is not in the table), within a ns a name."""
+    table = report.kernel_steps
+    rank = next((r for r in report.ranks if table and r.rank == table.rank), None)
+    if table is None or rank is None:
+        return []
+    windows = {s.step: s.window for s in rank.steps}
+    out = []
+    for i, step in enumerate(table.steps):
+        window = windows.get(step)
+        known = [k.exposed_ns[i] for k in table.kernels if k.exposed_ns is not None]
+        if window is None or not known:
+            continue
+        busy = window.figures.window_ns - window.figures.idle_ns
+        if sum(known) > busy + len(known):
+            out.append(f"step {step}: kernels exposed {sum(known)} ns of a {busy} ns busy window")
+    return out
+
+
 CHECKS: dict[str, Check] = {
     "partitions add up": partitions_add_up,
     "types add up": types_add_up,
@@ -332,6 +353,7 @@ CHECKS: dict[str, Check] = {
     "stages named are heaviest": stages_named_are_heaviest,
     "one step time": one_step_time,
     "all-to-all is its type": all_to_all_is_its_type,
+    "kernels fit their steps": kernels_fit_their_steps,
 }
 
 

@@ -134,13 +134,23 @@ class KernelView(Doc, frozen=True):
 
 class RunKernel(Doc, frozen=True):
     """One kernel name of the run's kernel table: per step of ``RunKernelSteps.steps``, its
-    calls and their summed durations (0 in a step without it)."""
+    calls, their summed durations and the part of those exposed (0 in a step without it)."""
 
     name: str
     cls: Annotated[str, Meta(description="compute, comm or memory (metrics.md §1)")]
     coll_type: Annotated[str | None, Meta(description="comm: its collective type")]
     calls: tuple[NonNegative, ...]
     time_ns: tuple[NonNegative, ...]
+    exposed_ns: Annotated[
+        tuple[NonNegative, ...] | None,
+        Meta(
+            description=(
+                "per step, the part of time_ns on the step's partition (metrics.md §3, §15): "
+                "not hidden behind a kernel of a higher class; null in a document written "
+                "before it"
+            )
+        ),
+    ] = None
 
 
 class RunKernelSteps(Doc, frozen=True):
@@ -173,19 +183,28 @@ def kernel_table_of(rank: int, rows: Sequence[KernelStep]) -> RunKernelSteps:
     steps = sorted({k.step for k in rows})
     column = {s: i for i, s in enumerate(steps)}
     first = sorted(rows, key=lambda k: (k.step, k.order, k.name))
-    table: dict[tuple[str, str, str | None], tuple[list[int], list[int]]] = {}
+    exposed_known = all(k.exposed_ns is not None for k in rows)
+    table: dict[tuple[str, str, str | None], tuple[list[int], list[int], list[int]]] = {}
     for k in first:
-        calls, times = table.setdefault(
-            (k.name, k.cls, k.coll_type), ([0] * len(steps), [0] * len(steps))
+        calls, times, exposed = table.setdefault(
+            (k.name, k.cls, k.coll_type), ([0] * len(steps), [0] * len(steps), [0] * len(steps))
         )
         calls[column[k.step]] += k.calls
         times[column[k.step]] += k.time_ns
+        exposed[column[k.step]] += k.exposed_ns or 0
     return RunKernelSteps(
         rank=rank,
         steps=tuple(steps),
         kernels=tuple(
-            RunKernel(name, cls, coll, tuple(calls), tuple(times))
-            for (name, cls, coll), (calls, times) in table.items()
+            RunKernel(
+                name,
+                cls,
+                coll,
+                tuple(calls),
+                tuple(times),
+                tuple(exposed) if exposed_known else None,
+            )
+            for (name, cls, coll), (calls, times, exposed) in table.items()
         ),
     )
 
@@ -198,6 +217,12 @@ def kernel_steps_problem(k: RunKernelSteps) -> str | None:
     for row in k.kernels:
         if len(row.calls) != n or len(row.time_ns) != n:
             return f"kernel_steps: {row.name!r} does not have one figure per step"
+        if row.exposed_ns is None:
+            continue
+        if len(row.exposed_ns) != n:
+            return f"kernel_steps: {row.name!r} does not have one exposed time per step"
+        if any(e > t for e, t in zip(row.exposed_ns, row.time_ns, strict=True)):
+            return f"kernel_steps: {row.name!r} is exposed longer than it ran"
     return None
 
 

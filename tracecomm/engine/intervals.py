@@ -111,3 +111,50 @@ def weighted_measure(
         return np.asarray(before + partial, dtype=np.float64)
 
     return upto(window_ends) - upto(window_starts)
+
+
+def exposed_shares(
+    starts: IntArray, ends: IntArray, ranks: npt.NDArray[np.integer], n_ranks: int
+) -> FloatArray:
+    """Per interval, its share of the time it was exposed: each elementary segment belongs to
+    the intervals of the lowest ``ranks`` value (the highest priority: compute 0, comm 1,
+    memory 2, as §3 orders them) covering it, split evenly among them. The shares of the
+    intervals add up to the measure of their union; an interval hidden behind one of higher
+    priority gets 0 there.
+
+    Every interval's start and end is a boundary of the sweep, so its share is the difference
+    of one cumulative function per priority at its two ends."""
+    out = np.zeros(starts.size, dtype=np.float64)
+    keep = ends > starts
+    if not keep.any():
+        return out
+    s, e, r = starts[keep], ends[keep], ranks[keep].astype(np.int64)
+    n = s.size
+    times = np.concatenate([s, e])
+    order = np.argsort(times, kind="stable")
+    sorted_times = times[order]
+    is_start = order < n
+    rank_sorted = r[np.where(is_start, order, order - n)]
+    sign = np.where(is_start, 1, -1).astype(np.int32)
+    last_at_time = np.flatnonzero(np.diff(sorted_times, append=sorted_times[-1] + 1))
+    bounds = sorted_times[last_at_time]
+    lengths = np.diff(bounds).astype(np.float64)
+    rows = last_at_time[:-1]
+    owner = np.full(rows.size, n_ranks, dtype=np.int64)  # n_ranks: nobody
+    counts = np.zeros((n_ranks, rows.size), dtype=np.int32)
+    for k in range(n_ranks):
+        counts[k] = np.cumsum(np.where(rank_sorted == k, sign, 0), dtype=np.int32)[rows]
+    for k in range(n_ranks - 1, -1, -1):  # the highest priority present wins
+        owner = np.where(counts[k] > 0, k, owner)
+    shares = np.zeros(n, dtype=np.float64)
+    for k in range(n_ranks):
+        mine = r == k
+        if not mine.any():
+            continue
+        per = np.where(owner == k, lengths / np.maximum(counts[k], 1), 0.0)
+        cumulative = np.concatenate([[0.0], np.cumsum(per)])
+        a = np.searchsorted(bounds, s[mine])
+        b = np.searchsorted(bounds, e[mine])
+        shares[mine] = cumulative[b] - cumulative[a]
+    out[keep] = shares
+    return out

@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from tracecomm.engine.classify import COLL_TYPES
+from tracecomm.engine.intervals import exposed_shares
 from tracecomm.engine.model import (
     DurationBucket,
     GraphOp,
@@ -102,17 +103,29 @@ def kernel_work(linked: pl.DataFrame, steps: Collection[int]) -> pl.DataFrame:
 
 
 def kernel_steps(work: pl.DataFrame) -> tuple[KernelStep, ...]:
-    """Every kernel name of every included step (``kernel_work``): its calls, summed time and
-    the position of its first call among the step's names (metrics.md §18)."""
+    """Every kernel name of every included step (``kernel_work``): its calls, summed time, the
+    part of it exposed (its share of the step's partition, §3: compute hides communication,
+    both hide memory; concurrent kernels of one class share) and the position of its first
+    call among the step's names (metrics.md §18)."""
     if work.height == 0:
         return ()
+    exposed = exposed_shares(
+        work["start_ns"].to_numpy(),
+        work["end_ns"].to_numpy(),
+        work["cls"].replace_strict(_CLASS_ORDER, default=len(_CLASS_ORDER)).to_numpy(),
+        len(_CLASS_ORDER),
+    )
     per = (
         work.lazy()
-        .with_columns(pl.when(pl.col("cls") == "comm").then(pl.col("coll_type")).alias("coll_type"))
+        .with_columns(
+            pl.when(pl.col("cls") == "comm").then(pl.col("coll_type")).alias("coll_type"),
+            pl.Series("exposed", exposed),
+        )
         .group_by("step", "cls", "coll_type", "name")
         .agg(
             pl.len().alias("calls"),
             pl.col("dur").sum().alias("time_ns"),
+            pl.col("exposed").sum().round().cast(pl.Int64).alias("exposed_ns"),
             pl.col("start_ns").min().alias("first"),
         )
         .sort(["step", "first", "name"])
@@ -128,6 +141,7 @@ def kernel_steps(work: pl.DataFrame) -> tuple[KernelStep, ...]:
             calls=int(r["calls"]),
             time_ns=int(r["time_ns"]),
             order=int(r["order"]),
+            exposed_ns=min(int(r["exposed_ns"]), int(r["time_ns"])),
         )
         for r in per.iter_rows(named=True)
     )

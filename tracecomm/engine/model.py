@@ -254,7 +254,9 @@ class OpShape(Doc, frozen=True):
 class KernelStep(Doc, frozen=True):
     """One kernel name in one included step of one rank (metrics.md §15, §18): what compare
     diffs by kernel. ``order``: the position of the name's first kernel among the step's
-    names, by start (0 first)."""
+    names, by start (0 first). ``exposed_ns``: the part of ``time_ns`` on the step's
+    partition (§3): not hidden behind a kernel of a higher class (compute hides comm, both
+    hide memory), concurrent kernels of its class sharing it evenly."""
 
     step: int
     name: str
@@ -263,6 +265,10 @@ class KernelStep(Doc, frozen=True):
     calls: NonNegative
     time_ns: Annotated[NonNegative, Meta(description="the calls' durations summed")]
     order: NonNegative
+    exposed_ns: Annotated[
+        NonNegative | None,
+        Meta(description="of time_ns, the part on the step's partition (§3); null: not kept"),
+    ] = None
 
 
 class KernelStats(Doc, frozen=True):

@@ -32,7 +32,7 @@ from tracecomm.render import View
 from tracecomm.render.fit import FitTable
 from tracecomm.text import DASH, csv_safe, json_safe, map_strings, markdown_safe, visible
 
-COMPARE_SCHEMA_VERSION = 1
+COMPARE_SCHEMA_VERSION = 2
 MINUS = "−"
 DEFAULT_ROWS = 8  # changed collectives listed per pair in the terminal and Markdown
 CAUSE_NAMES = {
@@ -113,6 +113,12 @@ def render_csv(c: Comparison, view: View) -> bytes:
             "time_ns_baseline",
             "time_ns_run",
             "delta_ns",
+            "exposed_ns_baseline",
+            "exposed_ns_run",
+            "delta_exposed_ns",
+            "step_change_share_pct",
+            "paired_by",
+            "baseline_name",
         ]
     )
     for p in c.pairs:
@@ -126,6 +132,12 @@ def render_csv(c: Comparison, view: View) -> bytes:
                     k.status,
                     *("" if v is None else v for v in (*k.calls, *k.time_ns)),
                     k.delta_ns,
+                    *(
+                        "" if v is None else v
+                        for v in (*k.exposed_ns, k.delta_exposed_ns, k.step_change_share_pct)
+                    ),
+                    k.paired_by or "",
+                    csv_safe(k.baseline_name) if k.baseline_name else "",
                 ]
             )
     return out.getvalue().encode()
@@ -157,6 +169,12 @@ def _gbps(value: float | None) -> str:
 
 def _pct(value: float | None) -> str:
     return DASH if value is None else f"{value:.1f} %"
+
+
+def _signed_pct(value: float | None) -> str:
+    if value is None:
+        return DASH
+    return f"{'+' if value > 0 else MINUS if value < 0 else '±'}{abs(value):.1f} %"
 
 
 def _share(ns: int, pct: float | None) -> str:
@@ -376,17 +394,33 @@ def _collective_cells(row: CollectiveChange) -> list[str]:
         row.coll_type,
         row.group,
         row.size_bucket,
+        row.status,
         pair(lambda f: f"{f.calls_per_step:,.1f}"),
         pair(lambda f: _ms(f.time_per_step_ns)),
         _signed_ms(row.delta_time_per_step_ns),
         pair(lambda f: _ms(f.transfer_per_step_ns)),
+        pair(lambda f: _ms(f.wait_per_step_ns)),
         pair(lambda f: _gbps(f.busbw_gbps)),
     ]
 
 
 KERNEL_ROWS = 10  # kernel changes shown per pair (--changes: as many as collectives)
 KERNEL_NAME_CHARS = 72  # a longer name is cut (JSON and --table kernel-changes keep it whole)
-_KERNEL_HEAD = ("Kernel", "Class", "Status", "Calls/step", "Time/step ms", "Δ ms")
+_KERNEL_HEAD = (
+    "Kernel",
+    "Class",
+    "Status",
+    "Calls/step",
+    "Time/step ms",
+    "Δ ms",
+    "Δ exposed ms",
+    "of Δ step",
+)
+FAMILY_MARK = " †"  # paired with a name that differs in template arguments (KernelChange)
+FAMILY_NOTE = (
+    "†: paired with a name that differs only in template arguments, parameters or a "
+    "launch-bounds suffix (the first run's name: --table kernel-changes)"
+)
 
 
 def _short_name(name: str) -> str:
@@ -400,21 +434,42 @@ def _kernel_cells(k: KernelChange) -> list[str]:
     return [
         _short_name(k.name),
         k.kernel_class,
-        k.status,
+        k.status + (FAMILY_MARK if k.paired_by == "family" else ""),
         pair(k.calls, lambda v: f"{v:,.1f}"),
         pair(k.time_ns, _ms),
         _signed_ms(k.delta_ns),
+        DASH if k.delta_exposed_ns is None else _signed_ms(k.delta_exposed_ns),
+        _signed_pct(k.step_change_share_pct),
     ]
+
+
+def _kernel_caption(p: PairComparison) -> str:
+    k = p.kernels
+    parts = ["per step of each run's median rank; time: the calls' durations summed"]
+    if k.step_change_ns is not None:
+        step = f"Δ step {_signed_ms(k.step_change_ns)} ms"
+        if k.delta_not_kernels_ns is not None:
+            step += f", {_signed_ms(k.delta_not_kernels_ns)} ms of it in no kernel (idle)"
+        parts.append(step)
+    parts.append("exposed: not hidden behind a kernel of a higher class (metrics.md §3)")
+    if any(c.paired_by == "family" for c in k.changes):
+        parts.append(FAMILY_NOTE)
+    if k.note:
+        parts.append(k.note)
+    parts.append("all of them: --table kernel-changes")
+    return "; ".join(parts)
 
 
 _COLLECTIVE_HEAD = (
     "Collective",
     "Group",
     "Size",
+    "Status",
     "Calls/step",
     "Time/step ms",
     "Δ ms",
     "Transfer/step ms",
+    "Wait/step ms",
     "busbw GB/s",
 )
 _PROJECTION_HEAD = (
@@ -512,7 +567,7 @@ def render_terminal(c: Comparison, view: View) -> bytes:
             "transfer: moving data (§6)",
         )
         for i, name in enumerate(_COLLECTIVE_HEAD):
-            diff.add_column(name, justify="left" if i < 3 else "right")
+            diff.add_column(name, justify="left" if i < 4 else "right")
         shown = p.collectives.rows[:rows_shown]
         for change in shown:
             diff.add_row(*_collective_cells(change))
@@ -542,8 +597,7 @@ def _kernels_terminal(c: Comparison, p: PairComparison, shown: int, console: Con
         title=f"Largest changes by kernel: {_pair_name(c, p)} "
         f"({min(shown, len(changes))} of {len(changes)})",
         title_justify="left",
-        caption="per step of each run's median rank; time: the calls' durations summed; "
-        "all of them: --table kernel-changes",
+        caption=_kernel_caption(p),
     )
     for i, name in enumerate(_KERNEL_HEAD):
         table.add_column(name, justify="left" if i < 3 else "right")
@@ -616,7 +670,7 @@ def render_markdown(c: Comparison, view: View) -> bytes:
         ]
         shown = p.collectives.rows[:rows_shown]
         if shown:
-            lines += _md_table(_COLLECTIVE_HEAD, [_collective_cells(r) for r in shown], left=3)
+            lines += _md_table(_COLLECTIVE_HEAD, [_collective_cells(r) for r in shown], left=4)
         else:
             lines.append("No collective in either run.")
         if p.collectives.note:
@@ -633,6 +687,7 @@ def render_markdown(c: Comparison, view: View) -> bytes:
                 "",
             ]
             lines += _md_table(_KERNEL_HEAD, [_kernel_cells(k) for k in shown_k], left=3)
+            lines += ["", markdown_safe(_kernel_caption(p))]
         else:
             lines += ["", "No kernel changed."]
         lines.append("")

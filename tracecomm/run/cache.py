@@ -47,7 +47,7 @@ _FRAMES = (
 _SAMPLE = 1 << 20
 # Bumped whenever the stored frames or results change shape (releases share __version__
 # during development): an entry of another format is a miss, never a wrong result.
-CACHE_FORMAT = 9
+CACHE_FORMAT = 10
 
 
 class EntryError(Exception):

@@ -24,7 +24,7 @@ from typing import Any
 
 from tracecomm._version import __version__
 
-FORMAT = 2  # bumped whenever the output of analyze changes for the same inputs
+FORMAT = 3  # bumped whenever the output of analyze changes for the same inputs
 _SAMPLE = 64 << 10
 _RENDER_ENV = ("COLUMNS", "LINES", "TERM", "NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE")
 

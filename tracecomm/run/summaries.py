@@ -33,11 +33,12 @@ from tracecomm.errors import TraceError
 from tracecomm.ingest.model import TraceMeta
 from tracecomm.run.discover import SUFFIX
 
-FORMAT = "7"  # 2: collectives carry idle_before_ns; 3: the kernel and launch view;
+FORMAT = "8"  # 2: collectives carry idle_before_ns; 3: the kernel and launch view;
 # 4: collectives carry ready_ns and stream (the replay's queues, metrics.md §6);
 # 5: all-to-all volumes on the collectives, the rank's comm libraries (metrics.md §7a);
 # 6: the rank's typical step as the projection replays it (metrics.md §11)
 # 7: every kernel name per included step (the diff by kernel, metrics.md §18)
+# 8: each kernel name's exposed time per step (metrics.md §15)
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 _META_DECODER = msgspec.json.Decoder(TraceMeta)
 _OPTIONS_DECODER = msgspec.json.Decoder(BreakdownOptions)

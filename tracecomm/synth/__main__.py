@@ -34,7 +34,7 @@ from tracecomm.synth.schedule import COLL_TYPES, Naming, RunSpec
 from tracecomm.synth.writer import write_run
 
 HEALTHY_NETWORK = 0.2  # collectives 5x faster: each hides behind the layer computing beside it
-_FSDP_ONLY = ("slower_network", "slower_collective", "host_bound", "loader_stall")
+_FSDP_ONLY = ("slower_network", "slower_collective", "host_bound", "loader_stall", "extra_kernel")
 _A2A_LAYOUTS = ("moe", "dlrm")
 _A2A_ONLY = ("overlap", "ep_comm", "imbalance", "metadata")  # moe, dlrm (overlap, ep_comm: moe)
 _DEFAULT_LAYERS = 6
@@ -153,6 +153,12 @@ def _parser() -> argparse.ArgumentParser:
         help="one collective type takes FACTOR times as long, e.g. AllGather=1.5 (fsdp)",
     )
     problems.add_argument(
+        "--extra-kernel",
+        metavar="NAME=US[@WHERE]",
+        help="one more compute kernel of US µs in every step, at WHERE: start, middle "
+        "(default: between forward and backward) or end (fsdp): a change for compare",
+    )
+    problems.add_argument(
         "--imbalanced-stage",
         metavar="STAGE:FACTOR",
         help="that pipeline stage holds FACTOR times the layers of the others (dp-pp)",
@@ -224,6 +230,18 @@ def _comm_slowdown(args: argparse.Namespace) -> dict[str, float] | None:
     if any(f <= -1.0 for f in out.values()):
         raise ValueError("a collective cannot take zero time or less: FACTOR must be > 0")
     return out or None
+
+
+def _extra_kernel(text: str) -> tuple[str, float, str]:
+    name, sep, rest = text.rpartition("=")
+    us, _, where = rest.partition("@")
+    try:
+        value = float(us)
+    except ValueError:
+        value = 0.0
+    if not sep or not name or not value > 0:
+        raise ValueError(f"--extra-kernel {text!r}: NAME=US[@start|middle|end], US > 0")
+    return name, value, where or "middle"
 
 
 def _offsets(args: argparse.Namespace) -> list[int] | None:
@@ -321,6 +339,8 @@ def _spec(args: argparse.Namespace) -> RunSpec:
         extra |= {"step_end_sync": False, "idle_detail": True}
     if args.loader_stall is not None:
         extra["dataloader_us"] = args.loader_stall
+    if args.extra_kernel is not None:
+        extra["extra_kernel"] = _extra_kernel(args.extra_kernel)
     return fsdp_run(
         world_size=args.ranks,
         steps=args.steps,

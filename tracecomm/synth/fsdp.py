@@ -134,6 +134,8 @@ class _Builder:
     dataloader_us: float = 183.4
     step_end_sync: bool = True
     optimizer_launch_us: float = 9.0  # CPU cost of each Adam launch: above 33.1 the GPU starves
+    # one more compute kernel in every step: (name, µs, "start" / "middle" / "end")
+    extra_kernel: tuple[str, float, str] | None = None
 
     def add(self, launch: _Launch) -> int:
         self.program.append(launch)
@@ -188,9 +190,16 @@ class _Builder:
         self.program += [_StepMark(number), _Cpu(self.dataloader_us, DATALOADER)]
         self.add(_Launch(self.next_key, "memcpy", COMPUTE_STREAM, 47.6, cost_us=14.2))
         self.program.append(_Cpu(71.9))
+        self.extra("start")
         self.forward()
+        self.extra("middle")
         last_rs = self.backward()
+        self.extra("end")
         self.optimizer(last_rs, partial)
+
+    def extra(self, where: str) -> None:
+        if self.extra_kernel is not None and self.extra_kernel[2] == where:
+            self.kernel(self.extra_kernel[0], self.extra_kernel[1])
 
     def forward(self) -> None:
         slow = self.layers // 2
@@ -499,6 +508,9 @@ def _largest_gap(step: Step) -> tuple[int, int] | None:
     return best
 
 
+EXTRA_PLACES = ("start", "middle", "end")
+
+
 def fsdp_run(
     world_size: int = 8,
     steps: int = 4,
@@ -521,6 +533,7 @@ def fsdp_run(
     optimizer_launch_us: float = 9.0,
     slow_ranks: Mapping[int, float] | None = None,
     slow_steps: Collection[int] | None = None,
+    extra_kernel: tuple[str, float, str] | None = None,
 ) -> RunSpec:
     """An FSDP-style run: steps complete steps (plus one incomplete one) on every rank.
 
@@ -551,9 +564,20 @@ def fsdp_run(
     than the GPU's queued work with ``step_end_sync=False``: the GPU waits for the data
     loader); ``optimizer_launch_us`` above the Adam kernels' 33.1 µs makes the GPU wait for the
     CPU's launches (host-bound gaps).
+
+    ``extra_kernel=(name, us, where)``: one more compute kernel in every step, at its
+    ``start`` (before the forward pass), in the ``middle`` (between forward and backward) or
+    at its ``end`` (before the optimizer): a kernel a change added, for compare's diff by
+    kernel (its truth: the same run without it).
     """
     if world_size < 1 or steps < 1 or layers < 1 or scale < 1:
         raise ValueError("world_size, steps, layers and scale must all be >= 1")
+    if extra_kernel is not None and (
+        extra_kernel[2] not in EXTRA_PLACES or not extra_kernel[1] > 0 or not extra_kernel[0]
+    ):
+        raise ValueError(
+            f"extra_kernel {extra_kernel!r}: (name, µs > 0, one of {', '.join(EXTRA_PLACES)})"
+        )
     builder = _Builder(
         layers,
         scale,
@@ -562,6 +586,7 @@ def fsdp_run(
         dataloader_us=dataloader_us,
         step_end_sync=step_end_sync,
         optimizer_launch_us=optimizer_launch_us,
+        extra_kernel=extra_kernel,
     )
     total = steps + (1 if partial_last_step else 0)
     for i in range(total):

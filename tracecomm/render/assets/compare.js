@@ -20,6 +20,10 @@
     return (ns > 0 ? "+" : ns < 0 ? "−" : "±") + (Math.abs(ns) / 1e6).toFixed(3);
   }
   function pct(x) { return has(x) ? x.toFixed(1) + " %" : "–"; }
+  function signedPct(x) {
+    if (!has(x)) return "–";
+    return (x > 0 ? "+" : x < 0 ? "−" : "±") + Math.abs(x).toFixed(1) + " %";
+  }
   function num(x, d) { return has(x) ? x.toLocaleString("en-US", { maximumFractionDigits: d || 0 }) : "–"; }
   function change(c, points, name) {
     if (!c) return "";
@@ -313,23 +317,65 @@
       if (!c.rows.length) { s.appendChild(el("p", { class: "empty" }, "No collective in either run.")); return; }
       function side(f, fn) { return f ? fn(f) : "–"; }
       function both(r, fn) { return side(r.base, fn) + " → " + side(r.run, fn); }
-      s.appendChild(table("collectives-" + p.run, ["collective", "group", "size", "calls/step",
-        "time/step ms", "Δ ms", "transfer/step ms", "busbw GB/s"], c.rows.slice(0, 12).map(function (r) {
-        return { attrs: { "data-type": r.coll_type }, cells: [r.coll_type, r.group, r.size_bucket,
+      s.appendChild(table("collectives-" + p.run, ["collective", "group", "size", "status",
+        "calls/step", "time/step ms", "Δ ms", "transfer/step ms", "wait/step ms", "busbw GB/s"],
+        c.rows.slice(0, 12).map(function (r) {
+        return { attrs: { "data-type": r.coll_type, "data-status": r.status },
+          cells: [r.coll_type, r.group, r.size_bucket, r.status,
           both(r, function (f) { return f.calls_per_step.toFixed(1); }),
           both(r, function (f) { return ms(f.time_per_step_ns); }),
           signedMs(r.delta_time_per_step_ns),
           both(r, function (f) { return ms(f.transfer_per_step_ns); }),
+          both(r, function (f) { return ms(f.wait_per_step_ns); }),
           both(r, function (f) { return has(f.busbw_gbps) ? f.busbw_gbps.toPrecision(3) : "–"; })] };
       })));
       if (c.note) s.appendChild(el("p", { class: "explain" }, "Note: " + c.note));
-      if (p.kernels && p.kernels.missing) {
-        s.appendChild(el("p", { class: "explain" }, "By kernel: " + p.kernels.missing));
-      }
     });
   }
 
-  // ---- 5. projection against measurement ---------------------------------------------
+  // ---- 5. kernels -------------------------------------------------------------------
+  var KERNEL_ROWS = 10, KERNEL_NAME_CHARS = 72;
+  function shortName(name) {
+    return name.length <= KERNEL_NAME_CHARS ? name : name.slice(0, KERNEL_NAME_CHARS - 1) + "…";
+  }
+  function kernels() {
+    var s = section("kernels", "Largest changes by kernel",
+      "Per step of each run's median rank, largest change in time first: calls, time (the " +
+      "calls' durations summed) and the part of it exposed on the step's partition " +
+      "(metrics.md §3: not hidden behind a kernel of a higher class), with the share of the " +
+      "step change that exposed change makes. † paired with a name that differs only in " +
+      "template arguments, parameters or a launch-bounds suffix. Every change: the JSON, or " +
+      "--table kernel-changes.");
+    var pairs = doc.pairs || [];
+    if (!pairs.some(function (p) { return p.kernels && !p.kernels.missing; })) {
+      empty(s, "No per-kernel statistics: " + ((pairs[0] || {}).kernels || {}).missing);
+      return;
+    }
+    pairs.forEach(function (p) {
+      var k = p.kernels;
+      s.appendChild(el("h3", null, runs[p.run].label + " against " + runs[p.baseline].label));
+      if (k.missing) { s.appendChild(el("p", { class: "empty" }, "By kernel: " + k.missing)); return; }
+      if (!k.changes.length) { s.appendChild(el("p", { class: "empty" }, "No kernel changed.")); return; }
+      function both(v, fn) {
+        return v.map(function (x) { return has(x) ? fn(x) : "–"; }).join(" → ");
+      }
+      var shown = k.changes.slice(0, KERNEL_ROWS);
+      s.appendChild(el("p", { class: "explain" }, shown.length + " of " + k.changes.length +
+        " changes; Δ step of the median rank " + signedMs(k.step_change_ns) + " ms, of it " +
+        signedMs(k.delta_not_kernels_ns) + " ms in no kernel (idle, unlinked work)."));
+      s.appendChild(table("kernels-" + p.run, ["kernel", "class", "status", "calls/step",
+        "time/step ms", "Δ ms", "Δ exposed ms", "of Δ step"], shown.map(function (c) {
+        var status = c.status + (c.paired_by === "family" ? " †" : "");
+        return { attrs: { "data-kernel": c.name, "data-status": c.status },
+          cells: [shortName(c.name), c["class"], status,
+            both(c.calls, function (x) { return x.toFixed(1); }), both(c.time_ns, ms),
+            signedMs(c.delta_ns), signedMs(c.delta_exposed_ns), signedPct(c.step_change_share_pct)] };
+      })));
+      if (k.note) s.appendChild(el("p", { class: "explain" }, "Note: " + k.note));
+    });
+  }
+
+  // ---- 6. projection against measurement ---------------------------------------------
   function projection() {
     var s = section("projection", "Projection against measurement",
       "The first run's scaling projection (metrics.md §11, an estimate) at the other runs' " +
@@ -357,5 +403,5 @@
       "--format json` gives the same figures."));
   }
 
-  D.drawPage(root, [headline, runTable, scaling, decomposition, collectives, projection], footer);
+  D.drawPage(root, [headline, runTable, scaling, decomposition, collectives, kernels, projection], footer);
 }());
