@@ -19,6 +19,7 @@ import tracecomm
 from tests.conftest import REPO
 from tracecomm.cli import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, app
 from tracecomm.errors import UsageError
+from tracecomm.synth.fsdp import fsdp_run
 from tracecomm.synth.series import before_after, scaling_series
 from tracecomm.synth.writer import write_run
 
@@ -189,6 +190,39 @@ def test_before_and_after_in_every_format(runs: dict[str, Path], tmp_path: Path)
     start = html.index('id="tracecomm-data">') + len('id="tracecomm-data">')
     embedded = json.loads(html[start : html.index("</script>", start)])
     jsonschema.validate(embedded, SCHEMA)
+
+
+def test_a_kernel_built_for_another_dtype_is_one_marked_change(tmp_path: Path) -> None:
+    """Three runs, each diffed against the first: a kernel inserted in the middle of the step
+    (``new``), then the same kernel for another dtype (paired by family, marked), in JSON
+    valid against the schema, the terminal, Markdown and the CSV."""
+    float_k, half_k = "void scale<float>(float*)", "void scale<c10::Half>(c10::Half*)"
+    for name, extra in (("a", None), ("b", (float_k, 150.0, "middle"))):
+        write_run(fsdp_run(8, steps=3, extra_kernel=extra), tmp_path / name)
+    write_run(fsdp_run(8, steps=3, extra_kernel=(half_k, 90.0, "middle")), tmp_path / "c")
+    folders = [tmp_path / n for n in ("b", "c", "a")]
+    doc = compared(*folders, "--keep-order")
+    first, second = (p["kernels"] for p in doc["pairs"])
+    top = first["changes"][0]
+    assert (top["name"], top["baseline_name"], top["paired_by"]) == (half_k, float_k, "family")
+    assert (doc["pairs"][1]["kernels"]["changes"][0]["status"], second["changes"][0]["name"]) == (
+        "gone",
+        float_k,
+    )
+    for k in (first, second):
+        exposed = sum(c["delta_exposed_ns"] for c in k["changes"])
+        assert exposed + k["delta_not_kernels_ns"] == pytest.approx(k["step_change_ns"])
+    shown = runner.invoke(app, ["compare", *map(str, folders), "--keep-order", "-q"]).stdout
+    assert "changed †" in shown and "template arguments" in shown
+    md = runner.invoke(app, ["compare", *map(str, folders), "--keep-order", "-f", "markdown"])
+    assert "| changed † |" in md.stdout
+    table = runner.invoke(
+        app, ["compare", *map(str, folders), "--keep-order", "--table", "kernel-changes"]
+    )
+    rows = list(csv.DictReader(io.StringIO(table.stdout)))
+    family = next(r for r in rows if r["paired_by"] == "family")
+    assert (family["name"], family["baseline_name"]) == (half_k, float_k)
+    assert float(family["delta_exposed_ns"]) == top["delta_exposed_ns"]
 
 
 def test_the_python_api(runs: dict[str, Path]) -> None:
