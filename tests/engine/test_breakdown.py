@@ -209,3 +209,23 @@ def test_gpu_annotation_outranks_the_cpu_op_for_the_type(tmp_path: Path) -> None
     bd = breakdown(load_rank(write_trace(tmp_path / "rank0.json", trace_doc(events))))
     assert bd.window is not None
     assert [t.coll_type for t in bd.window.by_type] == ["ReduceScatter"]
+
+
+def test_a_groups_rank_list_travels_once_per_rank(tmp_path: Path) -> None:
+    """The rank list spells out every member of the group: on each instance it made what a
+    rank hands over grow with the world size (1,024 ranks: 1 MB a rank). Once per rank, in a
+    column built anew (a masked one still pickles the buffers it hid)."""
+    import pickle
+
+    from tracecomm.engine.partition import breakdown_and_views
+    from tracecomm.synth.fsdp import fsdp_run
+    from tracecomm.synth.writer import write_run
+
+    write_run(fsdp_run(64, steps=2), tmp_path / "run")
+    rank = load_rank(tmp_path / "run" / "rank0.pt.trace.json.gz")
+    instances = breakdown_and_views(rank)[0].collectives
+    assert instances is not None and instances.height > 20
+    listed = instances["pg_ranks"].drop_nulls()
+    assert listed.to_list() == ["[" + ", ".join(str(r) for r in range(64)) + "]"]
+    column = len(pickle.dumps(instances["pg_ranks"]))
+    assert column < 2 * len(listed[0]) + 2_000

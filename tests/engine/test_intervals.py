@@ -1,8 +1,9 @@
 import random
 
 import numpy as np
+import pytest
 
-from tracecomm.engine.intervals import coverage, measure
+from tracecomm.engine.intervals import coverage, exposed_shares, measure
 
 
 def _brute(
@@ -44,3 +45,35 @@ def test_empty_input_measures_zero() -> None:
     cov = coverage(empty, empty, empty, 3)
     got = measure(cov, cov.covered[:, 0], np.array([0]), np.array([100]))
     assert got.tolist() == [0]
+
+
+def _brute_shares(intervals: list[tuple[int, int, int]]) -> list[float]:
+    """Each ns goes to the intervals of the lowest class covering it, split evenly."""
+    shares = [0.0] * len(intervals)
+    for t in range(0, 300):
+        inside = [i for i, (s, e, _) in enumerate(intervals) if s <= t < e]
+        if not inside:
+            continue
+        top = min(intervals[i][2] for i in inside)
+        owners = [i for i in inside if intervals[i][2] == top]
+        for i in owners:
+            shares[i] += 1 / len(owners)
+    return shares
+
+
+def test_exposed_shares_match_brute_force_and_add_up_to_the_union() -> None:
+    rng = random.Random(11)
+    for _ in range(60):
+        intervals = []
+        for _ in range(rng.randint(0, 10)):
+            s = rng.randint(0, 200)
+            intervals.append((s, s + rng.randint(0, 60), rng.randint(0, 2)))
+        starts = np.array([i[0] for i in intervals], dtype=np.int64)
+        ends = np.array([i[1] for i in intervals], dtype=np.int64)
+        ranks = np.array([i[2] for i in intervals], dtype=np.int64)
+        got = exposed_shares(starts, ends, ranks, 3)
+        assert got.tolist() == pytest.approx(_brute_shares(intervals)), intervals
+        union = sum(1 for t in range(300) if any(s <= t < e for s, e, _ in intervals))
+        assert got.sum() == pytest.approx(union)
+        # a share is never more than the interval's own length
+        assert (got <= ends - starts + 1e-9).all()

@@ -114,7 +114,25 @@ def collective_instances(linked: pl.DataFrame, work: pl.DataFrame | None = None)
         )
         .select(list(INSTANCE_SCHEMA))
         .cast(INSTANCE_SCHEMA)  # type: ignore[arg-type]
+        .pipe(_ranks_listed_once)
     )
+
+
+def _ranks_listed_once(instances: pl.DataFrame) -> pl.DataFrame:
+    """A group's rank list on its first instance only (cross-rank matching reads the first it
+    finds). The list spells out every member: kept on each instance, what a rank hands over
+    grew with the world size (1,024 ranks: 5 KB an instance, 1 MB a rank, 1 GB in the
+    parent). Built anew in Python, not masked by a query: a masked string column still
+    carries (and pickles) the buffers of the values it hid; no query either (a rank's
+    queries are counted, tests/run/test_query_count.py)."""
+    seen: set[str] = set()
+    listed = []
+    for ranks in instances["pg_ranks"].to_list():
+        listed.append(ranks if ranks is not None and ranks not in seen else None)
+        if ranks is not None:
+            seen.add(ranks)
+    column = instances.get_column_index("pg_ranks")
+    return instances.replace_column(column, pl.Series("pg_ranks", listed, dtype=pl.String))
 
 
 _MAX_ROWS = 2**40  # rows per peer past any real exchange: a crafted number, not a split
@@ -442,6 +460,7 @@ def gloo_instances(
         )
         .select(list(INSTANCE_SCHEMA))
         .cast(INSTANCE_SCHEMA)  # type: ignore[arg-type]
+        .pipe(_ranks_listed_once)
     )
 
 

@@ -109,10 +109,11 @@ def kernel_steps(work: pl.DataFrame) -> tuple[KernelStep, ...]:
     call among the step's names (metrics.md §18)."""
     if work.height == 0:
         return ()
+    cls = work["cls"].to_numpy()  # numpy, not a query: a rank's queries are counted
     exposed = exposed_shares(
         work["start_ns"].to_numpy(),
         work["end_ns"].to_numpy(),
-        work["cls"].replace_strict(_CLASS_ORDER, default=len(_CLASS_ORDER)).to_numpy(),
+        np.select([cls == c for c in _CLASS_ORDER], list(_CLASS_ORDER.values()), len(_CLASS_ORDER)),
         len(_CLASS_ORDER),
     )
     per = (
