@@ -18,16 +18,24 @@ def _brute(
     return total
 
 
+Intervals = list[tuple[int, int, int]]
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _random_intervals(rng: random.Random, most: int, labels: int) -> tuple[Intervals, Arrays]:
+    """Up to ``most`` intervals in [0, 260) with labels below ``labels``, and as arrays."""
+    intervals = []
+    for _ in range(rng.randint(0, most)):
+        s = rng.randint(0, 200)
+        intervals.append((s, s + rng.randint(0, 60), rng.randint(0, labels - 1)))
+    columns = (np.array([i[k] for i in intervals], dtype=np.int64) for k in range(3))
+    return intervals, tuple(columns)  # type: ignore[return-value]
+
+
 def test_measure_matches_brute_force_on_random_intervals() -> None:
     rng = random.Random(7)
     for _ in range(60):
-        intervals = []
-        for _ in range(rng.randint(0, 12)):
-            s = rng.randint(0, 200)
-            intervals.append((s, s + rng.randint(0, 60), rng.randint(0, 1)))
-        starts = np.array([i[0] for i in intervals], dtype=np.int64)
-        ends = np.array([i[1] for i in intervals], dtype=np.int64)
-        labels = np.array([i[2] for i in intervals], dtype=np.int64)
+        intervals, (starts, ends, labels) = _random_intervals(rng, 12, 2)
         cov = coverage(starts, ends, labels, 2)
         windows = [(rng.randint(-20, 150), 0) for _ in range(5)]
         windows = [(lo, lo + rng.randint(0, 120)) for lo, _ in windows]
@@ -64,13 +72,7 @@ def _brute_shares(intervals: list[tuple[int, int, int]]) -> list[float]:
 def test_exposed_shares_match_brute_force_and_add_up_to_the_union() -> None:
     rng = random.Random(11)
     for _ in range(60):
-        intervals = []
-        for _ in range(rng.randint(0, 10)):
-            s = rng.randint(0, 200)
-            intervals.append((s, s + rng.randint(0, 60), rng.randint(0, 2)))
-        starts = np.array([i[0] for i in intervals], dtype=np.int64)
-        ends = np.array([i[1] for i in intervals], dtype=np.int64)
-        ranks = np.array([i[2] for i in intervals], dtype=np.int64)
+        intervals, (starts, ends, ranks) = _random_intervals(rng, 10, 3)
         got = exposed_shares(starts, ends, ranks, 3)
         assert got.tolist() == pytest.approx(_brute_shares(intervals)), intervals
         union = sum(1 for t in range(300) if any(s <= t < e for s, e, _ in intervals))
