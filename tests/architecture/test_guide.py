@@ -16,7 +16,8 @@ above it (``<!-- not run: why -->``, ``<!-- columns: N -->``):
   of the workflow in examples/.
 
 A block that cannot run here (a GPU job, a cluster, HTA itself) says why in ``not run``; the
-tests fail on an unmarked block they cannot run. Commands on ../shared/data skip without it.
+tests fail on an unmarked block they cannot run. Commands on ../shared/data skip without it;
+without jq, a piped command runs unfiltered.
 """
 
 from __future__ import annotations
@@ -278,8 +279,8 @@ def run_fresh(line: str, columns: int) -> tuple[int, str, str]:
         code, out, err = invoke(stages[0], columns)
         for stage in stages[1:]:
             assert stage[0] == "jq", f"{line}: only jq reads a pipe here"
-            if shutil.which("jq") is None:
-                pytest.skip("jq is not installed")
+            if shutil.which("jq") is None:  # the command still runs; its filter cannot
+                continue
             done = subprocess.run(stage, input=out, capture_output=True, text=True, timeout=60)
             assert done.returncode == 0, f"{line}: jq: {done.stderr}"
             out = done.stdout
