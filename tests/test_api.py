@@ -35,9 +35,8 @@ def test_the_readme_line_prints_the_per_rank_frame() -> None:
 
 
 def readme_example() -> str:
-    """The README's Python API example (it asks for ``jobs=2``: worker processes)."""
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Python API") :]
+    """The guide's Python API example, docs/api.md (it asks for ``jobs=2``: worker processes)."""
+    section = (REPO / "docs" / "api.md").read_text()
     start = section.index("```python") + len("```python\n")
     code = section[start : section.index("```", start)]
     assert "jobs=2" in code

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from tracecomm.cli import app
 
-# README "Exit codes": 0 ok, 1 regression / disagreement, 2 usage, 3 no input, 4 partial,
+# docs/analyze.md "Exit codes": 0 ok, 1 regression / disagreement, 2 usage, 3 no input, 4 partial,
 # 5 HTA failed, 74 output not written. 70 would mean a bug in tracecomm.
 DOCUMENTED = {0, 1, 2, 3, 4, 5, 74}
 SECONDS = 30  # a hang is a finding

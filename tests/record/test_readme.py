@@ -1,4 +1,4 @@
-"""README's "Recording a run" examples, run as written: the helper's and plain
+"""The guide's "Record a run" examples (docs/record.md), run as written: the helper's and plain
 torch.profiler's give traces of steps 10-13 that analyze reads."""
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from tests.record.conftest import need_torch
 
 
 def recording_examples() -> list[str]:
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Recording a run\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+    page = (REPO / "docs" / "record.md").read_text()
+    return re.findall(r"```python\n(.*?)```", page, re.S)
 
 
 @pytest.mark.parametrize("example", [0, 1], ids=["tracecomm.profile", "torch.profiler"])

@@ -306,7 +306,7 @@ def test_after_an_nccl_process_group_rank_0_says_what_the_launcher_sets(
     assert "NCCL_DEBUG" not in os.environ  # too late to take effect: not set
     assert lines[0].startswith(
         "tracecomm.profile: rank 0: NCCL log and Flight Recorder: the process group exists "
-        "already; set in the launcher's environment (README, 'Recording a run'): NCCL_DEBUG=INFO "
+        "already; set in the launcher's environment (docs/record.md): NCCL_DEBUG=INFO "
     )
     assert f"NCCL_DEBUG_FILE={tmp_path}/nccl.%h.%p.log" in lines[0]
 

@@ -1,4 +1,4 @@
-"""Exit codes (README, "Exit codes") and the one error style: ``tracecomm: error: …``."""
+"""Exit codes (docs/analyze.md, "Exit codes") and the one error style: ``tracecomm: error: …``."""
 
 from __future__ import annotations
 

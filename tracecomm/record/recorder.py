@@ -316,7 +316,7 @@ class Recorder:
             exports = " ".join(f"{k}={shlex.quote(wanted[k])}" for k in late)
             self._say(
                 "NCCL log and Flight Recorder: the process group exists already; set in the "
-                f"launcher's environment (README, 'Recording a run'): {exports}"
+                f"launcher's environment (docs/record.md): {exports}"
             )
 
     def _listen(self) -> None:

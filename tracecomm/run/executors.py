@@ -63,7 +63,7 @@ def parse_executor(text: str | None) -> ExecutorSpec:
     if low == "ray" or low.startswith("ray://"):
         raise UsageError(
             f"--executor {value}: Ray is not supported yet; use dask or dask://host:port "
-            "(README, 'Beyond one machine')"
+            "(docs/scale-out.md)"
         )
     raise UsageError(f"--executor {value}: expected local, dask or dask://host:port")
 
