@@ -29,7 +29,7 @@ def generate(out: Path, ranks: int) -> Path:
         subprocess.run(
             [sys.executable, "-m", "tracecomm.synth", str(run), "--ranks", str(ranks), "--force"],
             check=True,
-            stdout=subprocess.DEVNULL,
+            capture_output=True,  # the generator lists every file it writes
         )
     return run
 
