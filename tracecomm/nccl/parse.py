@@ -413,7 +413,7 @@ def _flush(log: NcclLog, state: _State) -> None:
         state.pending = None
     if state.torn_head is not None:  # the log ends before its tail
         state.torn_head = None
-        state.tears.torn += 1
+        state.tears.torn += state.torn_certain
     if state.tears.torn:
         log.tears[len(log.paths)] = replace(state.tears)
 
@@ -621,8 +621,8 @@ def _records(
             continue  # the tail of a real host's name: the rest of a record whose head is lost
         record = line if len(heads) == 1 else line[h.start : end].rstrip()
         _read_record(log, state, h.match, h.host, msg, record)
-    if not cut.strip():
-        return at
+    if not split_launcher(cut)[1].strip():
+        return at  # nothing before the first record but a launcher's tag
     return _recover(log, state, cut, certain, lines, at, n)
 
 
