@@ -285,8 +285,8 @@ class _Hosts:
     def _resolve(self, name: str) -> str | None:
         floor = _DOMINANT * max(self.counts.get(name, 0), 1)
         for i in range(1, len(name)):  # the longest real name it ends with
-            if self.counts.get(name[i:], 0) >= floor:
-                return name[i:]
+            if self.counts.get(name[i:], 0) >= floor and self.resolve(name[i:]) == name[i:]:
+                return name[i:]  # (a name itself glued to a real one is no real name)
         for leader, n in self._leaders:
             if n < floor:
                 break
@@ -367,7 +367,8 @@ def _parse_block(text: str, log: NcclLog, state: _State) -> None:
     single = (cand.str.count_matches(_MARK) <= 1) & ~parts["field_0"].str.contains(
         _PARTIAL_PREFIX
     ).fill_null(False)
-    state.hosts.add(head["host"].filter(single).drop_nulls().value_counts().iter_rows())
+    # the host of each line's first prefix: on a line with a torn record, the cut record's own
+    state.hosts.add(head["host"].drop_nulls().value_counts().iter_rows())
     if state.torn_head is not None and n > 0:
         skip_to = max(skip_to, _continue_torn(log, state, _clean(lines[0])))
     trusted = head["host"].is_in(_trusted_hosts(state.hosts, head["host"].unique().drop_nulls()))
