@@ -34,15 +34,24 @@ POINT_TO_POINT = ("Send", "Recv", "PutSignal", "Signal", "WaitSignal")
 MIN_PEERS = 3
 
 
-def damaged(colls: pl.DataFrame, inits: Sequence[CommInit]) -> pl.Series:
-    """Which rows of ``colls`` (COLL_SCHEMA) are damaged records."""
-    frame = colls.join(
-        _comm_ids(inits), on=["host", "pid", "comm"], how="left", maintain_order="left"
+def count_damaged(colls: pl.DataFrame, inits: Sequence[CommInit]) -> int:
+    """How many rows of ``colls`` (COLL_SCHEMA) are damaged records. Counted by groups, never
+    by a mask over the rows: a log's COLL records can be millions."""
+    frame = colls.lazy().select(
+        "host", "pid", "comm", "op", "op_count", "count", "datatype", "nranks"
     )
+    ids = _comm_ids(inits)
+    if ids.height:
+        frame = frame.join(ids.lazy(), on=["host", "pid", "comm"], how="left")
+    else:
+        frame = frame.with_columns(comm_id=pl.lit(None, dtype=pl.String))
     frame = frame.with_columns(
-        comm_key=pl.coalesce("comm_id", pl.format("nranks {}", pl.col("nranks")))
+        too_large=_too_large(),
+        # one number per process: host and pid hashed together (a collision merges two)
+        proc=pl.col("host").hash(seed=1) ^ pl.col("pid").hash(seed=2),
     )
-    return frame.select((_too_large() | _count_alone()).alias("damaged"))["damaged"]
+    large = frame.select(pl.col("too_large").sum()).collect().item()
+    return int(large) + _counts_alone(frame.filter(~pl.col("too_large")))
 
 
 def _comm_ids(inits: Sequence[CommInit]) -> pl.DataFrame:
@@ -62,9 +71,16 @@ def _too_large() -> pl.Expr:
     return pl.col("count").cast(pl.Float64) * size * ranks.cast(pl.Float64) > DEVICE_BYTES
 
 
-def _count_alone() -> pl.Expr:
-    collective = ["comm_key", "op", "op_count"]
-    proc = pl.struct("host", "pid")
-    peers = proc.n_unique().over(collective)
-    sharing = proc.n_unique().over([*collective, "count"])
-    return ~pl.col("op").is_in(POINT_TO_POINT) & (peers >= MIN_PEERS) & (sharing == 1)
+def _counts_alone(frame: pl.LazyFrame) -> int:
+    """Records whose count no other process of the collective has, where MIN_PEERS or more
+    processes logged the collective (comm, op, opCount)."""
+    collective = ["comm_id", "nranks", "op", "op_count"]
+    frame = frame.filter(~pl.col("op").is_in(POINT_TO_POINT))
+    peers = frame.group_by(collective).agg(peers=pl.col("proc").n_unique())
+    counts = frame.group_by([*collective, "count"]).agg(
+        sharing=pl.col("proc").n_unique(), records=pl.len()
+    )
+    alone = counts.join(peers, on=collective, how="inner", nulls_equal=True).filter(
+        (pl.col("peers") >= MIN_PEERS) & (pl.col("sharing") == 1)
+    )
+    return int(alone.select(pl.col("records").sum()).collect().item() or 0)

@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 from msgspec import Meta
 
 from tracecomm.doc import Doc, NonNegative
-from tracecomm.nccl.damage import damaged
+from tracecomm.nccl.damage import count_damaged
 from tracecomm.nccl.flight import Divergence, FrDump, divergences
 from tracecomm.nccl.model import NO_PROC, NcclLog, PgRef, Proc, VersionRecord, WatchdogRecord
 from tracecomm.nccl.parse import NOTICE_KINDS
@@ -209,7 +209,7 @@ def summarize(log: NcclLog, dumps: Sequence[FrDump] = ()) -> NcclSummary:
         networks[net].add(host)
     procs = [p for p in log.procs if p != NO_PROC]
     colls = log.colls
-    broken = int(damaged(colls, log.inits).sum())
+    broken = count_damaged(colls, log.inits)
     watchdog_ranks = {_rank_of(w, log)[0] for w in log.watchdog} - {None}
     return NcclSummary(
         files=tuple(log.paths),

@@ -252,6 +252,7 @@ _COMPLETE_END = re.compile(r"(?:\d|timing out|\)|seconds|monitoring enqueued col
 # record makes a fragment once.
 _DOMINANT = 4
 _MAX_HOSTS = 65_536  # distinct names counted (a hostile log may invent one per line)
+_HOST_CHARS = 253  # the longest name a prefix can hold (_HOST)
 _LEADERS = 64  # the most frequent names, against which a name is checked for being a tail
 
 
@@ -368,7 +369,8 @@ def _parse_block(text: str, log: NcclLog, state: _State) -> None:
         _PARTIAL_PREFIX
     ).fill_null(False)
     # the host of each line's first prefix: on a line with a torn record, the cut record's own
-    state.hosts.add(head["host"].drop_nulls().value_counts().iter_rows())
+    names = head["host"].drop_nulls()
+    state.hosts.add(names.filter(names.str.len_chars() <= _HOST_CHARS).value_counts().iter_rows())
     if state.torn_head is not None and n > 0:
         skip_to = max(skip_to, _continue_torn(log, state, _clean(lines[0])))
     trusted = head["host"].is_in(_trusted_hosts(state.hosts, head["host"].unique().drop_nulls()))
@@ -389,9 +391,9 @@ def _trusted_hosts(hosts: _Hosts, names: pl.Series) -> list[str]:
     return [
         name
         for name in names.to_list()
-        if hosts.resolve(name) == name
-        and _HOST_ONLY.fullmatch(name) is not None
+        if _HOST_ONLY.fullmatch(name) is not None  # first: it bounds the name's length
         and quote(name, 128) == name
+        and hosts.resolve(name) == name
     ]
 
 
