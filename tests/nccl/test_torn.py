@@ -193,7 +193,7 @@ def test_every_record_torn_still_names_only_the_real_host() -> None:
     # no line is whole: the host is told from fragments by the cut records' own prefixes
     # ("nn136-081-017", a cut after the host's first letter, is frequent here, yet glued)
     spec = dataclasses.replace(COLL_ONLY, tear_rate=1.0, truths={})
-    log, s = read(spec)
+    _, s = read(spec)
     _, truth = read(COLL_ONLY)
     assert spec.truths["torn_records"] == 1600
     assert (s.hosts, s.processes, s.ranks) == (truth.hosts, truth.processes, truth.ranks)

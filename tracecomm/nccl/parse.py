@@ -74,9 +74,6 @@ _NOISE = (
     r"\x1b\[[0-9;?]*[A-Za-z]|(?:^|[ \t])\[\d{1,3}(?:;\d{1,3})*m|[ \t]*\[repeated \d+x across "
     r"cluster\]|\*\*|`"
 )
-# One per record prefix: a line with two holds a record that another one cut (or a paste that
-# lost its line ends).
-_MARK = r" NCCL (?:INFO|WARN|CALL|TRACE|ABORT)(?: |$)"
 # What a cut record leaves before the next record's prefix when it was cut after a space
 # (``host:pid:tid [3] ``, ``… [3] NCCL ``) or before a launcher tag: such a line is read the
 # Python way.
@@ -365,9 +362,8 @@ def _parse_block(text: str, log: NcclLog, state: _State) -> None:
     parts = cand.str.split_exact(" NCCL INFO ", 1).struct.unnest()
     head = parts["field_0"].str.extract_groups(_HEAD).struct.unnest()
     # one record prefix, nothing of another before it: no torn record on the line
-    single = (cand.str.count_matches(_MARK) <= 1) & ~parts["field_0"].str.contains(
-        _PARTIAL_PREFIX
-    ).fill_null(False)
+    prefixes = cand.str.count_matches(" NCCL ", literal=True)  # (a version line has two)
+    single = (prefixes <= 1) & ~parts["field_0"].str.contains(_PARTIAL_PREFIX).fill_null(False)
     # the host of each line's first prefix: on a line with a torn record, the cut record's own
     names = head["host"].drop_nulls()
     state.hosts.add(names.filter(names.str.len_chars() <= _HOST_CHARS).value_counts().iter_rows())
