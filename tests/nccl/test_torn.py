@@ -7,18 +7,23 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import random
 from pathlib import Path
 
+import jsonschema
 import polars as pl
 import pytest
+from typer.testing import CliRunner
 
+from tracecomm.cli import EXIT_OK, app
 from tracecomm.nccl.diagnose import NcclSummary, summarize
 from tracecomm.nccl.discover import NcclInputs, analyze_nccl
 from tracecomm.nccl.model import NcclLog
 from tracecomm.nccl.parse import parse_stream, parse_text
 from tracecomm.synth.nccl_log import LogSpec, nccl_log, tear
 
+NCCL_SCHEMA = Path(__file__).parents[2] / "tracecomm" / "schema" / "nccl.schema.json"
 HOST = "n136-081-017"
 # the log: 16 ranks on one host, NCCL_DEBUG_SUBSYS=COLL, 200 collectives each
 COLL_ONLY = LogSpec(
@@ -198,3 +203,20 @@ def test_every_record_torn_still_names_only_the_real_host() -> None:
     assert spec.truths["torn_records"] == 1600
     assert (s.hosts, s.processes, s.ranks) == (truth.hosts, truth.processes, truth.ranks)
     assert (s.torn_records, s.torn_recovered, s.colls) == (1600, 1600, 3200)
+
+
+def test_the_command_warns_once_and_writes_the_counts(tmp_path: Path) -> None:
+    spec = dataclasses.replace(COLL_ONLY, tear_rate=0.01, truths={})
+    log = tmp_path / "job.out"
+    log.write_bytes(nccl_log(spec))
+    result = CliRunner().invoke(app, ["nccl", str(log), "--format", "json"])
+    assert result.exit_code == EXIT_OK, result.stderr
+    n = spec.truths["torn_records"]
+    (warning,) = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert f"{log}: {n} NCCL records torn" in warning and "NCCL_DEBUG_FILE=" in warning
+    doc = json.loads(result.stdout)
+    jsonschema.validate(doc, json.loads(NCCL_SCHEMA.read_text()))
+    s = doc["nccl"]
+    assert (s["processes"], s["hosts"], s["colls"]) == (16, [HOST], 3200)
+    assert (s["torn_records"], s["torn_recovered"], s["damaged_records"]) == (n, n, 0)
+    assert doc["warnings"] == [warning.split("warning: ", 1)[1]]
