@@ -220,3 +220,20 @@ def test_the_command_warns_once_and_writes_the_counts(tmp_path: Path) -> None:
     assert (s["processes"], s["hosts"], s["colls"]) == (16, [HOST], 3200)
     assert (s["torn_records"], s["torn_recovered"], s["damaged_records"]) == (n, n, 0)
     assert doc["warnings"] == [warning.split("warning: ", 1)[1]]
+
+
+@pytest.mark.parametrize(("frequent", "rare"), [("node1", "gpunode1"), ("gpunode1", "node1")])
+def test_a_host_named_like_the_end_of_another_is_a_host(frequent: str, rare: str) -> None:
+    # a far rarer name that ends with a frequent one, or that a frequent one ends with, is a
+    # host of its own when it has processes of its own (its pid is not the frequent host's)
+    lines = [f"{frequent}:{100 + r % 4}:{100 + r % 4} [0] NCCL INFO {COLL_A}" for r in range(40)]
+    lines += [f"{rare}:200:200 [0] NCCL INFO {COLL_A}" for _ in range(8)]
+    log = parse_text("\n".join(lines) + "\n")
+    assert log.procs == {
+        (frequent, 100): 10,
+        (frequent, 101): 10,
+        (frequent, 102): 10,
+        (frequent, 103): 10,
+        (rare, 200): 8,
+    }
+    assert log.colls.height == 48 and log.tears == {}

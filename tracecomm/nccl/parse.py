@@ -250,40 +250,65 @@ _COMPLETE_END = re.compile(r"(?:\d|timing out|\)|seconds|monitoring enqueued col
 _DOMINANT = 4
 _MAX_HOSTS = 65_536  # distinct names counted (a hostile log may invent one per line)
 _HOST_CHARS = 253  # the longest name a prefix can hold (_HOST)
+_MAX_PAIRS = 1 << 20  # (host, pid) pairs remembered
+_OWN_LINES = 8  # lines a process prints before its name can be no fragment
 _LEADERS = 64  # the most frequent names, against which a name is checked for being a tail
 
 
 @dataclass
 class _Hosts:
-    """How often each host name starts a line that holds one record: the evidence that tells
-    a host from a fragment. When another process's record cuts a record, the cut head runs into
+    """How often each host name starts a line, and with which pids: the evidence that tells a
+    host from a fragment. When another process's record cuts a record, the cut head runs into
     the next record's host (``0x7f33f4030n136-081-017``), and a cut inside the host leaves a
-    tail line that starts with the name's last characters (``81-017:4123:4123 [3] …``)."""
+    tail line that starts with the name's last characters (``81-017:4123:4123 [3] …``). A
+    fragment is rare next to the real name, and its pid is a pid of the real name's: the next
+    record's (a glued head) or the cut record's (a tail), on a line or two. Two real hosts of
+    which one's name ends with the other's have processes of their own."""
 
     counts: Counter[str] = field(default_factory=Counter)
+    procs: Counter[tuple[str, int]] = field(default_factory=Counter)  # (host, pid) -> lines
     _leaders: list[tuple[str, int]] = field(default_factory=list)
     _memo: dict[str, str | None] = field(default_factory=dict)
 
-    def add(self, seen: Iterable[tuple[str, int]]) -> None:
-        for host, n in seen:
+    def add(self, seen: Iterable[tuple[str, int, int]]) -> None:
+        """(host, pid, lines) of a block."""
+        for host, pid, n in seen:
             if host in self.counts or len(self.counts) < _MAX_HOSTS:
                 self.counts[host] += n
+            if (host, pid) in self.procs or len(self.procs) < _MAX_PAIRS:
+                self.procs[(host, pid)] += n
         self._leaders = self.counts.most_common(_LEADERS)
         self._memo.clear()
 
-    def resolve(self, name: str) -> str | None:
-        """The host a prefix names: the name itself, the real host it ends with when a cut
-        record's head is glued in front of it, or None when it is the tail of a real name."""
+    def resolve(self, name: str, pid: int) -> str | None:
+        """The host a prefix (``name:pid:…``) names: the name itself, the real host it ends
+        with when a cut record's head is glued in front of it, or None when it is the tail of a
+        real name. A process of its own (many lines, a pid the real name's host does not
+        have) keeps its name."""
+        named = self.named(name)
+        if named == name:
+            return name
+        own = self.procs.get((name, pid), 0) >= _OWN_LINES
+        if named is not None:
+            return name if own and (named, pid) not in self.procs else named
+        tail_of = [
+            leader for leader, _ in self._leaders if leader.endswith(name) and leader != name
+        ]
+        return name if own and all((leader, pid) not in self.procs for leader in tail_of) else None
+
+    def named(self, name: str) -> str | None:
+        """What the name alone suggests, whatever the pid: itself, the far more frequent real
+        name it ends with, or None when a far more frequent name ends with it."""
         if name not in self._memo:
             if len(self._memo) >= _MAX_HOSTS:
                 self._memo.clear()
-            self._memo[name] = self._resolve(name)
+            self._memo[name] = self._named(name)
         return self._memo[name]
 
-    def _resolve(self, name: str) -> str | None:
+    def _named(self, name: str) -> str | None:
         floor = _DOMINANT * max(self.counts.get(name, 0), 1)
         for i in range(1, len(name)):  # the longest real name it ends with
-            if self.counts.get(name[i:], 0) >= floor and self.resolve(name[i:]) == name[i:]:
+            if self.counts.get(name[i:], 0) >= floor and self.named(name[i:]) == name[i:]:
                 return name[i:]  # (a name itself glued to a real one is no real name)
         for leader, n in self._leaders:
             if n < floor:
@@ -365,8 +390,9 @@ def _parse_block(text: str, log: NcclLog, state: _State) -> None:
     prefixes = cand.str.count_matches(" NCCL ", literal=True)  # (a version line has two)
     single = (prefixes <= 1) & ~parts["field_0"].str.contains(_PARTIAL_PREFIX).fill_null(False)
     # the host of each line's first prefix: on a line with a torn record, the cut record's own
-    names = head["host"].drop_nulls()
-    state.hosts.add(names.filter(names.str.len_chars() <= _HOST_CHARS).value_counts().iter_rows())
+    procs = head.select("host", pid=pl.col("pid").cast(pl.Int64, strict=False)).drop_nulls()
+    procs = procs.filter(pl.col("host").str.len_chars() <= _HOST_CHARS)
+    state.hosts.add(procs.group_by("host", "pid").len().iter_rows())
     if state.torn_head is not None and n > 0:
         skip_to = max(skip_to, _continue_torn(log, state, _clean(lines[0])))
     trusted = head["host"].is_in(_trusted_hosts(state.hosts, head["host"].unique().drop_nulls()))
@@ -389,7 +415,7 @@ def _trusted_hosts(hosts: _Hosts, names: pl.Series) -> list[str]:
         for name in names.to_list()
         if _HOST_ONLY.fullmatch(name) is not None  # first: it bounds the name's length
         and quote(name, 128) == name
-        and hosts.resolve(name) == name
+        and hosts.named(name) == name  # not even a suspect: else read the Python way
     ]
 
 
@@ -579,7 +605,7 @@ class _Head:
 
 def _head(hosts: _Hosts, line: str, m: re.Match[str]) -> _Head:
     name = m.group(1) or ""
-    host = hosts.resolve(name) if name else ""
+    host = hosts.resolve(name, int(m.group(2))) if name else ""
     start = m.start() + len(name) - len(host) if host else m.start()
     window = max(0, start - 48)
     if (tag := _TRAILING_TAG.search(line[window:start])) is not None:
@@ -676,7 +702,7 @@ def _join(log: NcclLog, state: _State, cut: str, tail: str) -> bool:
     start, no other prefix, a message that is whole; and the tail names no real host itself
     (then it is a record of its own)."""
     if not tail or any(
-        m.group(1) and state.hosts.resolve(m.group(1)) == m.group(1)
+        m.group(1) and state.hosts.resolve(m.group(1), int(m.group(2))) == m.group(1)
         for m in itertools.islice(_LINE.finditer(tail), 4)
     ):
         return False
@@ -685,7 +711,7 @@ def _join(log: NcclLog, state: _State, cut: str, tail: str) -> bool:
     if (
         m is None
         or not m.group(1)
-        or state.hosts.resolve(m.group(1)) != m.group(1)
+        or state.hosts.resolve(m.group(1), int(m.group(2))) != m.group(1)
         or _LINE.search(rest, m.end()) is not None
     ):
         return False
