@@ -74,12 +74,16 @@ _NOISE = (
     r"\x1b\[[0-9;?]*[A-Za-z]|(?:^|[ \t])\[\d{1,3}(?:;\d{1,3})*m|[ \t]*\[repeated \d+x across "
     r"cluster\]|\*\*|`"
 )
-# What a cut record leaves before the next record's prefix when it was cut after a space
-# (``host:pid:tid [3] ``, ``… [3] NCCL ``) or before a launcher tag: such a line is read the
-# Python way.
-_PARTIAL_PREFIX = r":\d{1,10}:\d{1,10} .*:\d{1,10}:\d{1,10}|NCCL|\S\[\d{1,9},\d{1,9}\]<"
-_HEAD = (  # the part of a COLL line before " NCCL INFO ", after a space or a launcher tag
-    r"(?:^|[\s)]|[>\]]:)(?P<host>\[[^\s\[\]]+\]|<[^\s<>]+>|[^\s:\[\]<>]+):(?P<pid>\d{1,10}):\d{1,10}"
+# What a cut record leaves before the next record's prefix: a partial prefix cut after a space
+# (``host:pid:tid [3] ``, ``… [3] NCCL ``), text run into a launcher tag or into the host
+# (``[3]n136-…``, ``host:n136-…``; a tag's ``>:`` and ``]:`` are no such text). Such a line is
+# read the Python way.
+_PARTIAL_PREFIX = (
+    r":\d{1,10}:\d{1,10} .*:\d{1,10}:\d{1,10}|NCCL|\S\[\d{1,9},\d{1,9}\]<|\][^\s:<]"
+    r"|[^\s>\]]:[^\s:\[\]<>]+:\d{1,10}:\d{1,10}(?: \[\d+\])?$"
+)
+_HEAD = (  # the part of a COLL line before " NCCL INFO "
+    r"(?P<host>\[[^\s\[\]]+\]|<[^\s<>]+>|[^\s:\[\]<>]+):(?P<pid>\d{1,10}):\d{1,10}"
     r"(?: \[\d+\])?$"
 )
 
