@@ -5,7 +5,11 @@ one line per collective per rank) and parses it in this process, printing MB/s a
 to two baselines measured in the same run: ``grep -c 'NCCL INFO'`` over the file and a plain
 Python read + decode + line split of it.
 
-    python bench/nccl_parse.py [--hosts 8] [--colls 4000] [--repeat 3] [--out bench/out]
+    python bench/nccl_parse.py [--hosts 8] [--colls 4000] [--tear-rate 0.01] [--repeat 3]
+        [--out bench/out]
+
+``--tear-rate`` tears that share of the records as processes sharing one stdout do (the
+generator's ``LogSpec.tear_rate``; bench/nccl_torn.py measures the all-torn case by size).
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=8)
     parser.add_argument("--colls", type=int, default=4000, help="COLL lines per rank")
+    parser.add_argument(
+        "--tear-rate", type=float, default=0.0, help="share of records torn (0 to 1)"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = parser.parse_args()
@@ -58,8 +65,10 @@ def main() -> None:
         absent_rank=5,
         colls=args.colls,
         seed=7,
+        tear_rate=args.tear_rate,
     )
-    path = args.out / f"nccl-{args.hosts}h-{args.colls}c.log"
+    torn = f"-torn{args.tear_rate:g}" if args.tear_rate else ""
+    path = args.out / f"nccl-{args.hosts}h-{args.colls}c{torn}.log"
     if not path.exists():
         path.write_bytes(nccl_log(spec))
     mb = os.path.getsize(path) / 1e6
@@ -78,6 +87,8 @@ def main() -> None:
         f"machine: {platform.machine()}, python {platform.python_version()}, {os.cpu_count()} CPUs"
     )
     print(f"log: {path} ({mb:.1f} MB, {log.lines:,} lines, {summary.colls:,} COLL lines)")
+    if summary.torn_records:
+        print(f"torn records: {summary.torn_records:,} ({summary.torn_recovered:,} joined back)")
     print(f"{'measurement':34} {'seconds':>8} {'MB/s':>8} {'× grep':>8} {'× read':>8}")
     for name, seconds in (
         ("grep -c 'NCCL INFO'", grep_s),

@@ -15,7 +15,8 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from tracecomm.doc import Doc
+from tracecomm.doc import Doc, NonNegative
+from tracecomm.nccl.damage import count_damaged
 from tracecomm.nccl.flight import Divergence, FrDump, divergences
 from tracecomm.nccl.model import NO_PROC, NcclLog, PgRef, Proc, VersionRecord, WatchdogRecord
 from tracecomm.nccl.parse import NOTICE_KINDS
@@ -144,13 +145,29 @@ class NcclSummary(Doc, frozen=True):
     versions: tuple[VersionSeen, ...]
     networks: Annotated[dict[str, list[str]], Meta(description="network -> hosts")]
     transports: dict[str, int]  # P2P / SHM / NET/IB / NET/Socket / COLLNET … -> connections
-    colls: int  # COLL lines
+    colls: int  # COLL records, the damaged ones not counted
     warns: dict[str, int]  # kind -> count
     watchdog_events: int
     watchdog_timeouts: tuple[PgTimeout, ...]
     flight_recorder_dumps: int
     diagnostics: tuple[Diagnostic, ...]
     hang: tuple[Divergence, ...] = ()  # from Flight Recorder dumps
+    torn_records: Annotated[
+        NonNegative,
+        Meta(description="records cut by another process writing to the same stream"),
+    ] = 0
+    torn_recovered: Annotated[
+        NonNegative, Meta(description="torn records joined whole again with their tail")
+    ] = 0
+    damaged_records: Annotated[
+        NonNegative,
+        Meta(
+            description=(
+                "COLL records whose size cannot be (past any device's memory, or a count no "
+                "other rank of the collective has): not counted in colls"
+            )
+        ),
+    ] = 0
 
 
 class NcclDocument(Doc, frozen=True):
@@ -191,6 +208,8 @@ def summarize(log: NcclLog, dumps: Sequence[FrDump] = ()) -> NcclSummary:
     for (host, _), net in log.networks.items():
         networks[net].add(host)
     procs = [p for p in log.procs if p != NO_PROC]
+    colls = log.colls
+    broken = count_damaged(colls, log.inits)
     watchdog_ranks = {_rank_of(w, log)[0] for w in log.watchdog} - {None}
     return NcclSummary(
         files=tuple(log.paths),
@@ -203,13 +222,16 @@ def summarize(log: NcclLog, dumps: Sequence[FrDump] = ()) -> NcclSummary:
         versions=versions_seen(log, ranks),
         networks={k: sorted(v) for k, v in sorted(networks.items())},
         transports=dict(log.transport_counts.most_common()),
-        colls=sum(f.height for f in log.coll_frames),
+        colls=colls.height - broken,
         warns=dict(log.warn_counts.most_common()),
         watchdog_events=log.watchdog_lines,
         watchdog_timeouts=tuple(timeouts),
         flight_recorder_dumps=len(dumps),
         diagnostics=tuple(diagnostics),
         hang=tuple(hang),
+        torn_records=sum(t.torn for t in log.tears.values()),
+        torn_recovered=sum(t.recovered for t in log.tears.values()),
+        damaged_records=broken,
     )
 
 

@@ -12,6 +12,7 @@ from tracecomm.nccl.quote import quote
 
 if TYPE_CHECKING:
     from tracecomm.nccl.diagnose import NcclSummary
+    from tracecomm.nccl.model import Tears
 
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 _SNIFF_BYTES = 1 << 16
@@ -51,6 +52,17 @@ def discover(inputs: Sequence[str | Path], named_logs: Sequence[Path] = ()) -> N
     return NcclInputs(tuple(logs), tuple(dumps), tuple(missing))
 
 
+def tear_warning(path: Path, tears: Tears) -> str:
+    """One line per file: the records torn, and the fix (one file per process)."""
+    dropped = tears.torn - tears.recovered
+    return (
+        f"{path}: {tears.torn:,} NCCL record{'s' if tears.torn != 1 else ''} torn by processes "
+        f"writing to one stream ({tears.recovered:,} joined back with their tails, {dropped:,} "
+        "dropped); log each process to its own file: NCCL_DEBUG_FILE=<dir>/nccl.%h.%p.log "
+        "(tracecomm.profile sets it)"
+    )
+
+
 def analyze_nccl(found: NcclInputs) -> tuple[NcclSummary | None, list[str]]:
     """Parse the logs (streaming) and dumps; a dump that cannot be read is a warning."""
     warnings = list(found.warnings)
@@ -71,9 +83,12 @@ def analyze_nccl(found: NcclInputs) -> tuple[NcclSummary | None, list[str]]:
         try:
             with path.open("rb") as handle:
                 parse_stream(handle, log)
-            log.paths.append(str(path))
         except OSError as exc:
             warnings.append(f"NCCL log skipped: {path}: {exc.strerror or exc}")
+            continue
+        if (tears := log.tears.get(len(log.paths))) is not None:
+            warnings.append(tear_warning(path, tears))
+        log.paths.append(str(path))
     warnings = [quote(w, 1000) for w in warnings]  # file names and messages reach a terminal
     if not log.paths and not dumps:
         return None, warnings

@@ -184,6 +184,15 @@ class TestRank:
 
 
 @dataclass
+class Tears:
+    """Records of one file torn by processes that share one stream (nccl-logs.md §16.1): a
+    record cut by another process's write, its tail on a line of its own."""
+
+    torn: int = 0  # records found cut
+    recovered: int = 0  # of them, joined whole again with their tail (the rest are dropped)
+
+
+@dataclass
 class Signal:
     """A network-selection fact of one process, with the first line that shows it."""
 
@@ -248,6 +257,7 @@ class NcclLog:
     pg_global: dict[tuple[str, int], int] = field(default_factory=dict)  # (pg key, pg rank) -> G
     test_ranks: list[TestRank] = field(default_factory=list)
     coll_frames: list[pl.DataFrame] = field(default_factory=list)  # COLL lines, per block
+    tears: dict[int, Tears] = field(default_factory=dict)  # file (index into paths) -> tears
 
     @property
     def colls(self) -> pl.DataFrame:

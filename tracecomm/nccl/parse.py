@@ -14,7 +14,11 @@ Logs as users paste them carry more than NCCL wrote. Handled on every line:
 - ANSI colour escapes, also when the ESC byte was lost (`` [36m``), Ray's
   ``[repeated 6x across cluster]``, markdown emphasis and backticks;
 - hard line wraps inside PyTorch watchdog lines (a line cut mid-word continues on the next);
-- CRLF, invalid UTF-8 (replaced), lines cut at 1023 bytes (they match no family: unknown).
+- CRLF, invalid UTF-8 (replaced), lines cut at 1023 bytes (they match no family: unknown);
+- records torn by processes sharing one stream (see :class:`_Hosts` and :func:`_records`):
+  a record cut by another process's whole record, its tail on the next line. The two halves
+  are joined back when both are there, the record is dropped otherwise, and no fragment is
+  ever taken as a host, a process or a value.
 
 A line is never an error: it is read, or counted as unknown, or is not an NCCL line at all.
 Every pattern is bounded (no nested quantifiers over a line), and only the first
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -41,6 +46,7 @@ from tracecomm.nccl.model import (
     NcclLog,
     PgRef,
     Proc,
+    Tears,
     TestRank,
     Transport,
     VersionRecord,
@@ -68,6 +74,14 @@ _NOISE = (
     r"\x1b\[[0-9;?]*[A-Za-z]|(?:^|[ \t])\[\d{1,3}(?:;\d{1,3})*m|[ \t]*\[repeated \d+x across "
     r"cluster\]|\*\*|`"
 )
+# What a cut record leaves before the next record's prefix: a partial prefix cut after a space
+# (``host:pid:tid [3] ``, ``… [3] NCCL ``), text run into a launcher tag or into the host
+# (``[3]n136-…``, ``host:n136-…``; a tag's ``>:`` and ``]:`` are no such text). Such a line is
+# read the Python way.
+_PARTIAL_PREFIX = (
+    r":\d{1,10}:\d{1,10} .*:\d{1,10}:\d{1,10}|NCCL|\S\[\d{1,9},\d{1,9}\]<|\][^\s:<]"
+    r"|[^\s>\]]:[^\s:\[\]<>]+:\d{1,10}:\d{1,10}(?: \[\d+\])?$"
+)
 _HEAD = (  # the part of a COLL line before " NCCL INFO "
     r"(?P<host>\[[^\s\[\]]+\]|<[^\s<>]+>|[^\s:\[\]<>]+):(?P<pid>\d{1,10}):\d{1,10}"
     r"(?: \[\d+\])?$"
@@ -75,16 +89,27 @@ _HEAD = (  # the part of a COLL line before " NCCL INFO "
 
 # --- Python regexes ------------------------------------------------------------------------
 _HOST = r"\[[^\s\[\]]{1,128}\]|<[^\s<>]{1,128}>|[\w.%/\-]{1,253}"
-# A host starts a token (the look-behind keeps the scan linear: one try per token).
+# A host starts a token (the look-behind keeps the scan linear: one try per token). A bracket
+# may stand before it: the tail of a cut record (``[nranks=1``) glued to the next record's host.
 # The prefix of an NCCL record, found anywhere in a line (a paste may glue several records
 # into one line: each runs to the next prefix). The host may be redacted to nothing.
 _LINE = re.compile(
-    rf"(?<![\w.%/\-\[<])({_HOST})?:(\d{{1,10}}):(\d{{1,10}}) (?:\[\d{{1,5}}\] )?"
+    rf"(?<![\w.%/\-])({_HOST})?:(\d{{1,10}}):(\d{{1,10}}) (?:\[\d{{1,5}}\] )?"
     r"(?:[\d.]{1,32} )?(?:(\S{1,512}:\d{1,7})(?: \([^()]{0,256}\))? )?"
     r"NCCL (INFO|WARN|CALL|TRACE|ABORT)(?= |$) ?"
 )
 _RECORDS_PER_LINE = 64
 _PREFIXLESS = re.compile(r"(?:^|\s)NCCL (INFO|WARN) (.*)$")  # prefixes stripped by the user
+_HOST_ONLY = re.compile(_HOST)
+# a launcher tag written in front of a record that was glued to another record's head
+_TRAILING_TAG = re.compile(r"(?:\[\d{1,9},\d{1,9}\]<(?:stdout|stderr)>:|\[default\d{1,9}\]:)$")
+_COLL = re.compile(
+    rf"^({OPS}): opCount ([0-9a-fA-F]{{1,15}}) sendbuff \S{{1,32}} recvbuff \S{{1,32}} "
+    r"count (\d{1,18}) datatype (\d{1,6}) op (\d{1,6}) root (-?\d{1,10}) comm (\S{1,32}) "
+    r"\[nranks=(\d{1,9})\] stream \S{1,32}$"
+)
+_COLL_START = re.compile(rf"^(?:{OPS})(?::$|: opCount)")  # a COLL message, maybe cut short
+_OP_NAMES = OPS.split("|")
 _LAUNCHER = re.compile(
     r"^[ \t]*(?:"
     r"\[(?P<job>\d{1,9}),(?P<mpi>\d{1,9})\]<(?:stdout|stderr)>:"  # mpirun --tag-output
@@ -223,6 +248,80 @@ _WRAPS = 3  # continuation lines a wrapped watchdog line may take
 _COMPLETE_END = re.compile(r"(?:\d|timing out|\)|seconds|monitoring enqueued collectives)\.?\s*$")
 
 
+# A host name this many times as frequent as another that ends it, or that it ends, is the
+# real one and the other a fragment: every line of a process carries the real name, a torn
+# record makes a fragment once.
+_DOMINANT = 4
+_MAX_HOSTS = 65_536  # distinct names counted (a hostile log may invent one per line)
+_HOST_CHARS = 253  # the longest name a prefix can hold (_HOST)
+_MAX_PAIRS = 1 << 20  # (host, pid) pairs remembered
+_OWN_LINES = 8  # lines a process prints before its name can be no fragment
+_LEADERS = 64  # the most frequent names, against which a name is checked for being a tail
+
+
+@dataclass
+class _Hosts:
+    """How often each host name starts a line, and with which pids: the evidence that tells a
+    host from a fragment. When another process's record cuts a record, the cut head runs into
+    the next record's host (``0x7f33f4030n136-081-017``), and a cut inside the host leaves a
+    tail line that starts with the name's last characters (``81-017:4123:4123 [3] …``). A
+    fragment is rare next to the real name, and its pid is a pid of the real name's: the next
+    record's (a glued head) or the cut record's (a tail), on a line or two. Two real hosts of
+    which one's name ends with the other's have processes of their own."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    procs: Counter[tuple[str, int]] = field(default_factory=Counter)  # (host, pid) -> lines
+    _leaders: list[tuple[str, int]] = field(default_factory=list)
+    _memo: dict[str, str | None] = field(default_factory=dict)
+
+    def add(self, seen: Iterable[tuple[str, int, int]]) -> None:
+        """(host, pid, lines) of a block."""
+        for host, pid, n in seen:
+            if host in self.counts or len(self.counts) < _MAX_HOSTS:
+                self.counts[host] += n
+            if (host, pid) in self.procs or len(self.procs) < _MAX_PAIRS:
+                self.procs[(host, pid)] += n
+        self._leaders = self.counts.most_common(_LEADERS)
+        self._memo.clear()
+
+    def resolve(self, name: str, pid: int) -> str | None:
+        """The host a prefix (``name:pid:…``) names: the name itself, the real host it ends
+        with when a cut record's head is glued in front of it, or None when it is the tail of a
+        real name. A process of its own (many lines, a pid the real name's host does not
+        have) keeps its name."""
+        named = self.named(name)
+        if named == name:
+            return name
+        own = self.procs.get((name, pid), 0) >= _OWN_LINES
+        if named is not None:
+            return name if own and (named, pid) not in self.procs else named
+        tail_of = [
+            leader for leader, _ in self._leaders if leader.endswith(name) and leader != name
+        ]
+        return name if own and all((leader, pid) not in self.procs for leader in tail_of) else None
+
+    def named(self, name: str) -> str | None:
+        """What the name alone suggests, whatever the pid: itself, the far more frequent real
+        name it ends with, or None when a far more frequent name ends with it."""
+        if name not in self._memo:
+            if len(self._memo) >= _MAX_HOSTS:
+                self._memo.clear()
+            self._memo[name] = self._named(name)
+        return self._memo[name]
+
+    def _named(self, name: str) -> str | None:
+        floor = _DOMINANT * max(self.counts.get(name, 0), 1)
+        for i in range(1, len(name)):  # the longest real name it ends with
+            if self.counts.get(name[i:], 0) >= floor and self.named(name[i:]) == name[i:]:
+                return name[i:]  # (a name itself glued to a real one is no real name)
+        for leader, n in self._leaders:
+            if n < floor:
+                break
+            if len(leader) > len(name) and leader.endswith(name):
+                return None
+        return name
+
+
 @dataclass
 class _State:
     """What one stream carries from block to block."""
@@ -231,6 +330,11 @@ class _State:
     pending: str | None = None  # a wrapped watchdog line waiting for its continuation
     pending_launcher: str | None = None
     pending_joined: int = 0  # continuation lines it already took
+    hosts: _Hosts = field(default_factory=_Hosts)
+    tears: Tears = field(default_factory=Tears)
+    torn_head: str | None = None  # a cut record ending a block: the next may start with its tail
+    torn_certain: bool = False  # it ran into the next record (else it may be other text)
+    coll_rows: list[tuple[object, ...]] = field(default_factory=list)  # COLL records read in Python
 
 
 def read_logs(paths: Iterable[Path | str]) -> NcclLog:
@@ -284,20 +388,63 @@ def _parse_block(text: str, log: NcclLog, state: _State) -> None:
     wanted = lines.str.contains(_CANDIDATE)
     index = wanted.arg_true()
     cand = lines.filter(wanted).str.slice(0, MAX_LINE).str.replace_all(_NOISE, "")
-    colls, ok = _coll_frame(cand)
+    parts = cand.str.split_exact(" NCCL INFO ", 1).struct.unnest()
+    head = parts["field_0"].str.extract_groups(_HEAD).struct.unnest()
+    # one record prefix, nothing of another before it: no torn record on the line
+    prefixes = cand.str.count_matches(" NCCL ", literal=True)  # (a version line has two)
+    single = (prefixes <= 1) & ~parts["field_0"].str.contains(_PARTIAL_PREFIX).fill_null(False)
+    # the host of each line's first prefix: on a line with a torn record, the cut record's own
+    procs = head.select("host", pid=pl.col("pid").cast(pl.Int64, strict=False)).drop_nulls()
+    procs = procs.filter(pl.col("host").str.len_chars() <= _HOST_CHARS)
+    state.hosts.add(procs.group_by("host", "pid").len().iter_rows())
+    if state.torn_head is not None and n > 0:
+        skip_to = max(skip_to, _continue_torn(log, state, _clean(lines[0])))
+    trusted = head["host"].is_in(_trusted_hosts(state.hosts, head["host"].unique().drop_nulls()))
+    colls, ok = _coll_frame(cand, parts, head, single & trusted)
     log.coll_frames.append(colls)
     log.nccl_lines += colls.height
+    _count_procs(log, colls)
     rest = ~ok
     for at, line in zip(index.filter(rest).to_list(), cand.filter(rest).to_list(), strict=True):
         if at <= skip_to:
             continue
         skip_to = max(skip_to, _line(log, state, line, lines, at, n))
+    _flush_colls(log, state)
+
+
+def _trusted_hosts(hosts: _Hosts, names: pl.Series) -> list[str]:
+    """The names a COLL line may take the fast way with: real hosts, printable as they are."""
+    return [
+        name
+        for name in names.to_list()
+        if _HOST_ONLY.fullmatch(name) is not None  # first: it bounds the name's length
+        and quote(name, 128) == name
+        and hosts.named(name) == name  # not even a suspect: else read the Python way
+    ]
+
+
+def _count_procs(log: NcclLog, colls: pl.DataFrame) -> None:
+    """Every process that wrote a COLL line the fast way is a process of the log."""
+    for host, pid, lines in colls.group_by("host", "pid").len().iter_rows():
+        log.procs[(host, pid)] += lines
+        log.proc_files.setdefault((host, pid), len(log.paths))
+
+
+def _flush_colls(log: NcclLog, state: _State) -> None:
+    if state.coll_rows:
+        log.coll_frames.append(pl.DataFrame(state.coll_rows, schema=COLL_SCHEMA, orient="row"))
+        state.coll_rows.clear()
 
 
 def _flush(log: NcclLog, state: _State) -> None:
     if state.pending is not None:
         _watchdog_line(log, state.pending, state.pending_launcher)
         state.pending = None
+    if state.torn_head is not None:  # the log ends before its tail
+        state.torn_head = None
+        state.tears.torn += state.torn_certain
+    if state.tears.torn:
+        log.tears[len(log.paths)] = replace(state.tears)
 
 
 def _continue_pending(lines: pl.Series, n: int, log: NcclLog, state: _State) -> int:
@@ -343,12 +490,13 @@ def _clean(line: str) -> str:
 _COLL_FIELDS = {1: "opCount", 3: "sendbuff", 5: "recvbuff", 7: "count", 9: "datatype"}
 
 
-def _coll_frame(lines: pl.Series) -> tuple[pl.DataFrame, pl.Series]:
+def _coll_frame(
+    lines: pl.Series, parts: pl.DataFrame, head: pl.DataFrame, whole: pl.Series
+) -> tuple[pl.DataFrame, pl.Series]:
     """COLL lines as columns, split in Rust (they can be millions), and which of ``lines`` they
-    are: lines cut short or of another shape go the Python way (and count as unknown there)."""
+    are: lines cut short, of another shape, holding a torn record or naming no real host
+    (``whole`` false) go the Python way."""
     is_coll = lines.str.contains(": opCount ", literal=True)
-    parts = lines.str.split_exact(" NCCL INFO ", 1).struct.unnest()
-    head = parts["field_0"].str.extract_groups(_HEAD).struct.unnest()
     msg = parts["field_1"].str.split_exact(" ", 18).struct.unnest()
     frame = pl.DataFrame(
         {
@@ -371,9 +519,14 @@ def _coll_frame(lines: pl.Series) -> tuple[pl.DataFrame, pl.Series]:
     shape = pl.all_horizontal(msg[f"field_{i}"] == word for i, word in _COLL_FIELDS.items())
     ok = (
         frame.select(
-            (shape.fill_null(False) & pl.all_horizontal(pl.all().is_not_null())).alias("ok")
+            (
+                shape.fill_null(False)
+                & pl.all_horizontal(pl.all().is_not_null())
+                & pl.col("op").is_in(_OP_NAMES)
+            ).alias("ok")
         )["ok"]
         & is_coll
+        & whole
     )
     return frame.filter(ok), ok
 
@@ -411,19 +564,7 @@ def _line(log: NcclLog, state: _State, line: str, lines: pl.Series, at: int, n: 
     """Read one candidate line; returns the index of the last block line it consumed."""
     heads = list(itertools.islice(_LINE.finditer(line), _RECORDS_PER_LINE))
     if heads:
-        if heads[0].start() > 0 and (p := _PREFIXLESS.search(line, 0, heads[0].start())):
-            log.nccl_lines += 1  # a record whose prefix was cut off, glued before the others
-            _dispatch(log, state, NO_PROC, 0, None, p.group(1), p.group(2), p.group(0))
-        for i, m in enumerate(heads):
-            end = heads[i + 1].start() if i + 1 < len(heads) else len(line)
-            host, pid, tid, src, level = m.groups()
-            proc = (quote(host, 128) if host else "?", int(pid))
-            log.nccl_lines += 1
-            log.procs[proc] += 1
-            log.proc_files.setdefault(proc, len(log.paths))  # the file being read
-            record = line if len(heads) == 1 else line[m.start() : end].rstrip()
-            _dispatch(log, state, proc, int(tid), src, level, line[m.end() : end], record)
-        return at
+        return _records(log, state, line, heads, lines, at, n)
     if "NCCL INFO" in line or "NCCL WARN" in line:
         p = _PREFIXLESS.search(line)
         if p is not None:
@@ -454,6 +595,135 @@ def _line(log: NcclLog, state: _State, line: str, lines: pl.Series, at: int, n: 
         if len(log.test_ranks) < KEEP:
             log.test_ranks.append(TestRank(int(rank), int(pid), quote(host, 128), int(dev)))
     return at
+
+
+@dataclass(frozen=True)
+class _Head:
+    """A record prefix found in a line, and the host it really names."""
+
+    match: re.Match[str]
+    start: int  # where its record starts: the real host, or a launcher tag written before it
+    host: str | None  # "" when the prefix names none; None when the name is a fragment
+    glued: bool  # text runs into it without a space: the record before it was cut
+
+
+def _head(hosts: _Hosts, line: str, m: re.Match[str]) -> _Head:
+    name = m.group(1) or ""
+    host = hosts.resolve(name, int(m.group(2))) if name else ""
+    start = m.start() + len(name) - len(host) if host else m.start()
+    window = max(0, start - 48)
+    if (tag := _TRAILING_TAG.search(line[window:start])) is not None:
+        start = window + tag.start()
+    return _Head(m, start, host, start > 0 and not line[start - 1].isspace())
+
+
+def _records(
+    log: NcclLog,
+    state: _State,
+    line: str,
+    matches: list[re.Match[str]],
+    lines: pl.Series,
+    at: int,
+    n: int,
+) -> int:
+    """The records of a line. A record that another process's record cut (the next prefix
+    runs into it, or its message is empty or a COLL message cut short) is never read as it
+    stands: the cut record just before the line's last record is joined with the next line
+    when that is its tail, every other cut record is dropped."""
+    heads = [_head(state.hosts, line, m) for m in matches]
+    lead = line[: heads[0].start]
+    # a cut record's head before the first prefix: certain when it ran into the host's name
+    cut, certain = lead, heads[0].start > heads[0].match.start() and heads[0].host is not None
+    if not certain and (p := _PREFIXLESS.search(lead)) is not None:
+        log.nccl_lines += 1  # a record whose prefix was cut off, glued before the others
+        _dispatch(log, state, NO_PROC, 0, None, p.group(1), p.group(2), p.group(0))
+        cut = ""
+    for i, h in enumerate(heads):
+        nxt = heads[i + 1] if i + 1 < len(heads) else None
+        end = nxt.start if nxt is not None else len(line)
+        msg = line[h.match.end() : end]
+        if nxt is not None and _was_cut(nxt, msg):
+            state.tears.torn += certain  # the record before this one, cut, is dropped
+            cut, certain = line[h.start : end], True
+            continue
+        if h.host is None:
+            continue  # the tail of a real host's name: the rest of a record whose head is lost
+        record = line if len(heads) == 1 else line[h.start : end].rstrip()
+        _read_record(log, state, h.match, h.host, msg, record)
+    if not split_launcher(cut)[1].strip():
+        return at  # nothing before the first record but a launcher's tag
+    return _recover(log, state, cut, certain, lines, at, n)
+
+
+def _was_cut(nxt: _Head, msg: str) -> bool:
+    """Whether the record before ``nxt`` (its message ``msg``) was cut by it."""
+    text = msg.strip()
+    return (
+        nxt.glued
+        or nxt.host is None
+        or not text
+        or (_COLL_START.match(text) is not None and _COLL.match(text) is None)
+    )
+
+
+def _read_record(
+    log: NcclLog, state: _State, m: re.Match[str], host: str, msg: str, record: str
+) -> None:
+    _, pid, tid, src, level = m.groups()
+    proc = (quote(host, 128) if host else "?", int(pid))
+    log.nccl_lines += 1
+    log.procs[proc] += 1
+    log.proc_files.setdefault(proc, len(log.paths))  # the file being read
+    _dispatch(log, state, proc, int(tid), src, level, msg, record)
+
+
+def _recover(
+    log: NcclLog, state: _State, cut: str, certain: bool, lines: pl.Series, at: int, n: int
+) -> int:
+    """Join a cut record with the next line when that is its tail; returns the last line
+    consumed. A cut record that ends a block waits for the next block's first line."""
+    if at + 1 == n and n == len(lines) - 1:
+        state.torn_head, state.torn_certain = cut, certain
+        return at
+    joined = at + 1 < n and _join(log, state, cut, _clean(lines[at + 1]))
+    state.tears.torn += certain or joined
+    state.tears.recovered += joined
+    return at + 1 if joined else at
+
+
+def _continue_torn(log: NcclLog, state: _State, tail: str) -> int:
+    """The first line of a block, when it is the tail of a record cut at the previous end."""
+    assert state.torn_head is not None
+    joined = _join(log, state, state.torn_head, tail)
+    state.tears.torn += state.torn_certain or joined
+    state.tears.recovered += joined
+    state.torn_head = None
+    return 0 if joined else -1
+
+
+def _join(log: NcclLog, state: _State, cut: str, tail: str) -> bool:
+    """Read ``cut + tail`` as one record when it is one: a prefix naming a real host at its
+    start, no other prefix, a message that is whole; and the tail names no real host itself
+    (then it is a record of its own)."""
+    if not tail or any(
+        m.group(1) and state.hosts.resolve(m.group(1), int(m.group(2))) == m.group(1)
+        for m in itertools.islice(_LINE.finditer(tail), 4)
+    ):
+        return False
+    _, rest, _ = split_launcher(cut + tail)
+    m = _LINE.match(rest)
+    if (
+        m is None
+        or not m.group(1)
+        or state.hosts.resolve(m.group(1), int(m.group(2))) != m.group(1)
+        or _LINE.search(rest, m.end()) is not None
+    ):
+        return False
+    msg = rest[m.end() :].rstrip()
+    if not msg or (": opCount " in msg and _COLL.match(msg) is None):
+        return False
+    _read_record(log, state, m, m.group(1), msg, rest)
+    return True
 
 
 def _version(log: NcclLog, record: VersionRecord) -> None:
@@ -555,6 +825,9 @@ def _dispatch(
         return
     if level != "INFO":
         return  # CALL / TRACE lines: known, not used
+    if ": opCount " in msg:
+        _coll_record(log, state, proc, msg)
+        return
     if _UNWIND.match(msg):
         at = state.open_warns.get((host, pid, tid))
         if at is not None and len(log.warns[at].unwinding) < 32:
@@ -676,6 +949,29 @@ def _dispatch(
         return
     if not _KNOWN.match(msg):
         log.unknown += 1
+
+
+def _coll_record(log: NcclLog, state: _State, proc: Proc, msg: str) -> None:
+    """A COLL line the fast way did not take (a line of several records, a joined one)."""
+    m = _COLL.match(msg)
+    if m is None or proc == NO_PROC:  # cut short, or of no process: nothing to key it by
+        log.unknown += 1
+        return
+    op, op_count, count, datatype, redop, root, comm, nranks = m.groups()
+    state.coll_rows.append(
+        (
+            proc[0],
+            proc[1],
+            op,
+            int(op_count, 16),
+            int(count),
+            int(datatype),
+            int(redop),
+            int(root),
+            quote(comm, 32),
+            int(nranks),
+        )
+    )
 
 
 def _init(host: str, pid: int, m: re.Match[str]) -> CommInit:

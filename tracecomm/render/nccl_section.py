@@ -44,8 +44,15 @@ def nccl_section(s: NcclSummary) -> Text:
         f"({s.unknown_lines:,} unknown), {_plural(s.processes, 'process', 'process(es)')}{hosts}, "
         f"{_plural(s.colls, 'COLL line')}"
     )
+    if s.damaged_records:
+        text.append(f" ({s.damaged_records:,} damaged, not counted)")
     if s.flight_recorder_dumps:
         text.append(f", {_plural(s.flight_recorder_dumps, 'Flight Recorder dump')}")
+    if s.torn_records:
+        text.append(
+            f"\n  torn records {s.torn_records:,} ({s.torn_recovered:,} joined back, "
+            f"{s.torn_records - s.torn_recovered:,} dropped): processes wrote to one stream"
+        )
     if s.versions:
         several = len(s.files) > 1
         text.append("\n  versions " + "; ".join(_version(v, several) for v in s.versions))

@@ -1,10 +1,12 @@
 """Generated NCCL debug logs (nccl-logs.md formats) with a known answer: several hosts and
 NCCL versions, interleaved ranks, launcher prefixes, a socket fallback, a WARN and a watchdog
-timeout, so the diagnostics can be asserted exactly."""
+timeout, so the diagnostics can be asserted exactly. Records can be torn as processes sharing
+one stdout tear them (``tear_rate``): the same spec without it is the torn log's truth."""
 
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 
 _OPS = ("AllGather", "ReduceScatter", "AllReduce")
@@ -25,6 +27,11 @@ class LogSpec:
     noise: bool = True  # application output, CRLF, invalid UTF-8, an over-long line
     comm_id: str = "0x7c1f2e3d4a5b6978"
     channels_short_rank: int | None = None  # this rank builds fewer coll channels
+    coll_only: bool = False  # NCCL_DEBUG_SUBSYS=COLL: nothing but the COLL lines
+    # share of NCCL records torn by another process's write (seeded by ``seed``): the record is
+    # cut at a random place, the next record written whole after its head, the tail on a line
+    # of its own; truths["torn_records"] says how many
+    tear_rate: float = 0.0
     truths: dict[str, object] = field(default_factory=dict, compare=False)
 
     @property
@@ -47,6 +54,10 @@ def nccl_log(spec: LogSpec) -> bytes:
         out.append(pick.pop(0))
         if spec.noise and rng.random() < 0.05:
             out.append(f"step {len(out)}: loss {rng.uniform(1, 3):.4f} lr 3.0e-4")
+    if spec.tear_rate > 0:
+        # a generator of its own: the torn log interleaves exactly as its untorn truth does
+        out, torn = tear(out, spec.tear_rate, random.Random(f"tear-{spec.seed}"))
+        spec.truths["torn_records"] = torn
     text = "\n".join(out) + "\n"
     data = text.encode()
     if spec.noise:
@@ -55,6 +66,38 @@ def nccl_log(spec: LogSpec) -> bytes:
         data += b"tokenizer warning: \xff\xfe unexpected byte\n"
         data += ("gpu-zz:1:1 [0] NCCL INFO Channel 00/0 : " + "x" * 1200)[:1023].encode() + b"\n"
     return data
+
+
+_LAUNCHER_TAG = re.compile(r"\[\d+,\d+\]<stdout>:")
+
+
+def _is_record(line: str) -> bool:
+    return " NCCL INFO " in line or " NCCL WARN " in line
+
+
+def tear(lines: list[str], rate: float, rng: random.Random) -> tuple[list[str], int]:
+    """Lines as processes sharing one stream write them: with probability ``rate`` an NCCL
+    record is cut at a random place of its own text (after any launcher tag: mpirun writes
+    whole lines), the next record is written whole after its head, and the tail lands on the
+    line after. Returns the lines and how many records were torn."""
+    out: list[str] = []
+    torn = i = 0
+    while i < len(lines):
+        if (
+            i + 1 < len(lines)
+            and _is_record(lines[i])
+            and _is_record(lines[i + 1])
+            and rng.random() < rate
+        ):
+            tag = _LAUNCHER_TAG.match(lines[i])
+            cut = rng.randrange((tag.end() if tag else 0) + 1, len(lines[i]))
+            out += [lines[i][:cut] + lines[i + 1], lines[i][cut:]]
+            torn += 1
+            i += 2
+        else:
+            out.append(lines[i])
+            i += 1
+    return out, torn
 
 
 def _rank_lines(spec: LogSpec, rank: int) -> list[str]:
@@ -133,6 +176,8 @@ def _rank_lines(spec: LogSpec, rank: int) -> list[str]:
         lines.append(info("transport/net_socket.cc:474 -> 6 [Proxy Thread]", pid + 60))
     if spec.timeout_seq is not None:
         lines.extend(_watchdog(spec, rank))
+    if spec.coll_only:
+        return [line for line in lines if ": opCount " in line]
     return lines
 
 
