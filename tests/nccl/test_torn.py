@@ -237,3 +237,23 @@ def test_a_host_named_like_the_end_of_another_is_a_host(frequent: str, rare: str
         (rare, 200): 8,
     }
     assert log.colls.height == 48 and log.tears == {}
+
+
+def test_coll_records_past_the_kept_ones_are_counted_and_checked_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Memory stays bounded: past KEPT_COLLS the records are counted, not kept, and checked
+    for their size alone (a buffer past any device is damaged wherever it is); the summary
+    says how many were compared across processes."""
+    text = nccl_log(COLL_ONLY).decode()
+    huge = (
+        f"{HOST}:4123:4123 [0] NCCL INFO AllReduce: opCount 9999 sendbuff 0x1 recvbuff 0x2 "
+        "count 99999999999999 datatype 7 op 0 root 0 comm 0x3 [nranks=16] stream 0x4\n"
+    )
+    whole = summarize(parse_text(text + huge))
+    monkeypatch.setattr("tracecomm.nccl.parse.KEPT_COLLS", 1_000)
+    log = parse_text(text + huge)
+    capped = summarize(log)
+    assert log.colls.height == capped.colls_compared == 1_000 < whole.colls_compared
+    assert (capped.colls, capped.damaged_records) == (whole.colls, whole.damaged_records)
+    assert (capped.colls, capped.damaged_records) == (3_200, 1)

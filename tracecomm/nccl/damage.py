@@ -54,6 +54,13 @@ def count_damaged(colls: pl.DataFrame, inits: Sequence[CommInit]) -> int:
     return int(large) + _counts_alone(frame.filter(~pl.col("too_large")))
 
 
+def too_large_count(colls: pl.DataFrame) -> int:
+    """How many rows of ``colls`` hold a buffer past any device's memory."""
+    if colls.height == 0:
+        return 0
+    return int(colls.select(_too_large().sum()).item() or 0)
+
+
 def _comm_ids(inits: Sequence[CommInit]) -> pl.DataFrame:
     """Each process's comm pointer -> the communicator's commId (the same on every rank)."""
     rows = {(i.host, i.pid, i.comm): i.comm_id for i in inits if i.comm_id}

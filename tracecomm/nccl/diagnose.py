@@ -168,6 +168,15 @@ class NcclSummary(Doc, frozen=True):
             )
         ),
     ] = 0
+    colls_compared: Annotated[
+        NonNegative,
+        Meta(
+            description=(
+                "COLL records whose counts were compared across processes: every one up to "
+                "1,000,000 (kept as columns), those past it checked for their size alone"
+            )
+        ),
+    ] = 0
 
 
 class NcclDocument(Doc, frozen=True):
@@ -208,8 +217,8 @@ def summarize(log: NcclLog, dumps: Sequence[FrDump] = ()) -> NcclSummary:
     for (host, _), net in log.networks.items():
         networks[net].add(host)
     procs = [p for p in log.procs if p != NO_PROC]
-    colls = log.colls
-    broken = count_damaged(colls, log.inits)
+    # the kept records compared across processes, those past KEPT_COLLS only checked alone
+    broken = count_damaged(log.colls, log.inits) + log.unkept_too_large
     watchdog_ranks = {_rank_of(w, log)[0] for w in log.watchdog} - {None}
     return NcclSummary(
         files=tuple(log.paths),
@@ -222,7 +231,7 @@ def summarize(log: NcclLog, dumps: Sequence[FrDump] = ()) -> NcclSummary:
         versions=versions_seen(log, ranks),
         networks={k: sorted(v) for k, v in sorted(networks.items())},
         transports=dict(log.transport_counts.most_common()),
-        colls=colls.height - broken,
+        colls=log.coll_records - broken,
         warns=dict(log.warn_counts.most_common()),
         watchdog_events=log.watchdog_lines,
         watchdog_timeouts=tuple(timeouts),
@@ -232,6 +241,7 @@ def summarize(log: NcclLog, dumps: Sequence[FrDump] = ()) -> NcclSummary:
         torn_records=sum(t.torn for t in log.tears.values()),
         torn_recovered=sum(t.recovered for t in log.tears.values()),
         damaged_records=broken,
+        colls_compared=log.coll_kept,
     )
 
 

@@ -27,6 +27,11 @@ COLL_SCHEMA: dict[str, pl.DataType] = {
 Proc = tuple[str, int]  # (host, pid): a process; comm pointers mean something only inside one
 NO_PROC: Proc = ("?", -1)  # an NCCL line whose host:pid:tid prefix the user stripped
 
+# COLL records kept as columns for the checks that compare records across processes (the
+# damaged-count check, nccl.damage): about 150 bytes each, so that a log of tens of millions of
+# them parses in bounded memory; the records past it are counted (and checked alone) only.
+KEPT_COLLS = 1_000_000
+
 # How many records of one family are kept (their counts go on): a hostile 1 GB log of WARN or
 # watchdog lines must not hold millions of objects.
 KEEP = 20_000
@@ -258,6 +263,9 @@ class NcclLog:
     test_ranks: list[TestRank] = field(default_factory=list)
     coll_frames: list[pl.DataFrame] = field(default_factory=list)  # COLL lines, per block
     tears: dict[int, Tears] = field(default_factory=dict)  # file (index into paths) -> tears
+    coll_records: int = 0  # every COLL record read, kept as columns or not (KEPT_COLLS)
+    coll_kept: int = 0  # of them, kept in coll_frames
+    unkept_too_large: int = 0  # of those not kept, buffers past any device (nccl.damage)
 
     @property
     def colls(self) -> pl.DataFrame:

@@ -37,9 +37,11 @@ from typing import BinaryIO
 
 import polars as pl
 
+from tracecomm.nccl.damage import too_large_count
 from tracecomm.nccl.model import (
     COLL_SCHEMA,
     KEEP,
+    KEPT_COLLS,
     NO_PROC,
     ChannelSummary,
     CommInit,
@@ -401,7 +403,7 @@ def _parse_block(text: str, log: NcclLog, state: _State) -> None:
         skip_to = max(skip_to, _continue_torn(log, state, _clean(lines[0])))
     trusted = head["host"].is_in(_trusted_hosts(state.hosts, head["host"].unique().drop_nulls()))
     colls, ok = _coll_frame(cand, parts, head, single & trusted)
-    log.coll_frames.append(colls)
+    _keep_colls(log, colls)
     log.nccl_lines += colls.height
     _count_procs(log, colls)
     rest = ~ok
@@ -432,8 +434,21 @@ def _count_procs(log: NcclLog, colls: pl.DataFrame) -> None:
 
 def _flush_colls(log: NcclLog, state: _State) -> None:
     if state.coll_rows:
-        log.coll_frames.append(pl.DataFrame(state.coll_rows, schema=COLL_SCHEMA, orient="row"))
+        _keep_colls(log, pl.DataFrame(state.coll_rows, schema=COLL_SCHEMA, orient="row"))
         state.coll_rows.clear()
+
+
+def _keep_colls(log: NcclLog, colls: pl.DataFrame) -> None:
+    """A block's COLL records: kept as columns up to KEPT_COLLS, the rest counted, and their
+    buffers checked alone (a record past any device's memory is damaged wherever it is)."""
+    room = max(0, KEPT_COLLS - log.coll_kept)
+    kept, rest = colls.head(room), colls.slice(room)
+    if kept.height:
+        log.coll_frames.append(kept)
+        log.coll_kept += kept.height
+    log.coll_records += colls.height
+    if rest.height:
+        log.unkept_too_large += too_large_count(rest)
 
 
 def _flush(log: NcclLog, state: _State) -> None:

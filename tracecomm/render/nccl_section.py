@@ -48,6 +48,12 @@ def nccl_section(s: NcclSummary) -> Text:
         text.append(f" ({s.damaged_records:,} damaged, not counted)")
     if s.flight_recorder_dumps:
         text.append(f", {_plural(s.flight_recorder_dumps, 'Flight Recorder dump')}")
+    read = s.colls + s.damaged_records
+    if s.colls_compared < read:
+        text.append(
+            f"\n  COLL counts compared across processes for the first {s.colls_compared:,} of "
+            f"{read:,} records (the rest checked for their size alone: memory stays bounded)"
+        )
     if s.torn_records:
         text.append(
             f"\n  torn records {s.torn_records:,} ({s.torn_recovered:,} joined back, "
