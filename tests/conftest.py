@@ -149,3 +149,16 @@ def pytest_configure(config: pytest.Config) -> None:
     examples = config.getoption("--hostile-examples")
     if examples:
         os.environ["TRACECOMM_HOSTILE_EXAMPLES"] = str(examples)
+
+
+# Llama-2 7B's Hugging Face config: the model the FLOP tests and the guide's --model-config use
+LLAMA2_7B = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "vocab_size": 32000,
+    "tie_word_embeddings": False,
+}

@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import REPO, SAMPLE_RUN
+from tests.conftest import LLAMA2_7B, REPO, SAMPLE_RUN
 from tracecomm.cli import app
 
 DOCS = REPO / "docs"
@@ -301,17 +301,7 @@ def workdir(page: str, base: Path) -> Path:
     (where / "run").symlink_to(SAMPLE_RUN, target_is_directory=True)
     if SHARED.is_dir() and not (base / "shared").exists():
         (base / "shared").symlink_to(SHARED, target_is_directory=True)
-    config = {  # Llama-2 7B, for --model-config
-        "model_type": "llama",
-        "hidden_size": 4096,
-        "intermediate_size": 11008,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 32,
-        "vocab_size": 32000,
-        "max_position_embeddings": 4096,
-        "tie_word_embeddings": False,
-    }
+    config = {**LLAMA2_7B, "max_position_embeddings": 4096}  # for --model-config
     (where / "config.json").write_text(json.dumps(config))
     return where
 

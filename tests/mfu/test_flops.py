@@ -8,21 +8,12 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import LLAMA2_7B
 from tracecomm.mfu.flops import flops_per_token, hfu_flops_per_token, layer_forward, params
 from tracecomm.mfu.model import ConfigError, ModelShape, load_config
 
 T = 4096
 
-LLAMA2_7B = {
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 11008,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 32,
-    "vocab_size": 32000,
-    "tie_word_embeddings": False,
-}
 LLAMA2_70B = {
     **LLAMA2_7B,
     "hidden_size": 8192,
