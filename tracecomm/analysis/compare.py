@@ -926,11 +926,7 @@ _Side = dict[str, Any] | None
 
 def _pair_by_name(a: pl.DataFrame, b: pl.DataFrame) -> list[tuple[_Side, _Side, str]]:
     mine = {r["name"]: r for r in b.iter_rows(named=True)}
-    theirs = {r["name"]: r for r in a.iter_rows(named=True)}
-    out: list[tuple[_Side, _Side, str]] = [
-        (row, mine.get(name), "name") for name, row in theirs.items() if name in mine
-    ]
-    return out
+    return [(r, mine[r["name"]], "name") for r in a.iter_rows(named=True) if r["name"] in mine]
 
 
 def _pair_by_family(a: pl.DataFrame, b: pl.DataFrame) -> list[tuple[_Side, _Side, str]]:

@@ -31,37 +31,58 @@ class Coverage:
         return np.diff(self.times)
 
 
+@dataclass(frozen=True)
+class _Sweep:
+    """The sorted boundaries of a set of labelled intervals: ``times`` are the distinct ones
+    (segment i is ``[times[i], times[i + 1])``); ``count(label)`` how many intervals of that
+    label cover each segment, made one label at a time (a count per boundary and label at once
+    would be many bytes per boundary: a 2 GB trace has millions of them)."""
+
+    times: IntArray
+    rows: IntArray  # per segment, the last sorted boundary at its start
+    labels: npt.NDArray[np.int32]  # per sorted boundary, its interval's label
+    signs: npt.NDArray[np.int8]  # +1 a start, -1 an end
+
+    @staticmethod
+    def of(starts: IntArray, ends: IntArray, labels: npt.NDArray[np.integer]) -> _Sweep | None:
+        """None when no interval has a length."""
+        keep = ends > starts
+        starts, ends, labels = starts[keep], ends[keep], labels[keep]
+        if starts.size == 0:
+            return None
+        n = starts.size
+        times = np.concatenate([starts, ends])
+        order = np.argsort(times, kind="stable")
+        sorted_times = times[order]
+        del times
+        is_start = order < n
+        label_sorted = labels.astype(np.int32)[np.where(is_start, order, order - n)]
+        sign = np.where(is_start, np.int8(1), np.int8(-1))
+        del order, is_start
+        # Several boundaries at one instant: the state after the last of them is the one that
+        # holds.
+        last_at_time = np.flatnonzero(np.diff(sorted_times, append=sorted_times[-1] + 1))
+        return _Sweep(
+            sorted_times[last_at_time].astype(np.int64), last_at_time[:-1], label_sorted, sign
+        )
+
+    def count(self, label: int) -> npt.NDArray[np.int32]:
+        running = np.cumsum(np.where(self.labels == label, self.signs, np.int8(0)), dtype=np.int32)
+        return np.asarray(running[self.rows], dtype=np.int32)
+
+
 def coverage(
     starts: IntArray, ends: IntArray, labels: npt.NDArray[np.integer], n_labels: int
 ) -> Coverage:
-    """Sweep: +1 at each start, -1 at each end, per label; a segment is covered where count > 0.
-
-    One label at a time over the sorted boundaries (a handful of labels), so that what the
-    sweep holds is a few bytes per boundary, not a count per boundary and label: a 2 GB
-    trace has millions of boundaries."""
-    keep = ends > starts
-    starts, ends, labels = starts[keep], ends[keep], labels[keep]
-    if starts.size == 0:
+    """Sweep: +1 at each start, -1 at each end, per label; a segment is covered where count > 0
+    (``_Sweep``: one label at a time, a few bytes per boundary)."""
+    sweep = _Sweep.of(starts, ends, labels)
+    if sweep is None:
         return Coverage(np.zeros(1, dtype=np.int64), np.zeros((0, n_labels), dtype=bool))
-    n = starts.size
-    times = np.concatenate([starts, ends])
-    order = np.argsort(times, kind="stable")
-    sorted_times = times[order]
-    del times
-    is_start = order < n
-    label_sorted = labels.astype(np.int32)[np.where(is_start, order, order - n)]
-    sign = np.where(is_start, np.int8(1), np.int8(-1))
-    del order, is_start
-    # Several boundaries at one instant: the state after the last of them is the one that holds.
-    last_at_time = np.flatnonzero(np.diff(sorted_times, append=sorted_times[-1] + 1))
-    boundary_times = sorted_times[last_at_time]
-    del sorted_times
-    rows = last_at_time[:-1]
-    covered = np.empty((rows.size, n_labels), dtype=bool)
+    covered = np.empty((sweep.rows.size, n_labels), dtype=bool)
     for label in range(n_labels):
-        counts = np.cumsum(np.where(label_sorted == label, sign, np.int8(0)), dtype=np.int32)
-        covered[:, label] = counts[rows] > 0
-    return Coverage(boundary_times.astype(np.int64), covered)
+        covered[:, label] = sweep.count(label) > 0
+    return Coverage(sweep.times, covered)
 
 
 def measure(
@@ -126,35 +147,24 @@ def exposed_shares(
     of one cumulative function per priority at its two ends."""
     out = np.zeros(starts.size, dtype=np.float64)
     keep = ends > starts
-    if not keep.any():
+    sweep = _Sweep.of(starts, ends, ranks)
+    if sweep is None:
         return out
     s, e, r = starts[keep], ends[keep], ranks[keep].astype(np.int64)
-    n = s.size
-    times = np.concatenate([s, e])
-    order = np.argsort(times, kind="stable")
-    sorted_times = times[order]
-    is_start = order < n
-    rank_sorted = r[np.where(is_start, order, order - n)]
-    sign = np.where(is_start, 1, -1).astype(np.int32)
-    last_at_time = np.flatnonzero(np.diff(sorted_times, append=sorted_times[-1] + 1))
-    bounds = sorted_times[last_at_time]
-    lengths = np.diff(bounds).astype(np.float64)
-    rows = last_at_time[:-1]
-    owner = np.full(rows.size, n_ranks, dtype=np.int64)  # n_ranks: nobody
-    counts = np.zeros((n_ranks, rows.size), dtype=np.int32)
-    for k in range(n_ranks):
-        counts[k] = np.cumsum(np.where(rank_sorted == k, sign, 0), dtype=np.int32)[rows]
+    lengths = np.diff(sweep.times).astype(np.float64)
+    counts = [sweep.count(k) for k in range(n_ranks)]
+    owner = np.full(sweep.rows.size, n_ranks, dtype=np.int64)  # n_ranks: nobody
     for k in range(n_ranks - 1, -1, -1):  # the highest priority present wins
         owner = np.where(counts[k] > 0, k, owner)
-    shares = np.zeros(n, dtype=np.float64)
+    shares = np.zeros(s.size, dtype=np.float64)
     for k in range(n_ranks):
         mine = r == k
         if not mine.any():
             continue
         per = np.where(owner == k, lengths / np.maximum(counts[k], 1), 0.0)
         cumulative = np.concatenate([[0.0], np.cumsum(per)])
-        a = np.searchsorted(bounds, s[mine])
-        b = np.searchsorted(bounds, e[mine])
+        a = np.searchsorted(sweep.times, s[mine])
+        b = np.searchsorted(sweep.times, e[mine])
         shares[mine] = cumulative[b] - cumulative[a]
     out[keep] = shares
     return out

@@ -488,22 +488,19 @@ _PROJECTION_HEAD = (
 
 
 def _projection_rows(c: Comparison) -> list[list[str]]:
-    def err(x: float | None) -> str:
-        return DASH if x is None else f"{'+' if x > 0 else MINUS if x < 0 else '±'}{abs(x):.1f} %"
-
     return [
         [
             f"{row.world_size:,}",
             c.runs[row.run].label,
             _ms(row.projected_step_ns),
             _ms(row.measured_step_ns),
-            err(row.step_error_pct),
+            _signed_pct(row.step_error_pct),
             _ms(row.projected_exposed_comm_ns),
             _ms(row.measured_exposed_comm_ns),
-            err(row.exposed_comm_error_pct),
+            _signed_pct(row.exposed_comm_error_pct),
             f"{row.projected_relative_throughput:.3f}",
             _num(row.measured_relative_throughput, 3),
-            err(row.throughput_error_pct),
+            _signed_pct(row.throughput_error_pct),
         ]
         for row in c.projection.rows
     ]

@@ -383,15 +383,14 @@
       "and throughput relative to the first run.");
     var p = doc.projection || {};
     if (!p.rows || !p.rows.length) { empty(s, "No projection to check: " + (p.missing || "none")); return; }
-    function err(x) { return has(x) ? (x > 0 ? "+" : x < 0 ? "−" : "±") + Math.abs(x).toFixed(1) + " %" : "–"; }
     s.appendChild(table("projection-table", ["GPUs", "run", "typical step projected", "measured", "error",
       "exposed comm projected", "measured", "error", "throughput × projected", "measured", "error"],
       p.rows.map(function (r) {
         return { attrs: { "data-world": r.world_size }, cells: [String(r.world_size), runs[r.run].label,
-          ms(r.projected_step_ns), ms(r.measured_step_ns), err(r.step_error_pct),
-          ms(r.projected_exposed_comm_ns), ms(r.measured_exposed_comm_ns), err(r.exposed_comm_error_pct),
+          ms(r.projected_step_ns), ms(r.measured_step_ns), signedPct(r.step_error_pct),
+          ms(r.projected_exposed_comm_ns), ms(r.measured_exposed_comm_ns), signedPct(r.exposed_comm_error_pct),
           r.projected_relative_throughput.toFixed(3), has(r.measured_relative_throughput) ?
-            r.measured_relative_throughput.toFixed(3) : "–", err(r.throughput_error_pct)] };
+            r.measured_relative_throughput.toFixed(3) : "–", signedPct(r.throughput_error_pct)] };
       })));
     if (p.note) s.appendChild(el("p", { class: "explain" }, p.note));
   }
