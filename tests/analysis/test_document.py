@@ -30,7 +30,8 @@ from tracecomm.analysis.report import Report
 from tracecomm.cli import EXIT_OK, app
 from tracecomm.doc import SCHEMA_VERSION
 from tracecomm.nccl.diagnose import NcclDocument
-from tracecomm.run.saved import load_saved_report, saved_kind
+from tracecomm.run.saved import load_saved_report
+from tracecomm.run.sniff import saved_kind
 from tracecomm.schema import generated, stale
 from tracecomm.synth.nccl_log import nccl_log
 from tracecomm.text import json_safe

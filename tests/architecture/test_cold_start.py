@@ -1,6 +1,7 @@
-"""The CLI builds its commands and checks a request before polars loads (docs/architecture.md,
-"Cheap until the pool starts"): the option declarations it reads (``run.options``, and the
-choice lists in ``compat.rules`` and ``mfu.choices``) import nothing heavy."""
+"""The CLI builds its commands, checks a request and tells a run from a saved document before
+polars loads (docs/architecture.md, "Cheap until the pool starts"): the option declarations it
+reads (``run.options``, and the choice lists in ``compat.rules`` and ``mfu.choices``) and the
+sniff of each input (``run.sniff``) import nothing heavy, so the pool it starts next forks."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ typer.main.get_command(app)
 from tracecomm.run.request import request_of
 request_of("run/", steps="3:7", jobs="2", compat="hta", rank_from="pid", detail="timeline",
            model_flops_per_step="3.16e15", dtype="fp8", max_trace_size="1GiB")
+from tracecomm.cli import flow
+assert flow.saved_document(["fixtures/sample-run", "fixtures/sample-run/rank0.pt.trace.json.gz"],
+                           {}) is None
 assert "polars" not in sys.modules, "polars loaded"
+from tracecomm.run.pool import new_pool
+pool = new_pool(1)
+assert pool._mp_context.get_start_method() == "fork", pool._mp_context.get_start_method()
+pool.shutdown()
 """
 
 

@@ -89,11 +89,13 @@ def saved_document(run: Sequence[str], options: Mapping[str, Any]) -> SavedRepor
     """The saved analyze document given as RUN, read with the one loader into its Report;
     None for a run to analyze. A saved document is drawn alone and as it was saved, projected
     (``--project``, ``--to``, ``--weak``) from its projection basis as its run would be."""
-    from tracecomm.run.saved import SavedReportError, load_saved_report, looks_saved
+    from tracecomm.run.sniff import looks_saved
 
     saved = [p for p in map(Path, run) if p.is_file() and looks_saved(p)]
     if not saved:
-        return None
+        return None  # and nothing heavy loaded: the pool, started next, can still fork
+    from tracecomm.run.saved import SavedReportError, load_saved_report
+
     if len(run) > 1:
         fail(
             f"{saved[0]}: a saved analyze document is drawn alone, not with other runs", EXIT_USAGE

@@ -20,8 +20,9 @@ from tracecomm.errors import UsageError
 from tracecomm.run.discover import Discovery, discover
 from tracecomm.run.executors import open_executor
 from tracecomm.run.request import Request, request_of
-from tracecomm.run.saved import SavedReport, load_saved_report, looks_saved
+from tracecomm.run.saved import SavedReport, load_saved_report
 from tracecomm.run.session import analyze_run as analyze_now
+from tracecomm.run.sniff import looks_saved
 
 Analyze = Callable[[Request, Discovery], Analysis]
 

@@ -11,7 +11,6 @@ the file and the problem, never a traceback: the same line whichever command rea
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,6 @@ from tracecomm.doc import SCHEMA_VERSION
 from tracecomm.errors import UsageError
 
 REPORT_SCHEMA_VERSION = SCHEMA_VERSION
-_SNIFF_BYTES = 256
 # the largest saved report read (a 4,096-rank analyze JSON with every step is ~100 MB)
 MAX_SAVED_BYTES = 1 << 30
 
@@ -58,30 +56,6 @@ class _Envelope(msgspec.Struct):
 
 
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
-_KIND = re.compile(rb'^\{\s*"kind"\s*:\s*"(tracecomm-[a-z]+)"')
-_SAVED = re.compile(rb'^\{\s*"schema_version"')
-
-
-def saved_kind(path: Path) -> str | None:
-    """What the first bytes of a file say it is: ``"analyze"`` for an analyze document
-    (``{"schema_version"``), the kind of another tracecomm document (``tracecomm-baseline``,
-    ``tracecomm-compare``, …), None for anything else (a Kineto trace starts
-    ``{"schemaVersion"`` or with other keys)."""
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(_SNIFF_BYTES).lstrip()
-    except OSError:
-        return None
-    other = _KIND.match(head)
-    if other:
-        return other.group(1).decode()
-    return "analyze" if _SAVED.match(head) else None
-
-
-def looks_saved(path: Path) -> bool:
-    """A file to read with ``load_saved_report`` rather than as a trace: an analyze document,
-    or another tracecomm document (which the loader refuses, in one line)."""
-    return saved_kind(path) is not None
 
 
 def load_saved_report(path: Path) -> SavedReport:

@@ -117,7 +117,8 @@ def _figures(
         from_report,
         read_baseline_file,
     )
-    from tracecomm.run.saved import SavedReportError, load_saved_report, saved_kind
+    from tracecomm.run.saved import SavedReportError, load_saved_report
+    from tracecomm.run.sniff import saved_kind
 
     kind = saved_kind(path) if path.is_file() else None
     try:
