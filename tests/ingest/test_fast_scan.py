@@ -200,6 +200,47 @@ def test_invalid_utf8_in_a_name_takes_the_general_path(tmp_path: Path) -> None:
     assert "sm90\ufffd_gemm" in rank.device["name"].to_list()
 
 
+def test_white_space_escapes_long_names_and_big_ints_as_json_reads_them() -> None:
+    """The scanner's 16-byte paths (white space runs, a string's closing quote, names hashed by
+    words) and its 19-digit integer path give what ``json.loads`` gives, at every length
+    around their edges; a value past int64 is not a plain int (the general reader's)."""
+    rng = random.Random(11)
+    blanks = [" ", "\n", "\r", "\t"]
+    names = [
+        "x" * n + tail
+        for n in range(0, 40)
+        for tail in ("", '\\"q', "\\\\", "\\u00e9")  # an escaped quote, a backslash, é
+    ]
+    # 32+ bytes alike in their first and last 16: told apart though their hashes agree
+    names += ["a" * 16 + middle + "z" * 16 for middle in ("1", "2", "12", "21", "")]
+    events, pids = [], []
+    for i, name in enumerate(names):
+        pid = rng.choice([0, 7, 10**18, 9 * 10**18, 2**63 - 1, -(2**63), rng.randrange(10**12)])
+        pids.append(pid)
+        gap = "".join(rng.choice(blanks) for _ in range(rng.randrange(0, 40)))
+        events.append(
+            f'{gap}{{{gap}"ph"{gap}:{gap}"X",{gap}"cat":"kernel",{gap}"name":{gap}"{name}"'
+            f',"pid":{gap}{pid},"tid":{i}{gap},"ts":{i}.5,"dur":1{gap}}}{gap}'
+        )
+    text = "[" + ",".join(events) + "]"
+    want = json.loads(text)
+    got = scan(text)
+    assert got is not None
+    codes = np.frombuffer(got["name_code"], dtype=np.uint32).tolist()
+    values = [json.loads(b'"' + v + b'"') for v in got["name_values"]]
+    assert [values[c] for c in codes] == [e["name"] for e in want]
+    assert len(values) == len({e["name"] for e in want})
+    assert column(got, "pid") == pids
+    assert column(got, "tid") == list(range(len(names)))
+    assert column(got, "ts_ns") == [i * 1000 + 500 for i in range(len(names))]
+    for past in (2**63, 10**19 - 1, 10**19 * 9, 10**25):  # not int64: the general reader's
+        odd = scan(text.replace('"tid":0', f'"tid":{past}', 1))
+        assert odd is not None
+        assert np.frombuffer(odd["flags"], dtype=np.uint8)[0] & fast.FLAG_BAD
+    for blank in ("\v", "\f", "\x00"):  # not JSON's white space
+        assert scan(f"[{blank}" + text[1:]) is None
+
+
 def test_random_damage_never_crashes() -> None:
     """Every mutation ends in a result or None: never a crash, never a hang."""
     base = json.dumps(trace_doc(simple_events())["traceEvents"]).encode()
