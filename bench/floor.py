@@ -35,6 +35,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from _bytecode import compile_tracecomm
+
 STAGES = ("read", "scan", "ingest", "unit")
 JSON = ("-f", "json")
 HTA_E2E = ("_worker", "hta-e2e", "--dir")
@@ -133,6 +135,7 @@ def main() -> int:
     parser.add_argument("--hta", action="store_true", help="HTA 0.6.1 end to end each round")
     parser.add_argument("--json", type=Path, help="write the medians here")
     args = parser.parse_args()
+    compile_tracecomm()
     files = sorted(str(p) for p in args.run.iterdir() if ".json" in p.name)
     if "polars" in sys.modules:  # a forked pool must start before polars' threads do
         raise SystemExit("polars is loaded: the pool cannot fork safely")

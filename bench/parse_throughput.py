@@ -103,17 +103,12 @@ def _tracecomm_digest() -> str:
 
 
 def compile_bytecode(log: Callable[[str], None]) -> None:
-    """Byte-compile the measured package as ``pip install`` does. An editable checkout has no
-    ``.pyc`` until an import writes one, and where PYTHONDONTWRITEBYTECODE is set (this
-    workplace) none is ever written: every measured process then compiled about 100 modules
-    (0.07-0.1 s each), a cost no installed copy pays and HTA's site-packages never did."""
-    import compileall
+    """Byte-compile the measured package as ``pip install`` does (``_bytecode``: where
+    PYTHONDONTWRITEBYTECODE is set, as in this workplace, none is ever written otherwise)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _bytecode import compile_tracecomm
 
-    import tracecomm
-
-    package = Path(tracecomm.__file__).parent
-    if not compileall.compile_dir(package, quiet=1):
-        log(f"warning: could not byte-compile {package}; its imports are timed from source")
+    log(f"byte-compiled {compile_tracecomm()}")
 
 
 def _run_name(mb_per_rank: float, ranks: int) -> str:
