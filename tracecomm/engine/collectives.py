@@ -242,7 +242,8 @@ def idle_before(kernels: pl.DataFrame, work: pl.DataFrame | None) -> np.ndarray:
     starts = kernels["start_ns"].to_numpy().astype(np.int64)
     if work is None or work.height == 0:
         return np.zeros(len(starts), dtype=np.int64)
-    runs = _runs(work.sort("start_ns"))
+    wanted = [c for c in ("start_ns", "end_ns", "cls", "stream") if c in work.columns]
+    runs = _runs(work.select(wanted).sort("start_ns"))  # not the names: a copy of a rank
     run = np.searchsorted(runs.starts, starts, side="right") - 1
     begins_run = (run > 0) & (runs.starts[np.maximum(run, 0)] == starts)
     stream = (
@@ -359,9 +360,11 @@ def ready_after_launch(kernels: pl.DataFrame, work: pl.DataFrame | None) -> np.n
     if work is None or "launch_ns" not in work.columns or "launch_ns" not in kernels.columns:
         return starts
     compute = (
-        work.filter((pl.col("cls") == "compute") & pl.col("launch_ns").is_not_null())
+        work.lazy()  # one plan, and no eager filter copying every column (the names)
+        .filter((pl.col("cls") == "compute") & pl.col("launch_ns").is_not_null())
         .select("launch_ns", "end_ns")
         .sort("launch_ns", "end_ns")
+        .collect(engine="in-memory")
     )
     if compute.height == 0:
         return starts

@@ -60,7 +60,9 @@ MARKS_PER_PATTERN = 3
 def framework_marks(rank: RankEvents) -> tuple[FrameworkMark, ...]:
     """The framework marks of one rank's trace (one query over its distinct names)."""
     sources = [
-        frame.lazy().select(pl.col(column).cast(pl.Utf8).alias("name"))
+        # distinct per source before the concat: the in-memory engine would otherwise copy
+        # every kernel's and launch's name into one column first (2.9 M on a 2 GB rank)
+        frame.lazy().select(pl.col(column).cast(pl.Utf8).alias("name")).unique()
         for frame, column in (
             (rank.cpu, "name"),
             (rank.gpu_ranges, "name"),
