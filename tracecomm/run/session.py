@@ -415,13 +415,15 @@ def ingest(
     work = _work(request, run)
     executor.call(_prepare_out, str(out), sources, request.nccl_logs)
     traces = list(discovery.traces)
+    jobs = jobs_for(traces, request.jobs)
     written = executor.map(
         ingest_file,
         traces,
         (str(out), work),
         progress,
         _lost_ingest,
-        jobs_for(traces, request.jobs),
+        jobs,
+        threads=threads_for(traces, request.jobs, jobs),
     )
     lost = [w for w in written if isinstance(w, FileFailure)]
     if lost:
