@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import polars as pl
 
 from tracecomm.ingest.events import (
@@ -587,20 +588,36 @@ def innermost_enclosing(points: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFr
         .filter(pl.col("end") >= pl.col("at"))
         .select("key", "value")
     )
-    rest = points.join(latest.select("key"), on="key", how="anti")
+    rest = points.join(latest.select("key"), on="key", how="anti").drop_nulls(["tid", "at"])
     if rest.height == 0:
         return latest.cast(schema)  # type: ignore[arg-type]
-    right = ordered.rename({"tid": "_r_tid"})
+    left, right = _on_one_axis(rest, ordered.drop_nulls(["tid", "start", "end"]))
     outer = (
-        # the thread's equality first: without it the join pairs every thread's ranges
-        rest.join_where(
-            right,
-            pl.col("tid") == pl.col("_r_tid"),
-            pl.col("at") >= pl.col("start"),
-            pl.col("at") <= pl.col("end"),
-        )
+        left.join_where(right, pl.col("_at") >= pl.col("_start"), pl.col("_at") <= pl.col("_end"))
         .sort(["start", "end"], descending=[True, False])
         .unique("key", keep="first")
         .select("key", "value")
     )
     return pl.concat([latest, outer]).cast(schema)  # type: ignore[arg-type]
+
+
+def _on_one_axis(points: pl.DataFrame, ranges: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Points (``_at``) and ranges (``_start``, ``_end``) on one axis where each thread has a
+    stretch of its own (the thread's number × the distinct times, + the time's rank), so that
+    "same thread and inside" is two inequalities, which polars joins by sorting (IEJoin): the
+    thread's equality joined each point to every range of its thread before filtering (30 of
+    a 2,900-launch rank's 140 ms). Rows with a null never match, as with the equality."""
+    at, start, end = points["at"].to_numpy(), ranges["start"].to_numpy(), ranges["end"].to_numpy()
+    _, thread = np.unique(
+        np.concatenate([points["tid"].to_numpy(), ranges["tid"].to_numpy()]), return_inverse=True
+    )
+    times = np.unique(np.concatenate([at, start, end]))
+    stretch = thread.astype(np.int64) * len(times)
+    mine, theirs = stretch[: len(at)], stretch[len(at) :]
+    return (
+        points.select("key", pl.Series("_at", mine + np.searchsorted(times, at))),
+        ranges.with_columns(
+            pl.Series("_start", theirs + np.searchsorted(times, start)),
+            pl.Series("_end", theirs + np.searchsorted(times, end)),
+        ),
+    )
