@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import quote
 
+import orjson
 import polars as pl
 
 from tracecomm.errors import NotATrace, TraceError
@@ -185,18 +186,49 @@ def _schema_version(db: sqlite3.Connection, tables: set[str]) -> str:
 def _frame(db: sqlite3.Connection, query: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """The query's rows in ``schema``'s columns. SQLite keeps any value in any column: a value
     of another type (text in a time, say) is null, and a row without both times is dropped."""
+    frame = _json_frame(db, query, schema)
+    if frame is None:
+        frame = _row_frame(db, query, schema)
+    times = [c for c in ("start_ns", "end_ns") if c in schema]
+    return frame.drop_nulls(times) if times else frame
+
+
+def _json_frame(
+    db: sqlite3.Connection, query: str, schema: dict[str, pl.DataType]
+) -> pl.DataFrame | None:
+    """The query's columns as one JSON array each (``json_group_array``), parsed in C: a Python
+    tuple per row was most of a read (16 of the 21 ms of the shared mfu export's NVTX ranges).
+    None where a value is not of its column's type (polars refuses text or a real in an Int64
+    column, a number in a String one; ``_row_frame`` says what it becomes) or SQLite cannot
+    build the arrays (a blob, text that is not UTF-8, an array past SQLite's length limit, no
+    JSON functions): the rows are read one by one then, as before."""
+    names = [f"c{i}" for i in range(len(schema))]
+    arrays = ", ".join(f"json_group_array({n})" for n in names)
+    try:
+        columns = db.execute(
+            f"WITH q({', '.join(names)}) AS ({query}) SELECT {arrays} FROM q"
+        ).fetchone()
+        return pl.DataFrame(
+            [
+                pl.Series(name, orjson.loads(text), dtype=dtype)
+                for (name, dtype), text in zip(schema.items(), columns, strict=True)
+            ]
+        )
+    except (sqlite3.DatabaseError, orjson.JSONDecodeError, TypeError, pl.exceptions.PolarsError):
+        return None
+
+
+def _row_frame(db: sqlite3.Connection, query: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     rows = db.execute(query).fetchall()
     try:
-        frame = pl.DataFrame(rows, schema=schema, orient="row")
+        return pl.DataFrame(rows, schema=schema, orient="row")
     except (pl.exceptions.PolarsError, TypeError, OverflowError):
         strings = [dtype == pl.String for dtype in schema.values()]
-        frame = pl.DataFrame(
+        return pl.DataFrame(
             [tuple(_typed(v, text) for v, text in zip(r, strings, strict=True)) for r in rows],
             schema=schema,
             orient="row",
         )
-    times = [c for c in ("start_ns", "end_ns") if c in schema]
-    return frame.drop_nulls(times) if times else frame
 
 
 def _typed(value: object, text: bool) -> object:
@@ -233,19 +265,33 @@ def _kernels(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataF
 
 
 def _with_strings(
-    db: sqlite3.Connection, frame: pl.DataFrame, strings: str, used: str
+    db: sqlite3.Connection,
+    frame: pl.DataFrame,
+    strings: str,
+    used: str,
+    cleaned: pl.Expr | None = None,
 ) -> pl.DataFrame:
-    """``frame``'s ``name`` ids as their strings: each distinct string fetched once (a name
-    repeats over thousands of rows; fetching it per row was most of the read)."""
+    """``frame``'s ``name`` ids as their strings (``cleaned``: how each string is cleaned, once
+    per distinct string): each distinct string fetched once (a name repeats over thousands of
+    rows; fetching it per row was most of the read)."""
     names = _frame(
         db,
         f"SELECT id, substr(value, 1, {_NAME_LIMIT}) FROM {strings} WHERE id IN ({used})",
         {"name": pl.Int64(), "_text": pl.String()},
-    ).unique("name", keep="first")
+    ).lazy()
     return (
-        frame.join(names, on="name", how="left", maintain_order="left")
+        frame.lazy()
+        .join(
+            names.unique("name", keep="first").select(
+                "name", pl.col("_text") if cleaned is None else cleaned.alias("_text")
+            ),
+            on="name",
+            how="left",
+            maintain_order="left",
+        )
         .with_columns(pl.col("_text").alias("name"))
         .drop("_text")
+        .collect()
     )
 
 
@@ -312,10 +358,13 @@ def _runtime(db: sqlite3.Connection, tables: set[str], strings: str) -> pl.DataF
         "SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME",
         {**schema, "name": pl.Int64()},
     )
-    frame = _with_strings(
-        db, ids, strings, "SELECT DISTINCT nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+    return _with_strings(
+        db,
+        ids,
+        strings,
+        "SELECT DISTINCT nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+        pl.col("_text").str.replace(_RUNTIME_VERSION.pattern, ""),
     )
-    return frame.with_columns(pl.col("name").str.replace(_RUNTIME_VERSION.pattern, ""))
 
 
 def _nvtx(
@@ -337,17 +386,18 @@ def _nvtx(
         "AND n.end IS NOT NULL AND n.end >= n.start",
         {**schema, "domain": pl.Int64()},
     )
-    name = pl.col("name").str.replace(_NVTX_SUFFIX.pattern, "")
-    nccl = pl.col("domain").is_in(nccl_ids)
+    # one query, each regex run once per row (the suffix's was run three times)
+    call = pl.col("name").str.extract(_NCCL_RANGE.pattern)
+    nccl = pl.col("domain").is_in(nccl_ids) & call.is_not_null()
     return (
-        frame.with_columns(
-            pl.when(nccl & name.str.contains(_NCCL_RANGE.pattern))
-            .then(pl.lit("nccl:") + name.str.extract(_NCCL_RANGE.pattern))
-            .otherwise(name)
-            .alias("name")
+        frame.lazy()
+        .with_columns(pl.col("name").str.replace(_NVTX_SUFFIX.pattern, ""))
+        .select(
+            *(c for c in schema if c != "name"),
+            pl.when(nccl).then(pl.lit("nccl:") + call).otherwise(pl.col("name")).alias("name"),
         )
         .filter(pl.col("name").is_not_null())
-        .select(list(schema))
+        .collect()
     )
 
 
