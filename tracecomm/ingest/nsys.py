@@ -278,20 +278,13 @@ def _with_strings(
         db,
         f"SELECT id, substr(value, 1, {_NAME_LIMIT}) FROM {strings} WHERE id IN ({used})",
         {"name": pl.Int64(), "_text": pl.String()},
-    ).lazy()
+    ).unique("name", keep="first")
+    if cleaned is not None:
+        names = names.with_columns(cleaned.alias("_text"))
     return (
-        frame.lazy()
-        .join(
-            names.unique("name", keep="first").select(
-                "name", pl.col("_text") if cleaned is None else cleaned.alias("_text")
-            ),
-            on="name",
-            how="left",
-            maintain_order="left",
-        )
+        frame.join(names, on="name", how="left", maintain_order="left")
         .with_columns(pl.col("_text").alias("name"))
         .drop("_text")
-        .collect()
     )
 
 
@@ -386,7 +379,8 @@ def _nvtx(
         "AND n.end IS NOT NULL AND n.end >= n.start",
         {**schema, "domain": pl.Int64()},
     )
-    # one query, each regex run once per row (the suffix's was run three times)
+    # one query, each regex run once per row (the suffix's was run three times), on the
+    # in-memory engine as every lazy plan of the project (partition.py)
     call = pl.col("name").str.extract(_NCCL_RANGE.pattern)
     nccl = pl.col("domain").is_in(nccl_ids) & call.is_not_null()
     return (
@@ -397,7 +391,7 @@ def _nvtx(
             pl.when(nccl).then(pl.lit("nccl:") + call).otherwise(pl.col("name")).alias("name"),
         )
         .filter(pl.col("name").is_not_null())
-        .collect()
+        .collect(engine="in-memory")
     )
 
 
