@@ -15,12 +15,21 @@ times; the median wall time and the peak RSS are reported:
   dataframe library gives, with none of tracecomm's frames built.
 
 Speed is reported as ratios against the baselines of the same run, never as pass / fail.
+
+    python bench/nsys_read.py --before ../wt-before EXPORT.sqlite ... [--rounds 9]
+
+With ``--before`` (another checkout of the project, issue 47), real exports instead: per
+round, each export is read by ``load_nsys`` in a fresh process of this tree and of the other,
+in turn (which goes first alternates), so that both share the machine's load of the moment.
+``cold`` is the process's first read (what the command line pays), ``warm`` the best of three
+reads after it. Medians over the rounds, and before ÷ now.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -85,12 +94,66 @@ def _measure(reader: str, path: Path, repeat: int) -> dict[str, float]:
     return {"wall_s": statistics.median(walls), "peak_mib": max(rss), "device_rows": rows}
 
 
+# the first read of a fresh process, then the best of three more. numpy is imported first in
+# both trees, as the command line imports it (the engine) before it reads: importing it starts
+# OpenBLAS's threads, which spin for a while, and on two cores that cost the first read that
+# followed 15-25 ms (mock.sqlite's read: 14 -> 40 ms)
+_COLD_WARM = (
+    "import time\nimport numpy\nfrom tracecomm.ingest.nsys import load_nsys\nwalls = []\n"
+    "for _ in range(4):\n    t = time.perf_counter()\n    load_nsys({path!r})\n"
+    "    walls.append(time.perf_counter() - t)\nprint(walls[0], min(walls[1:]))"
+)
+
+
+def _read_in(tree: Path, path: Path) -> tuple[float, float]:
+    """(cold, warm) seconds of ``load_nsys(path)`` in a fresh process importing ``tree``."""
+    done = subprocess.run(
+        [sys.executable, "-c", _COLD_WARM.format(path=str(path.resolve()))],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree.resolve())},
+    )
+    cold, warm = done.stdout.split()
+    return float(cold), float(warm)
+
+
+def compare(before: Path, exports: list[Path], rounds: int) -> dict[str, dict[str, float]]:
+    """Per export: median cold and warm walls of both trees, interleaved, and their ratios."""
+    now = Path(__file__).resolve().parent.parent
+    walls: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for i in range(rounds):
+        for path in exports:
+            order = [("before", before), ("now", now)]
+            for tree_name, tree in order if i % 2 == 0 else order[::-1]:
+                walls.setdefault((path.name, tree_name), []).append(_read_in(tree, path))
+    out = {}
+    for path in exports:
+        got = {}
+        for tree_name in ("before", "now"):
+            runs = walls[(path.name, tree_name)]
+            got[f"{tree_name}_cold_s"] = statistics.median(c for c, _ in runs)
+            got[f"{tree_name}_warm_s"] = statistics.median(w for _, w in runs)
+        got["cold_ratio"] = got["before_cold_s"] / got["now_cold_s"]
+        got["warm_ratio"] = got["before_warm_s"] / got["now_warm_s"]
+        out[path.name] = {k: round(v, 4) for k, v in got.items()}
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--mb-per-rank", type=int, default=1000)
     p.add_argument("--out", type=Path, default=Path("bench/out/nsys"))
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--before", type=Path, help="another checkout: compare on EXPORTS")
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("exports", type=Path, nargs="*", help="real exports (with --before)")
     args = p.parse_args()
+    if args.before is not None:
+        got = compare(args.before, args.exports, args.rounds)
+        print(json.dumps({"rounds": args.rounds, "exports": got}, indent=2))
+        return 0
     kineto, nsys = _generate(args.out, args.mb_per_rank)
     sizes = {"kineto_mb": kineto.stat().st_size / 1e6, "nsys_mb": nsys.stat().st_size / 1e6}
     got = {
