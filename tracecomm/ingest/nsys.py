@@ -15,8 +15,9 @@ exists only when it has rows, and since 2025.6 rows are not ordered):
   to ``TARGET_INFO_SESSION_START_TIME.utcEpochNs``: the epoch clock), GPU names
   (``TARGET_INFO_GPU`` / ``TARGET_INFO_CUDA_DEVICE``), the global rank (below).
 
-Queries are SQL projections with the joins done by SQLite, fetched in bulk; nothing is written,
-the file is opened read-only and immutable.
+Queries are SQL projections with the joins done by SQLite, each column fetched whole as one JSON
+array (``_json_frame``; row by row where a value is not of its column's type); nothing is
+written, the file is opened read-only and immutable.
 """
 
 from __future__ import annotations
