@@ -411,16 +411,20 @@ def _named_steps(
     from): the user's ``--step-range`` regex, else the default names; N is the regex's first
     group where every range has a distinct one, else the range's order in its process. Ranges
     inside another step range are not steps."""
-    profiler_steps = pl.col("name").str.contains(STEP_NAME.pattern)
-    if step_range is None and ranges.select(profiler_steps.any()).item():
+    # each regex run once over the names (they ran twice each: 0.4 ms a run on 19,000 names)
+    profiler_steps = ranges.get_column("name").str.contains(STEP_NAME.pattern)
+    if step_range is None and profiler_steps.any():
         return ranges
     pattern = step_range or DEFAULT_STEP_RANGE
+    matches = ranges.get_column("name").str.contains(pattern)
     # the user's ranges replace the profiler's steps (unless they are the profiler's)
-    ranges = ranges.filter(~profiler_steps | pl.col("name").str.contains(pattern))
+    kept = ~profiler_steps | matches
+    ranges = ranges.filter(kept)
+    matches = matches.filter(kept)
     process = pl.col("global_tid") // _TID_SPAN
     hits = (
         ranges.with_row_index("_row")
-        .filter(pl.col("name").str.contains(pattern))
+        .filter(matches)
         .sort("start_ns")
         .with_columns(pl.col("end_ns").cum_max().shift(1).over(process).alias("_open_until"))
         .filter(pl.col("_open_until").is_null() | (pl.col("start_ns") >= pl.col("_open_until")))
