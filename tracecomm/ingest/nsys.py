@@ -576,17 +576,21 @@ def _rank_columns(
     meta: pl.DataFrame,
 ) -> pl.DataFrame:
     """The rank's events in the columns the Kineto readers produce (``frames.columns``), the
-    NCCL calls' metadata on the kernels they launched (as Kineto writes it on the kernel)."""
+    NCCL calls' metadata on the kernels they launched (as Kineto writes it on the kernel).
+    One plan on the in-memory engine: its dozen eager steps took twice as long on a rank of
+    the shared mfu export (2.3 -> 1.3 ms)."""
     mine = (pl.col("global_pid") == proc.global_pid) | pl.col("global_pid").is_null()
     on_gpu = mine & (pl.col("device") == proc.device)
     pid = proc.global_pid // _TID_SPAN % _TID_SPAN
-    own_meta = meta.filter(pl.col("process") == proc.global_pid // _TID_SPAN).drop("process")
+    meta_columns = [c for c in meta.columns if c != "process"]
+    own_meta = meta.lazy().filter(pl.col("process") == proc.global_pid // _TID_SPAN)
     device = pl.concat(
         [
-            kernels.filter(on_gpu)
+            kernels.lazy()
+            .filter(on_gpu)
             .with_columns(pl.lit("kernel").alias("kind"))
-            .join(own_meta, on="correlation", how="left", maintain_order="left"),
-            copies.filter(on_gpu),
+            .join(own_meta.drop("process"), on="correlation", how="left", maintain_order="left"),
+            copies.lazy().filter(on_gpu),
         ],
         how="diagonal_relaxed",
     ).select(
@@ -599,41 +603,53 @@ def _rank_columns(
         "correlation",
         pl.col("device").alias("arg_device"),
         pl.col("stream").alias("arg_stream"),
-        *(pl.col(c) for c in own_meta.columns if c != "correlation"),
+        *(pl.col(c) for c in meta_columns if c != "correlation"),
     )
     of_process = (pl.col("global_tid") // _TID_SPAN) == (proc.global_pid // _TID_SPAN)
-    launches = runtime.filter(of_process).select(
-        pl.lit("launch").alias("kind"),
-        "name",
-        pl.lit(pid, pl.Int64).alias("pid"),
-        (pl.col("global_tid") % _TID_SPAN).alias("tid"),
-        "start_ns",
-        "end_ns",
-        "correlation",
+    launches = (
+        runtime.lazy()
+        .filter(of_process)
+        .select(
+            pl.lit("launch").alias("kind"),
+            "name",
+            pl.lit(pid, pl.Int64).alias("pid"),
+            (pl.col("global_tid") % _TID_SPAN).alias("tid"),
+            "start_ns",
+            "end_ns",
+            "correlation",
+        )
     )
-    annotations = ranges.filter(of_process).select(
-        pl.lit("annotation").alias("kind"),
-        "name",
-        pl.lit(pid, pl.Int64).alias("pid"),
-        (pl.col("global_tid") % _TID_SPAN).alias("tid"),
-        "start_ns",
-        "end_ns",
+    annotations = (
+        ranges.lazy()
+        .filter(of_process)
+        .select(
+            pl.lit("annotation").alias("kind"),
+            "name",
+            pl.lit(pid, pl.Int64).alias("pid"),
+            (pl.col("global_tid") % _TID_SPAN).alias("tid"),
+            "start_ns",
+            "end_ns",
+        )
     )
     events = pl.concat([device, launches, annotations], how="diagonal_relaxed")
-    return events.sort("start_ns", maintain_order=True).with_columns(
-        pl.col("correlation").cast(pl.Int64),
-        pl.lit(None, pl.Int64).alias("external_id"),
-        pl.lit(None, pl.Int64).alias("graph_id"),
-        pl.lit(None, pl.Int64).alias("graph_node"),
-        *(
-            (pl.col(name).cast(dtype) if name in own_meta.columns else pl.lit(None, dtype)).alias(
-                name
-            )
-            for name, dtype in META_SCHEMA.items()
-        ),
-        pl.lit(None, pl.String).alias("input_dims"),
-        pl.lit(None, pl.String).alias("concrete_inputs"),
-        pl.lit(None, pl.String).alias("input_types"),
+    return (
+        events.sort("start_ns", maintain_order=True)
+        .with_columns(
+            pl.col("correlation").cast(pl.Int64),
+            pl.lit(None, pl.Int64).alias("external_id"),
+            pl.lit(None, pl.Int64).alias("graph_id"),
+            pl.lit(None, pl.Int64).alias("graph_node"),
+            *(
+                (pl.col(name).cast(dtype) if name in meta_columns else pl.lit(None, dtype)).alias(
+                    name
+                )
+                for name, dtype in META_SCHEMA.items()
+            ),
+            pl.lit(None, pl.String).alias("input_dims"),
+            pl.lit(None, pl.String).alias("concrete_inputs"),
+            pl.lit(None, pl.String).alias("input_types"),
+        )
+        .collect(engine="in-memory")
     )
 
 
