@@ -23,6 +23,14 @@ round, each export is read by ``load_nsys`` in a fresh process of this tree and 
 in turn (which goes first alternates), so that both share the machine's load of the moment.
 ``cold`` is the process's first read (what the command line pays), ``warm`` the best of three
 reads after it. Medians over the rounds, and before ÷ now.
+
+    python bench/nsys_read.py --fetch EXPORT.sqlite ... [--repeat 7]
+
+How the reader's three largest queries (NVTX ranges, kernels, runtime calls) become frames,
+median milliseconds: row by row (``_row_frame``: a Python tuple per row), polars'
+``read_database`` on the sqlite3 connection, one JSON array per column (``_json_frame``, what
+the reader does), and Arrow from the ADBC SQLite driver where ``adbc_driver_sqlite`` is
+importable (not a dependency).
 """
 
 from __future__ import annotations
@@ -33,7 +41,12 @@ import os
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 _READERS = {
     "kineto": (
@@ -141,6 +154,92 @@ def compare(before: Path, exports: list[Path], rounds: int) -> dict[str, dict[st
     return out
 
 
+# the reader's three largest queries, as _kernels, _runtime and _nvtx write them
+_FETCHED = {
+    "nvtx": (
+        "SELECT n.start, n.end, n.globalTid, substr(coalesce(n.text, s.value), 1, 4096), "
+        "n.domainId FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+        "WHERE n.eventType IN (59, 60) AND n.end IS NOT NULL AND n.end >= n.start",
+        "start_ns end_ns global_tid",
+        "name",
+    ),
+    "kernels": (
+        "SELECT start, end, deviceId, streamId, correlationId, globalPid, demangledName "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL",
+        "start_ns end_ns device stream correlation global_pid name",
+        "",
+    ),
+    "runtime": (
+        "SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+        "start_ns end_ns global_tid correlation name",
+        "",
+    ),
+}
+
+
+def fetch_ways(exports: list[Path], repeat: int) -> dict[str, dict[str, dict[str, float]]]:
+    """Per export and query: median ms of each way to a frame."""
+    import polars as pl
+
+    from tracecomm.ingest import nsys
+
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for path in exports:
+        ways = _ways(path)
+        for name, (query, ints, strings) in _FETCHED.items():
+            schema = nsys._schema(ints, strings)
+            if name == "nvtx":
+                schema = {**schema, "domain": pl.Int64()}
+            out.setdefault(path.name, {})[name] = {
+                way: round(_median_ms(read, query, schema, repeat), 2) for way, read in ways.items()
+            }
+    return out
+
+
+_Read = Callable[[str, dict[str, Any]], object]
+
+
+def _ways(path: Path) -> dict[str, _Read]:
+    import polars as pl
+
+    from tracecomm.ingest import nsys
+
+    db = nsys._connect(path)
+    ways: dict[str, _Read] = {
+        "rows": partial(nsys._row_frame, db),
+        "read_database": lambda query, _: pl.read_database(query, db),
+        "json": partial(nsys._json_frame, db),
+    }
+    try:
+        import adbc_driver_manager as manager
+        import adbc_driver_sqlite
+    except ImportError:
+        return ways
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1"
+    conn = manager.AdbcConnection(
+        manager.AdbcDatabase(driver=adbc_driver_sqlite._driver_path(), uri=uri)
+    )
+
+    def arrow(query: str, _: object) -> object:
+        statement = manager.AdbcStatement(conn)
+        statement.set_sql_query(query)
+        stream, _rows = statement.execute_query()
+        frame = pl.DataFrame(stream)  # Arrow's C stream interface: no pyarrow needed
+        statement.close()
+        return frame
+
+    return {**ways, "adbc": arrow}
+
+
+def _median_ms(read: _Read, query: str, schema: dict[str, Any], repeat: int) -> float:
+    walls = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        read(query, schema)
+        walls.append(time.perf_counter() - start)
+    return statistics.median(walls) * 1000
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--mb-per-rank", type=int, default=1000)
@@ -148,8 +247,12 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--before", type=Path, help="another checkout: compare on EXPORTS")
     p.add_argument("--rounds", type=int, default=9)
-    p.add_argument("exports", type=Path, nargs="*", help="real exports (with --before)")
+    p.add_argument("--fetch", action="store_true", help="ways to read EXPORTS' tables")
+    p.add_argument("exports", type=Path, nargs="*", help="real exports (--before, --fetch)")
     args = p.parse_args()
+    if args.fetch:
+        print(json.dumps(fetch_ways(args.exports, args.repeat), indent=2))
+        return 0
     if args.before is not None:
         got = compare(args.before, args.exports, args.rounds)
         print(json.dumps({"rounds": args.rounds, "exports": got}, indent=2))
