@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from pathlib import Path
 
+import polars as pl
 import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import REPO, analyze_json
 from tracecomm.cli.app import app
 from tracecomm.errors import NotATrace, TraceError
+from tracecomm.ingest import nsys
 from tracecomm.ingest.nsys import load_nsys
 
 NSYS = REPO.parent / "shared" / "data" / "nsys"
@@ -138,6 +141,78 @@ def test_a_crafted_export_is_read_within_its_bounds(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["analyze", str(crafted)])
     assert result.exit_code == 0, result.stderr
     assert "\x1b" not in result.stdout
+
+
+def _same_events(a: list, b: list) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        for field in dataclasses.fields(x):
+            left, right = getattr(x, field.name), getattr(y, field.name)
+            if isinstance(left, pl.DataFrame):
+                assert left.equals(right), field.name  # rows in the same order too
+            else:
+                assert left == right, field.name
+
+
+def _odd_export(path: Path) -> Path:
+    """An export whose columns hold what SQLite lets them: text and reals in times and ids,
+    a blob, names with quotes, control characters, a NUL and non-ASCII text."""
+    with sqlite3.connect(path) as db:
+        db.executescript(
+            "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);"
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, streamId, "
+            "correlationId, globalPid, demangledName, shortName);"
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start, end, globalTid, correlationId, "
+            "nameId);"
+            "CREATE TABLE NVTX_EVENTS (start, end, eventType, text, textId, globalTid, domainId);"
+        )
+        names = ['k"1\\', "k\n2\t\x00x", "√ké 🙂", "cudaLaunchKernel_v7000"]
+        db.executemany("INSERT INTO StringIds VALUES (?, ?)", enumerate(names, 1))
+        db.executemany(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, ?, ?, 0, ?, ?)",
+            [
+                (10, 20, 7, 1, 1, 1),
+                (30, 40, 7.5, 2, 2, 2),
+                ("50", 60, 7, 3, 3, 3),
+                (70, 80, b"\x07", 4, 1, 1),
+                (90, 100.25, 7, 5, 9, 9),
+            ],
+        )
+        db.executemany(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 5, ?, 4)",
+            [(5, 9, 1), (25, 29, 2), (45, 49, "x")],
+        )
+        db.executemany(
+            "INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, ?, ?, 5, 0)",
+            [(1, 200, "step 1", None), (2, 30, "aten::mm, op_id = 4", None), (3, 9, None, 3)],
+        )
+    return path
+
+
+def test_columns_read_whole_match_the_rows_read_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Columns come from SQLite as JSON arrays; where a value is not of its column's type the
+    rows are read one by one, as before: either way the same events, in the same order."""
+    exports = [*sorted(NSYS.glob("*.sqlite")), _odd_export(tmp_path / "odd.sqlite")]
+    whole = [load_nsys(e) for e in exports]
+    monkeypatch.setattr(nsys, "_json_frame", lambda *_: None)
+    for export, events in zip(exports, whole, strict=True):
+        _same_events(events, load_nsys(export))
+
+
+def test_text_that_is_not_utf8_is_the_same_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = _odd_export(tmp_path / "bad.sqlite")
+    with sqlite3.connect(bad) as db:
+        db.execute("UPDATE StringIds SET value = CAST(x'ff41' AS TEXT) WHERE id = 1")
+    with pytest.raises(TraceError, match="unreadable SQLite database") as whole:
+        load_nsys(bad)
+    monkeypatch.setattr(nsys, "_json_frame", lambda *_: None)
+    with pytest.raises(TraceError) as by_rows:
+        load_nsys(bad)
+    assert str(whole.value) == str(by_rows.value)
 
 
 # What an export cannot say: a process group's name (NCCL names a communicator by its id), and

@@ -70,7 +70,9 @@ def test_counting_sees_queries() -> None:
 # lowers its count.
 # +1 each (issue 44): the typical step the projection replays, taken in the first pass
 # +1 each (issue 46): every kernel name per included step, for compare's diff by kernel
-CEILINGS = {"sample": 178, "se": 155, "control": 219}
+# -4 sample and control (issue 47): innermost_enclosing (a launch's collective annotation) in
+# two queries
+CEILINGS = {"sample": 174, "se": 155, "control": 215}
 
 
 @pytest.mark.parametrize(
