@@ -121,9 +121,9 @@ def stage(name: str, files: list[str], jobs: int) -> dict[str, float]:
     }
 
 
-def _timed(cmd: list[str]) -> float:
+def _timed(cmd: list[str], cwd: Path | None = None) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
     return time.perf_counter() - t0
 
 
@@ -135,7 +135,10 @@ def main() -> int:
     parser.add_argument("--hta", action="store_true", help="HTA 0.6.1 end to end each round")
     parser.add_argument("--json", type=Path, help="write the medians here")
     args = parser.parse_args()
-    compile_tracecomm()
+    # every child runs in the measured tree: ``-c`` and ``-m`` put the working folder first on
+    # the path, so a child started elsewhere (in another checkout) would measure that one
+    tree = compile_tracecomm().parent
+    args.run = args.run.resolve()  # the children run in the measured tree
     files = sorted(str(p) for p in args.run.iterdir() if ".json" in p.name)
     if "polars" in sys.modules:  # a forked pool must start before polars' threads do
         raise SystemExit("polars is loaded: the pool cannot fork safely")
@@ -144,8 +147,10 @@ def main() -> int:
     cli, hta = [], []
     for _ in range(args.rounds):
         for name in STAGES:
-            rows[name].append(_in_child(name, files, args.jobs))
-        cli.append(_timed([sys.executable, "-m", "tracecomm", "analyze", str(args.run), *JSON]))
+            rows[name].append(_in_child(name, files, args.jobs, tree))
+        cli.append(
+            _timed([sys.executable, "-m", "tracecomm", "analyze", str(args.run), *JSON], tree)
+        )
         if args.hta:
             hta.append(
                 _timed([sys.executable, str(here / "parse_throughput.py"), *HTA_E2E, str(args.run)])
@@ -173,7 +178,7 @@ def main() -> int:
     return 0
 
 
-def _in_child(name: str, files: list[str], jobs: int) -> dict[str, float]:
+def _in_child(name: str, files: list[str], jobs: int, tree: Path) -> dict[str, float]:
     """Each stage in its own interpreter, so that every pool forks a process without polars."""
     code = (
         "import json, sys; sys.path.insert(0, sys.argv[1]); import floor; "
@@ -182,6 +187,7 @@ def _in_child(name: str, files: list[str], jobs: int) -> dict[str, float]:
     here = str(Path(__file__).parent)
     out = subprocess.run(
         [sys.executable, "-c", code, here, name, str(jobs), *files],
+        cwd=tree,
         check=True,
         capture_output=True,
         text=True,

@@ -59,8 +59,13 @@ def analyze(tree: Path, run: Path, out: Path) -> tuple[float, float, float]:
     written to ``out``."""
     env = {**os.environ, "PYTHONPATH": str(tree), "RANK_SCALE_OUT": str(out)}
     cmd = [sys.executable, "-m", "tracecomm", "analyze", str(run), "-f", "json", "-q"]
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, *cmd], env=env, capture_output=True, text=True, check=True
+    done = subprocess.run(  # in the tree: ``-m`` puts the working folder first on the path
+        [sys.executable, "-c", _MEASURE, *cmd],
+        env=env,
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     code, wall, cpu, rss = done.stdout.split()
     if code != "0":
@@ -76,6 +81,7 @@ def main() -> int:
     p.add_argument("--before", type=Path, help="another tree to run beside this one")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    args.work = args.work.resolve()  # the commands run in each tree
     args.work.mkdir(parents=True, exist_ok=True)
     trees = {"now": ROOT} | ({"before": args.before.resolve()} if args.before else {})
     for tree in trees.values():  # timed as installed: compiled (``_bytecode``)
