@@ -4,8 +4,8 @@
 
 Each run is analyzed by the CLI in a fresh process (``tracecomm analyze RUN -f json``) three
 ways, in turn within each round: as the CLI chooses (``auto``), on threads of the one process
-(the pool's threshold set past any input), and in the forked pool whatever the input (the
-threads' threshold set past any input, the pool's to 0). Medians of wall, CPU (user + sys of
+(the pool's threshold set past any input), and in the forked pool whatever the input (its
+threshold set to 0). Medians of wall, CPU (user + sys of
 the process and its workers) and peak RSS of the largest process (GNU time's %M); the JSON of
 every mode must be the same, else the script exits 1.
 
@@ -34,9 +34,7 @@ BIG = 1 << 60
 MODES = {
     "auto": "",
     "threads": f"import tracecomm.run.pool as p; p.POOL_MIN_BYTES = {BIG}; ",
-    "pool": (
-        f"import tracecomm.run.pool as p; p.POOL_MIN_BYTES = 0; p.THREADS_MIN_RANK_BYTES = {BIG}; "
-    ),
+    "pool": "import tracecomm.run.pool as p; p.POOL_MIN_BYTES = 0; ",
 }
 ENTRY = "{patch}import sys; from tracecomm.cli import main; sys.argv = {argv!r}; main()"
 

@@ -262,7 +262,7 @@ def test_ranks_parsed_on_threads_give_the_serial_figures(
     assert threaded == serial
 
 
-def test_threads_for_runs_too_small_for_a_pool_and_for_large_ranks(
+def test_threads_only_for_runs_too_small_for_a_pool(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tracecomm.run import pool
@@ -277,21 +277,6 @@ def test_threads_for_runs_too_small_for_a_pool_and_for_large_ranks(
     assert pool.threads_for(names[:1], None) == 1
     monkeypatch.setattr(pool, "POOL_MIN_BYTES", 8)  # now big enough for a pool of processes
     assert pool.jobs_for(names, None) > 1 and pool.threads_for(names, None) == 1
-    # ranks this large on average: threads of this process again (the GIL is free most of
-    # their parse), unless --jobs asks for processes
-    monkeypatch.setattr(pool, "THREADS_MIN_RANK_BYTES", 19)  # each file is 19 bytes
-    assert pool.jobs_for(names, None) == 1 and pool.threads_for(names, None) == 3
-    assert pool.jobs_for(names, 2) == 2 and pool.threads_for(names, 2) == 1
-    assert pool.jobs_for(names, None, min_bytes=8) == 1  # the API's spawned pool too
-    monkeypatch.setattr(pool, "THREADS_MAX_RANK_BYTES", 19)  # a rank this large: a process
-    assert pool.jobs_for(names, None) > 1 and pool.threads_for(names, None) == 1
-    monkeypatch.setattr(pool, "THREADS_MAX_RANK_BYTES", 2**40)
-    small_and_large = [*names, str(tmp_path / "big.json")]
-    (tmp_path / "big.json").write_bytes(b" " * 40)  # the mean, not the largest, decides
-    monkeypatch.setattr(pool, "THREADS_MIN_RANK_BYTES", 30)
-    assert pool.jobs_for(small_and_large, None) > 1
-    monkeypatch.setattr(pool, "THREADS_MIN_RANK_BYTES", 1)  # sizes unknown: processes
-    assert pool.jobs_for([*names, "s3://bucket/rank9.json"], None) > 1
 
 
 def test_threaded_results_come_back_in_item_order_with_progress() -> None:

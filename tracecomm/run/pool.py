@@ -27,18 +27,11 @@ from tracecomm.ingest.discover import json_size
 # wins: 64 ranks of 47 MB in all 6.6 / 9.4 s, 8 x 35 MB 2.9 / 3.3 s (the Python between
 # polars calls holds the GIL, and small ranks are mostly that).
 POOL_MIN_BYTES = 32 * 2**20
-# ... but ranks between these sizes (the mean of the run's) go to threads of this process
-# whatever the total (issue 47): most of their parse is the scanner, inflation and polars,
-# which release the GIL, and the imports are paid once. Measured on two cores
-# (bench/threads_or_pool.py, medians of 3, the JSON the same): 8 real ranks of 35 MB
-# 1.57 s / 1.67 CPU-s on threads against 2.08 s / 2.10 CPU-s forked (the two tied on a quiet
-# machine, 1.2-1.3 s, the threads with a fifth less CPU); 8 x 100 MB 2.82 / 3.36 s; 8 x 200 MB
-# 5.04 / 5.16 s from the CLI, 3.92 s against 5.31 s spawned from the API. Below, the Python
-# between polars calls holds the GIL for most of a small rank (64 ranks of 0.7 MB: 6.6 s
-# forked, 9.4 s threaded on a quiet day, issue 33). From 512 MiB a rank keeps a process of
-# its own: its memory is counted, and killed, apart (the pool then loses that rank alone).
-THREADS_MIN_RANK_BYTES = 16 * 2**20
-THREADS_MAX_RANK_BYTES = 512 * 2**20
+# Larger ranks stay with the pool too (issue 47, bench/threads_or_pool.py, quiet, medians of 3):
+# 8 real ranks of 35 MB tie (1.09 s both; threads spend a fifth less CPU), 8 x 100 MB 1.74 s
+# forked against 1.91 s threaded, 64 x 3 MB 2.08 / 3.15 s; the threads only won on a loaded
+# machine, where CPU is what runs out. About half of a rank's work holds the GIL (the Python
+# between polars calls), so threads cannot pass about 2x however many cores there are.
 # ... for a pool of fresh interpreters, which the Python API starts (polars is loaded there, so
 # no fork): each worker starts Python and imports polars and the per-rank code (0.42-0.5 CPU-s)
 # before its first rank, where threads of the caller start at once. On two busy cores (best
@@ -58,18 +51,14 @@ def jobs_for(
 ) -> int:
     """Worker processes for the run: ``requested``, else one per core once the input reaches
     ``min_bytes`` (``POOL_MIN_BYTES``; ``SPAWNED_POOL_MIN_BYTES`` where the workers would be
-    spawned) unless its ranks are of the size threads parse best (``THREADS_MIN_RANK_BYTES``
-    to ``THREADS_MAX_RANK_BYTES`` on average): one then, and ``threads_for`` the threads."""
+    spawned)."""
     if requested is not None:
         return max(1, min(requested, len(paths)))
     least = POOL_MIN_BYTES if min_bytes is None else min_bytes
     # a remote file's size is not worth a round trip here: count it as worth a process
-    remote = sum("://" in str(p) for p in paths)
-    total = sum(json_size(p) for p in paths if "://" not in str(p)) + remote * least
+    total = sum(json_size(p) if "://" not in str(p) else least for p in paths)
     if total < least or len(paths) < 2:
         return 1
-    if not remote and THREADS_MIN_RANK_BYTES <= total / len(paths) < THREADS_MAX_RANK_BYTES:
-        return 1  # threads (``threads_for``)
     return max(1, min(os.cpu_count() or 1, len(paths)))
 
 
