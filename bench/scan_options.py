@@ -251,17 +251,7 @@ def pysimdjson_columns(inp: Inputs) -> Columns:
 
     parser = simdjson.Parser()
     doc: Any = parser.parse(inp.data)
-    rows: list[list[Any]] = [[] for _ in range(6 + len(LINKS))]
-    keys = ("cat", "name", "ts", "dur", "pid", "tid")
-    for e in doc["traceEvents"]:
-        if e.get("ph") != "X":
-            continue
-        for i, k in enumerate(keys):
-            rows[i].append(e.get(k))
-        a = e.get("args")
-        for i, k in enumerate(LINKS.values(), 6):
-            rows[i].append(a.get(k) if a is not None else None)
-    return _rows_columns(rows)
+    return _rows_columns(_dom_rows(doc["traceEvents"]))
 
 
 def cysimdjson_parse(inp: Inputs) -> Any:
@@ -276,9 +266,14 @@ def cysimdjson_columns(inp: Inputs) -> Columns:
 
     parser = cysimdjson.JSONParser()  # the document lives in the parser: keep it alive
     doc = parser.parse(inp.data)
+    return _rows_columns(_dom_rows(doc["traceEvents"]))
+
+
+def _dom_rows(events: Any) -> list[list[Any]]:
+    """The X events' fields, one list per column, from a simdjson DOM's lazy proxies."""
     rows: list[list[Any]] = [[] for _ in range(6 + len(LINKS))]
     keys = ("cat", "name", "ts", "dur", "pid", "tid")
-    for e in doc["traceEvents"]:
+    for e in events:
         if e.get("ph") != "X":
             continue
         for i, k in enumerate(keys):
@@ -286,7 +281,7 @@ def cysimdjson_columns(inp: Inputs) -> Columns:
         a = e.get("args")
         for i, k in enumerate(LINKS.values(), 6):
             rows[i].append(a.get(k) if a is not None else None)
-    return _rows_columns(rows)
+    return rows
 
 
 def _rows_columns(rows: list[list[Any]]) -> Columns:

@@ -606,31 +606,25 @@ def _rank_columns(
         *(pl.col(c) for c in meta_columns if c != "correlation"),
     )
     of_process = (pl.col("global_tid") // _TID_SPAN) == (proc.global_pid // _TID_SPAN)
-    launches = (
-        runtime.lazy()
-        .filter(of_process)
-        .select(
-            pl.lit("launch").alias("kind"),
-            "name",
-            pl.lit(pid, pl.Int64).alias("pid"),
-            (pl.col("global_tid") % _TID_SPAN).alias("tid"),
-            "start_ns",
-            "end_ns",
-            "correlation",
+
+    def on_host(frame: pl.DataFrame, kind: str, *more: str) -> pl.LazyFrame:
+        """The process's rows of a CPU-side table as events of ``kind``."""
+        return (
+            frame.lazy()
+            .filter(of_process)
+            .select(
+                pl.lit(kind).alias("kind"),
+                "name",
+                pl.lit(pid, pl.Int64).alias("pid"),
+                (pl.col("global_tid") % _TID_SPAN).alias("tid"),
+                "start_ns",
+                "end_ns",
+                *more,
+            )
         )
-    )
-    annotations = (
-        ranges.lazy()
-        .filter(of_process)
-        .select(
-            pl.lit("annotation").alias("kind"),
-            "name",
-            pl.lit(pid, pl.Int64).alias("pid"),
-            (pl.col("global_tid") % _TID_SPAN).alias("tid"),
-            "start_ns",
-            "end_ns",
-        )
-    )
+
+    launches = on_host(runtime, "launch", "correlation")
+    annotations = on_host(ranges, "annotation")
     events = pl.concat([device, launches, annotations], how="diagonal_relaxed")
     return (
         events.sort("start_ns", maintain_order=True)
