@@ -243,7 +243,24 @@ def idle_before(kernels: pl.DataFrame, work: pl.DataFrame | None) -> np.ndarray:
     if work is None or work.height == 0:
         return np.zeros(len(starts), dtype=np.int64)
     wanted = [c for c in ("start_ns", "end_ns", "cls", "stream") if c in work.columns]
-    runs = _runs(work.select(wanted).sort("start_ns"))  # not the names: a copy of a rank
+    first = (  # each step's first device event
+        work.lazy()
+        .select("step", "start_ns")
+        .filter(pl.col("step").is_not_null())
+        .group_by("step")
+        .agg(pl.col("start_ns").min().alias("step_start"))
+    )
+    ordered, step_start_of = pl.collect_all(
+        [
+            work.lazy().select(wanted).sort("start_ns"),  # not the names: a copy of a rank
+            kernels.lazy()
+            .select("step", "start_ns")
+            .join(first, on="step", how="left", maintain_order="left")
+            .select(pl.coalesce("step_start", "start_ns")),
+        ],
+        engine="in-memory",
+    )
+    runs = _runs(ordered)
     run = np.searchsorted(runs.starts, starts, side="right") - 1
     begins_run = (run > 0) & (runs.starts[np.maximum(run, 0)] == starts)
     stream = (
@@ -264,20 +281,7 @@ def idle_before(kernels: pl.DataFrame, work: pl.DataFrame | None) -> np.ndarray:
             break
         before = np.where(foreign, before - 1, before)
     gap = np.where(before >= 0, starts - runs.ends[np.maximum(before, 0)], 0)
-    first = (
-        work.select("step", "start_ns")
-        .filter(pl.col("step").is_not_null())
-        .group_by("step")
-        .agg(pl.col("start_ns").min().alias("step_start"))
-    )
-    step_start = (
-        kernels.select("step", "start_ns")
-        .join(first, on="step", how="left", maintain_order="left")
-        .select(pl.coalesce("step_start", "start_ns"))
-        .to_series()
-        .to_numpy()
-        .astype(np.int64)
-    )
+    step_start = step_start_of.to_series().to_numpy().astype(np.int64)
     return np.maximum(0, np.minimum(gap, starts - step_start))
 
 

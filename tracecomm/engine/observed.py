@@ -51,12 +51,15 @@ class Counted(NamedTuple):
 def counted_ops(
     shaped_ops: pl.DataFrame, linked: pl.DataFrame, included: Collection[int]
 ) -> Counted:
-    """The recorded ops' FLOPs and bytes, and their kernels' time (``Counted``)."""
+    """The recorded ops' FLOPs and bytes, and their kernels' time (``Counted``): one plan for
+    both frames, collected together."""
     recognized = _with_flops(shaped_ops)
-    ops = _outermost(recognized)
-    kernels = linked.filter(
-        (pl.col("cls") == "compute") & pl.col("step").is_in(list(included))
-    ).with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur"))
+    ops = _outermost(recognized.lazy())
+    kernels = (
+        linked.lazy()
+        .filter((pl.col("cls") == "compute") & pl.col("step").is_in(list(included)))
+        .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur"))
+    )
     launched = (
         kernels.filter(pl.col("launch_ns").is_not_null())
         .sort("launch_ns")
@@ -76,7 +79,8 @@ def counted_ops(
         .filter(pl.col("op").is_not_null() & (pl.col("launch_ns") < pl.col("op_end")))
     )
     counted = ops.join(launched.group_by("op").agg(pl.col("dur").sum().alias("kernel_ns")), on="op")
-    return Counted(counted, kernels, recognized.height)
+    counted_ops_, included_kernels = pl.collect_all([counted, kernels], engine="in-memory")
+    return Counted(counted_ops_, included_kernels, recognized.height)
 
 
 def _with_flops(shaped_ops: pl.DataFrame) -> pl.DataFrame:
@@ -125,7 +129,7 @@ def _op_figures(
     return (*found, *(moved or (None, None)))
 
 
-def _outermost(ops: pl.DataFrame) -> pl.DataFrame:
+def _outermost(ops: pl.LazyFrame) -> pl.LazyFrame:
     """Drop ops nested in another counted op on the same thread (SDPA calls the flash op,
     ``matmul`` calls ``mm``): each kernel's FLOPs count once, at the outer op."""
     ordered = ops.sort("tid", "start_ns", pl.col("end_ns"), descending=[False, False, True])
