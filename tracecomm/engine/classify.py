@@ -381,22 +381,37 @@ def _enclosing_collective(keyed: pl.DataFrame, cpu: pl.DataFrame) -> pl.Series:
     none = pl.Series("ctx", [None] * keyed.height, dtype=pl.String)
     if cpu.height == 0 or "kind" not in cpu.columns:
         return none
-    ann = cpu.filter(
-        (pl.col("kind") == "annotation") & pl.col("name").str.contains(r"^(?:nccl|gloo):")
+    ann = (
+        cpu.lazy()
+        .filter((pl.col("kind") == "annotation") & pl.col("name").str.contains(r"^(?:nccl|gloo):"))
+        .collect(engine="in-memory")
     )
-    ranges = ann.select(
-        "tid",
-        pl.col("start_ns").alias("start"),
-        pl.col("end_ns").alias("end"),
-        pl.lit(coll_types(ann["name"])).alias("value"),
-    ).filter(pl.col("value").is_in([*_CONTEXT_TYPES, "SendRecv"]))
-    points = keyed.select(
-        pl.col("_ctx_row").alias("key"), pl.col("_l_tid").alias("tid"), pl.col("_l_at").alias("at")
-    ).drop_nulls()
+    ranges, points = pl.collect_all(
+        [
+            ann.lazy()
+            .select(
+                "tid",
+                pl.col("start_ns").alias("start"),
+                pl.col("end_ns").alias("end"),
+                pl.lit(coll_types(ann["name"])).alias("value"),
+            )
+            .filter(pl.col("value").is_in([*_CONTEXT_TYPES, "SendRecv"])),
+            keyed.lazy()
+            .select(
+                pl.col("_ctx_row").alias("key"),
+                pl.col("_l_tid").alias("tid"),
+                pl.col("_l_at").alias("at"),
+            )
+            .drop_nulls(),
+        ],
+        engine="in-memory",
+    )
     found = innermost_enclosing(points, ranges)
     return (
-        keyed.select(pl.col("_ctx_row").alias("key"))
-        .join(found, on="key", how="left", maintain_order="left")
+        keyed.lazy()
+        .select(pl.col("_ctx_row").alias("key"))
+        .join(found.lazy(), on="key", how="left", maintain_order="left")
+        .collect(engine="in-memory")
         .get_column("value")
         .alias("ctx")
     )

@@ -226,13 +226,15 @@ def _with_step_bounds(
     """The step window a gap lies in (a gap between windows follows the earlier step: after
     its last compute), and that step's first and last compute (``compute_bounds``)."""
     windows = (
-        steps.filter(pl.col("start_ns").is_not_null())
+        steps.lazy()
+        .filter(pl.col("start_ns").is_not_null())
         .select("step", pl.col("start_ns").alias("step_from"), pl.col("end_ns").alias("step_to"))
-        .join(compute, on="step", how="left")
+        .join(compute.lazy(), on="step", how="left")
         .sort("step_from")
     )
-    return (
-        gaps.sort("g0")
+    return (  # one plan
+        gaps.lazy()
+        .sort("g0")
         .join_asof(windows, left_on="g0", right_on="step_from", strategy="backward")
         .with_columns(
             # between two step windows: after the earlier step's work, a drain
@@ -242,6 +244,7 @@ def _with_step_bounds(
             .alias("last_compute")
         )
         .sort("_i")
+        .collect(engine="in-memory")
     )
 
 
