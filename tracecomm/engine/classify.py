@@ -230,23 +230,34 @@ def classify_with_comm(
     is kept. Types are resolved on the comm rows alone: a few thousand kernels, not the
     hundreds of thousands of compute ones."""
     work = with_user_ranges(rank, comm_patterns, compute_patterns)
-    device = work.with_row_index("_row").with_columns(
-        _cls(comm_patterns, compute_patterns, _builtin_comm_names(work))
+    device = (
+        work.lazy()
+        .with_row_index("_row")
+        .with_columns(_cls(comm_patterns, compute_patterns, _builtin_comm_names(work)))
+        .collect(engine="in-memory")
     )
     is_comm = pl.col("cls") == "comm"
     comm = _with_metadata(device.filter(is_comm), rank.device_meta)
     comm = _fill_metadata_from_cpu_op(comm, rank.comm_ops)
     comm = _annotation_type(comm, rank.comm_annotations)
     comm = _launch_context_type(comm, rank)
-    comm = comm.with_columns(
-        pl.coalesce(_user_type(comm_patterns), _coll_type(comm)).alias("coll_type"),
-        pl.coalesce("collective_name", "cpu_collective_name").alias("collective_name"),
-    ).drop("annotation_type", "cpu_collective_name", "launch_type")
+    comm = (
+        comm.lazy()
+        .with_columns(
+            pl.coalesce(_user_type(comm_patterns), _coll_type(comm)).alias("coll_type"),
+            pl.coalesce("collective_name", "cpu_collective_name").alias("collective_name"),
+        )
+        .drop("annotation_type", "cpu_collective_name", "launch_type")
+        .collect(engine="in-memory")
+    )
     # the type as one new column beside the device frame's own (a join of the whole frame
     # would copy every column of every kernel: hundreds of MB in a 2 GB trace)
-    coll_type = device.select("_row").join(
-        comm.select("_row", "coll_type"), on="_row", how="left", maintain_order="left"
-    )["coll_type"]
+    coll_type = (
+        device.lazy()
+        .select("_row")
+        .join(comm.lazy().select("_row", "coll_type"), on="_row", how="left", maintain_order="left")
+        .collect(engine="in-memory")["coll_type"]
+    )
     return device.with_columns(coll_type), comm
 
 
