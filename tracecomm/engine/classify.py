@@ -489,22 +489,30 @@ def comm_stream_note(device: pl.DataFrame) -> str | None:
     tracecomm does not know may run its collectives under other names (metrics.md §1a).
 
     Said, not guessed: a --comm-pattern rule makes them communication."""
-    kernels = device.filter(pl.col("kind") == "kernel", pl.col("stream").is_not_null())
-    if kernels.height == 0 or "cls" not in kernels.columns:
+    if "cls" not in device.columns:
         return None
-    per_stream = kernels.group_by("device", "stream").agg(
-        (pl.col("cls") == "comm").sum().alias("comm"), pl.len().alias("all")
+    # one plan, and no copy of the kernels (most of a 2 GB trace's device frame)
+    kernels = device.lazy().filter(pl.col("kind") == "kernel", pl.col("stream").is_not_null())
+    comm_streams = (
+        kernels.group_by("device", "stream")
+        .agg((pl.col("cls") == "comm").sum().alias("comm"), pl.len().alias("all"))
+        .filter(pl.col("comm") * 2 >= pl.col("all"), pl.col("comm") > 0)
+        .select("device", "stream")
     )
-    comm_streams = per_stream.filter(pl.col("comm") * 2 >= pl.col("all"), pl.col("comm") > 0)
-    others = kernels.filter(pl.col("cls") == "compute").join(
-        comm_streams.select("device", "stream"), on=["device", "stream"]
+    others = (
+        kernels.filter(pl.col("cls") == "compute")
+        .join(comm_streams, on=["device", "stream"])
+        .select("name", "stream", "start_ns", "end_ns")
+        .collect(engine="in-memory")
     )
     if others.height == 0:
         return None
     by_name = (
-        others.group_by("name")
+        others.lazy()
+        .group_by("name")
         .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"), pl.len().alias("n"))
         .sort("ns", "name", descending=[True, False])
+        .collect(engine="in-memory")
     )
     streams = sorted(others["stream"].unique().to_list())
     total_ms = float(by_name["ns"].sum()) / 1e6
