@@ -314,8 +314,9 @@ def _missing_launches(
     names = names or LaunchNames.of(rank)
     if in_capture is None:
         in_capture = captured(rank, names)
-    recorded = (
-        linked.select(pl.coalesce("launch_corr", "correlation").alias("correlation"))
+    recorded = (  # joined in the plan below: no frame of its own
+        linked.lazy()
+        .select(pl.coalesce("launch_corr", "correlation").alias("correlation"))
         .drop_nulls()
         .unique()
     )
@@ -327,9 +328,8 @@ def _missing_launches(
             & pl.col("correlation").is_not_null()
             & ~pl.col("_captured")
         )
-        .join(recorded.lazy(), on="correlation", how="anti")
+        .join(recorded, on="correlation", how="anti")
         .collect(engine="in-memory")
     )
-    return orphans.with_columns(
-        step_of(pl.col("start_ns"), rank.steps, orphans).alias("step")
-    ).filter(pl.col("step").is_not_null())
+    step = step_of(pl.col("start_ns"), rank.steps, orphans)  # numpy
+    return orphans.with_columns(step).filter(step.is_not_null())  # one query
