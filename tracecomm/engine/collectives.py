@@ -80,12 +80,7 @@ def collective_instances(linked: pl.DataFrame, work: pl.DataFrame | None = None)
         return pl.DataFrame(schema=INSTANCE_SCHEMA)
     ready = ready_after_launch(comm, work)
     since, ready_since = work_since(comm, work, ready)
-    comm = comm.with_columns(
-        pl.Series("idle_before_ns", idle_before(comm, work)),
-        pl.Series("work_since_ns", since),
-        pl.Series("ready_ns", ready, dtype=pl.Int64),
-        pl.Series("ready_since_ns", ready_since, dtype=pl.Int64),
-    )
+    idle = idle_before(comm, work)
     launch_order = pl.coalesce("launch_ns", "start_ns")
     name = pl.col("collective_name").str.to_lowercase()
     direction = (
@@ -97,8 +92,13 @@ def collective_instances(linked: pl.DataFrame, work: pl.DataFrame | None = None)
         .when(name == "recv")
         .then(pl.col("src_rank"))
     )
-    return (
-        comm.with_columns(
+    keyed = (
+        comm.lazy()
+        .with_columns(
+            pl.Series("idle_before_ns", idle),
+            pl.Series("work_since_ns", since),
+            pl.Series("ready_ns", ready, dtype=pl.Int64),
+            pl.Series("ready_since_ns", ready_since, dtype=pl.Int64),
             pl.coalesce("pg_name", "pg_ranks", pl.lit(WORLD)).alias("pg"),
             pl.coalesce("in_msg_nelems", "in_msg_size").alias("nelems"),
             direction.alias("direction"),
@@ -106,7 +106,11 @@ def collective_instances(linked: pl.DataFrame, work: pl.DataFrame | None = None)
             message_bytes().alias("bytes"),
             pl.coalesce("out_msg_nelems", "out_msg_size").alias("recv_nelems"),
         )
-        .pipe(with_split_rows)
+        .collect(engine="in-memory")
+    )
+    return (
+        with_split_rows(keyed)
+        .lazy()
         .sort(launch_order, "start_ns")
         .with_columns(
             pl.int_range(pl.len()).over("pg", "coll_type").alias("ordinal"),
@@ -114,6 +118,7 @@ def collective_instances(linked: pl.DataFrame, work: pl.DataFrame | None = None)
         )
         .select(list(INSTANCE_SCHEMA))
         .cast(INSTANCE_SCHEMA)  # type: ignore[arg-type]
+        .collect(engine="in-memory")
         .pipe(_ranks_listed_once)
     )
 
