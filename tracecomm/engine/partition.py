@@ -99,7 +99,7 @@ def _breakdown(
         .collect(engine="in-memory")["device"]
         .to_list()
     )
-    has_work = bool(device.select(not_sync.any()).item()) if device.height else False
+    has_work = bool((device["cls"] != "sync").any()) if device.height else False  # no query
     names = LaunchNames.of(rank)
     in_capture = captured(rank, names)
     if not has_work and in_capture.any():
@@ -137,11 +137,14 @@ def _breakdown(
     flop_ops = _flop_ops(rank.shaped_ops)
     counted = counted_ops(flop_ops, linked, included) if flop_ops.height else None
     instances = collective_instances(
-        linked.filter(pl.col("cls") == "comm").join(
-            comm.drop(*(c for c in comm.columns if c in linked.columns and c != "_row")),
+        linked.lazy()
+        .filter(pl.col("cls") == "comm")
+        .join(
+            comm.lazy().drop(*(c for c in comm.columns if c in linked.columns and c != "_row")),
             on="_row",
             how="left",
-        ),
+        )
+        .collect(engine="in-memory"),
         work.select("start_ns", "end_ns", "step", "cls", "stream", "launch_ns"),
     )
     splits = split_note(instances)
