@@ -257,7 +257,7 @@ def idle_before(kernels: pl.DataFrame, work: pl.DataFrame | None) -> np.ndarray:
     )
     ordered, step_start_of = pl.collect_all(
         [
-            work.lazy().select(wanted).sort("start_ns"),  # not the names: a copy of a rank
+            work.lazy().select(wanted).sort("start_ns"),  # sorted: the columns it reads alone
             kernels.lazy()
             .select("step", "start_ns")
             .join(first, on="step", how="left", maintain_order="left")
@@ -369,7 +369,7 @@ def ready_after_launch(kernels: pl.DataFrame, work: pl.DataFrame | None) -> np.n
     if work is None or "launch_ns" not in work.columns or "launch_ns" not in kernels.columns:
         return starts
     compute = (
-        work.lazy()  # one plan, and no eager filter copying every column (the names)
+        work.lazy()  # one plan: the filter copies only the two columns it keeps
         .filter((pl.col("cls") == "compute") & pl.col("launch_ns").is_not_null())
         .select("launch_ns", "end_ns")
         .sort("launch_ns", "end_ns")
