@@ -23,6 +23,7 @@ LAYERS = {
     "tracecomm.colltypes": 0,
     "tracecomm.doc": 0,
     "tracecomm.frameworks": 0,
+    "tracecomm.collector": 0,
     "tracecomm.ingest": 1,
     "tracecomm.nccl": 1,
     "tracecomm.engine": 2,

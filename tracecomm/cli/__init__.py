@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+from tracecomm import collector
 from tracecomm.cli.app import app
 from tracecomm.cli.commands import register
 from tracecomm.cli.exits import (
@@ -56,3 +57,5 @@ def main() -> None:
             "(a bug; rerun with TRACECOMM_DEBUG=1 for the traceback and please report it)"
         )
         sys.exit(EXIT_INTERNAL)
+    finally:
+        collector.before_exit()  # whatever is printed is written: the last pass frees nothing

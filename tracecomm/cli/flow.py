@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
+from tracecomm import collector
 from tracecomm.cli.exits import EXIT_IO, EXIT_NO_INPUT, EXIT_USAGE, fail, stderr
 from tracecomm.text import visible
 
@@ -66,8 +67,9 @@ def analysis_for(
             discovery = discover(req.inputs)
             if req.cache is None and req.rank_from is None:
                 pool = start_pool(discovery.traces, req.jobs)
-        from tracecomm.run.executors import open_executor
-        from tracecomm.run.session import analyze_run
+        with collector.paused():  # while polars and the analysis load
+            from tracecomm.run.executors import open_executor
+            from tracecomm.run.session import analyze_run
 
         executor = open_executor(req.executor, req.jobs, pool)
     except UsageError as exc:

@@ -9,7 +9,6 @@ and on remote workers.
 from __future__ import annotations
 
 import contextlib
-import gc
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from tracecomm import collector
 from tracecomm.errors import TraceError
 from tracecomm.ingest import fast, stream
 from tracecomm.ingest.discover import json_size
@@ -38,13 +38,8 @@ def load_rank(path: Path | str, read: ReadOptions | None = None) -> RankEvents:
     read = read or ReadOptions()
     # Millions of short-lived acyclic objects: the cyclic collector would rescan them over and
     # over (a third of the parse time) and can reclaim nothing.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector.paused():
         return _load_rank(Path(path), read)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def load_merged(
@@ -55,44 +50,43 @@ def load_merged(
     ``rank_from="pid"``: each process id is a rank (an int, or the digits of a string pid);
     ``"process_name"``: the first number in each process's ``process_name`` metadata (``rank 3``,
     ``Rank 3 GPU 0``) is its rank. Processes without one are left out with a warning."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        doc, warnings, truncated = read_document(Path(path), read)
-        events = doc.traceEvents or []
-        rank_of = _ranks_of_processes(events, rank_from)
-        groups: dict[int, list[Any]] = {}
-        left_out: set[object] = set()
-        for e in events:
-            if isinstance(e, MetaEvent):
-                continue
-            rank = rank_of.get(getattr(e, "pid", None))
-            if rank is None:
-                left_out.add(getattr(e, "pid", None))
-            else:
-                groups.setdefault(rank, []).append(e)
-        if left_out - {None}:
-            warnings.append(
-                f"{path}: {len(left_out - {None})} process(es) with no rank by {rank_from} left "
-                f"out: {', '.join(sorted(map(str, left_out - {None})))[:200]}"
-            )
-        if not groups:
-            raise TraceError(path, f"no process has a rank by {rank_from}")
-        meta = trace_meta(doc)
-        return [
-            rank_events(
-                f"{path}#rank{rank}",
-                replace(meta, rank=rank),
-                group,
-                list(warnings),
-                truncated,
-                (read or ReadOptions()).shaped_ops,
-            )
-            for rank, group in sorted(groups.items())
-        ]
-    finally:
-        if enabled:
-            gc.enable()
+    with collector.paused():
+        return _merged(path, rank_from, read or ReadOptions())
+
+
+def _merged(path: Path | str, rank_from: str, read: ReadOptions) -> list[RankEvents]:
+    doc, warnings, truncated = read_document(Path(path), read)
+    events = doc.traceEvents or []
+    rank_of = _ranks_of_processes(events, rank_from)
+    groups: dict[int, list[Any]] = {}
+    left_out: set[object] = set()
+    for e in events:
+        if isinstance(e, MetaEvent):
+            continue
+        rank = rank_of.get(getattr(e, "pid", None))
+        if rank is None:
+            left_out.add(getattr(e, "pid", None))
+        else:
+            groups.setdefault(rank, []).append(e)
+    if left_out - {None}:
+        warnings.append(
+            f"{path}: {len(left_out - {None})} process(es) with no rank by {rank_from} left "
+            f"out: {', '.join(sorted(map(str, left_out - {None})))[:200]}"
+        )
+    if not groups:
+        raise TraceError(path, f"no process has a rank by {rank_from}")
+    meta = trace_meta(doc)
+    return [
+        rank_events(
+            f"{path}#rank{rank}",
+            replace(meta, rank=rank),
+            group,
+            list(warnings),
+            truncated,
+            read.shaped_ops,
+        )
+        for rank, group in sorted(groups.items())
+    ]
 
 
 _NUMBER = re.compile(r"(?i)rank\D{0,3}(\d+)|(\d+)")

@@ -19,6 +19,7 @@ from multiprocessing.context import (
 from pathlib import Path
 from typing import Any
 
+from tracecomm import collector
 from tracecomm.ingest.discover import json_size
 
 # Below this much input a forked pool (the CLI's) saves nothing over threads of this process,
@@ -140,9 +141,10 @@ def return_freed_pages() -> None:
 def warm() -> None:
     """Runs in a fresh worker: imports the per-rank unit (defined here, not there, so that
     submitting it imports nothing heavy in the main process)."""
-    from tracecomm.run.worker import preload
+    with collector.loading_modules():
+        from tracecomm.run.worker import preload
 
-    preload()
+        preload()
 
 
 class UnguardedPopen(popen_spawn_posix.Popen):
