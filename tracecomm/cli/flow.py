@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from tracecomm.analysis.model import Side
     from tracecomm.analysis.report import Report
     from tracecomm.render import View
+    from tracecomm.run.pool import WarmPool
     from tracecomm.run.request import Request
     from tracecomm.run.saved import SavedReport
 
@@ -71,7 +72,12 @@ def analysis_for(
             from tracecomm.run.executors import open_executor
             from tracecomm.run.session import analyze_run
 
-        executor = open_executor(req.executor, req.jobs, pool)
+        executor = open_executor(
+            req.executor,
+            req.jobs,
+            None if pool is None else pool.executor,
+            client_parses=pool is not None and pool.client_parses,
+        )
     except UsageError as exc:
         _close_pool(pool)
         fail(str(exc), EXIT_USAGE)
@@ -129,9 +135,9 @@ def _projected(saved: SavedReport, options: Mapping[str, Any]) -> SavedReport:
     return type(saved)(saved.path, replace(saved.report, projection=found))
 
 
-def _close_pool(pool: Any) -> None:
+def _close_pool(pool: WarmPool | None) -> None:
     if pool is not None:
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.executor.shutdown(wait=False, cancel_futures=True)
 
 
 def view(

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar, cast
 
 from tracecomm.errors import UsageError
 
@@ -101,10 +101,16 @@ class LocalExecutor:
     number of jobs open (``run.pool.jobs_for``; None: ``POOL_MIN_BYTES``)."""
 
     def __init__(
-        self, pool: ProcessPoolExecutor | None = None, pool_min_bytes: int | None = None
+        self,
+        pool: ProcessPoolExecutor | None = None,
+        pool_min_bytes: int | None = None,
+        client_parses: bool = False,
     ) -> None:
         self._pool = pool
         self.pool_min_bytes = pool_min_bytes
+        # the handed-over pool has one worker fewer than the run's jobs: this process takes
+        # items beside it (``run.pool.client_parses``)
+        self._client_parses = client_parses and pool is not None
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
@@ -135,7 +141,83 @@ class LocalExecutor:
                 if progress:
                     progress(i + 1, len(items), item)
             return out
+        if self._client_parses:
+            return self._beside_pool(fn, items, args, progress, on_error, meanwhile)
         return self._pooled(fn, items, args, progress, on_error, jobs, meanwhile)
+
+    def _beside_pool(
+        self,
+        fn: Callable[..., R],
+        items: Sequence[str],
+        args: tuple[Any, ...],
+        progress: Progress | None,
+        on_error: OnError,
+        meanwhile: Meanwhile,
+    ) -> list[R]:
+        """The pool's workers and a thread of this process take the items one at a time, in
+        item order, from one queue. Each worker holds two (one queued behind the one it
+        parses, so that it never waits for the next). A pool that breaks takes no more: the
+        items it held run again in a fresh pool of one process (``_pooled``), where a death
+        can only be the item's own; the thread here takes the rest. An exception (a bug:
+        ``fn`` returns failures as values) reaches the caller, and no item starts after it."""
+        import queue
+        import threading
+        from concurrent.futures import Future
+        from functools import partial
+
+        pool, self._pool = self._pool, None
+        assert pool is not None  # _client_parses is only set with a pool
+        lock, order, stop = threading.Lock(), iter(range(len(items))), threading.Event()
+
+        def take() -> int | None:
+            with lock:
+                return None if stop.is_set() else next(order, None)
+
+        done: queue.SimpleQueue[tuple[int, Future[R] | _Outcome[R]]] = queue.SimpleQueue()
+
+        def here() -> None:
+            while (i := take()) is not None:
+                try:
+                    done.put((i, _Outcome(fn(items[i], *args))))
+                except BaseException as exc:  # raised again in the caller's thread
+                    done.put((i, _Outcome(None, exc)))
+                    return
+
+        def submit() -> None:
+            if (i := take()) is not None:
+                pool.submit(fn, items[i], *args).add_done_callback(partial(_put, done, i))
+
+        results: dict[int, R] = {}
+        broken: list[int] = []
+        try:
+            for _ in range(2 * len(_workers(pool)) or 2):
+                submit()
+            threading.Thread(target=here, name="tracecomm-rank", daemon=True).start()
+            if meanwhile is not None:
+                meanwhile()
+            while len(results) + len(broken) < len(items):
+                i, got = done.get()
+                if isinstance(got, _Outcome):
+                    results[i] = got.value()
+                elif isinstance(got.exception(), BrokenProcessPool):
+                    broken.append(i)  # the pool is gone: it takes nothing more
+                    continue
+                else:
+                    results[i] = got.result()
+                    if not broken:
+                        submit()
+                if progress:
+                    progress(len(results), len(items), items[i])
+        finally:  # an error or Ctrl-C: no item starts after it
+            stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+        if broken:
+            again = self._pooled(fn, [items[i] for i in broken], args, None, on_error, 1, None)
+            for i, result in zip(broken, again, strict=True):
+                results[i] = result
+                if progress:
+                    progress(len(results), len(items), items[i])
+        return [results[i] for i in range(len(items))]
 
     def _pooled(
         self,
@@ -214,6 +296,23 @@ class WorkerDied(BrokenProcessPool):
             except ValueError:
                 return f"crashed (signal {-code})"
         return f"exited with status {code} before finishing it (its error is on stderr)"
+
+
+def _put(done: Any, i: int, future: Any) -> None:
+    done.put((i, future))
+
+
+@dataclass(frozen=True)
+class _Outcome(Generic[R]):
+    """What an item run in this process gave: its result, or the exception it raised."""
+
+    result: R | None
+    error: BaseException | None = None
+
+    def value(self) -> R:
+        if self.error is not None:
+            raise self.error
+        return cast(R, self.result)
 
 
 def _workers(pool: ProcessPoolExecutor) -> list[Any]:
@@ -344,7 +443,8 @@ def open_executor(
     jobs: int | None,
     pool: ProcessPoolExecutor | None = None,
     pool_min_bytes: int | None = None,
+    client_parses: bool = False,
 ) -> Executor:
     if spec.kind == "dask":
         return DaskExecutor(spec, jobs)
-    return LocalExecutor(pool, pool_min_bytes)
+    return LocalExecutor(pool, pool_min_bytes, client_parses)

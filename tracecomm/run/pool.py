@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from multiprocessing import get_context, popen_spawn_posix, reduction, spawn, util
 from multiprocessing.context import (
     BaseContext,
@@ -40,6 +41,15 @@ POOL_MIN_BYTES = 32 * 2**20
 # against 5.0 s over 8 x 100 MB, and 7.1 s against 15.5 s over 8 x 250 MB. More cores favour
 # the pool sooner (threads share the GIL), but under 1 GiB the threads finish in seconds.
 SPAWNED_POOL_MIN_BYTES = 2**30
+# The CLI's own process parses ranks beside its pool, which then has one worker fewer: it loads
+# polars and the per-rank code for the cross-rank stage anyway, so the run pays one load of
+# them less (0.27 CPU-s). Measured (issue 47, 2 cores, one worker and this process against two
+# workers, interleaved medians): the real 8 x 35 MB run 1,083 -> 1,020 ms (20 rounds), 64 x 3 MB
+# 2,233 -> 2,046 ms and 8 x 100 MB 1,808 -> 1,645 ms (5). Only while no file is larger than
+# this: a big rank parsed here would add its peak to the results this process holds, and a
+# crash in a native library would end the run where a worker's loses one file. ``--jobs N``
+# keeps N workers.
+CLIENT_RANK_MAX_BYTES = 256 * 2**20
 # polars' allocator (jemalloc) keeps freed pages for 10 s by default, and a run is shorter:
 # the peak RSS counted every page a step ever freed. Handing them back after 0.1 s costs no
 # measurable time and takes a 2 GB trace from 1.0 to 0.85 GiB (BENCHMARKS.md).
@@ -78,7 +88,9 @@ def threads_for(paths: Sequence[str | Path], requested: int | None, jobs: int | 
     return max(1, min(os.cpu_count() or 1, len(paths)))
 
 
-def new_pool(jobs: int) -> ProcessPoolExecutor:
+def new_pool(jobs: int, share: int | None = None) -> ProcessPoolExecutor:
+    """``jobs`` workers, each with its share of the cores for polars: one of ``share`` when
+    this process parses beside them (else of ``jobs``)."""
     # Forking a process whose polars thread pool runs can deadlock: fork only while this
     # process has not loaded polars (the CLI starts its pool first), else start fresh
     # interpreters that leave the caller's script alone (``unguarded_spawn``). A forked
@@ -88,7 +100,7 @@ def new_pool(jobs: int) -> ProcessPoolExecutor:
         max_workers=jobs,
         mp_context=get_context("fork") if fork else unguarded_spawn(),
         initializer=polars_threads,
-        initargs=(max(1, (os.cpu_count() or 1) // jobs),),
+        initargs=(max(1, (os.cpu_count() or 1) // (share or jobs)),),
     )
 
 
@@ -116,20 +128,36 @@ def polars_threads(threads: int) -> None:
     os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
 
 
-def start_pool(traces: Sequence[str], requested: int | None) -> ProcessPoolExecutor | None:
+@dataclass(frozen=True)
+class WarmPool:
+    """A pool started before the run. ``client_parses``: this process takes ranks beside its
+    workers, one of the run's jobs (``CLIENT_RANK_MAX_BYTES``)."""
+
+    executor: ProcessPoolExecutor
+    client_parses: bool
+
+
+def start_pool(traces: Sequence[str], requested: int | None) -> WarmPool | None:
     """A warm pool for a run big enough to use one (None otherwise): its workers import the
     per-rank code while the main process loads its own. A run too small for one is parsed in
     this process, on ``threads_for`` threads that share polars' default pool."""
     try:
         jobs = jobs_for(traces, requested)
+        client = requested is None and jobs > 1 and _all_small(traces)
     except OSError:
         return None
     if jobs <= 1:
         return None
-    pool = new_pool(jobs)
-    for _ in range(jobs):
+    if client:
+        polars_threads(max(1, (os.cpu_count() or 1) // jobs))  # here, as in each worker
+    pool = new_pool(jobs - client, share=jobs)
+    for _ in range(jobs - client):
         pool.submit(warm)  # spawns the workers, which import the per-rank code
-    return pool
+    return WarmPool(pool, client)
+
+
+def _all_small(traces: Sequence[str]) -> bool:
+    return all("://" not in t and json_size(t) <= CLIENT_RANK_MAX_BYTES for t in traces)
 
 
 def return_freed_pages() -> None:
