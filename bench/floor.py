@@ -91,9 +91,9 @@ WORK: dict[str, Callable[[str], int]] = {
 
 
 def _warm() -> float:
-    from tracecomm.run.worker import preload
+    from tracecomm.run.pool import warm
 
-    preload()
+    warm()  # the CLI's own: the per-rank modules (without collector passes, where it has that)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
