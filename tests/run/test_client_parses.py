@@ -3,6 +3,7 @@ worker fewer, the same figures, and a worker's death still loses only its own fi
 
 from __future__ import annotations
 
+import gzip
 import os
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,28 @@ def test_a_worker_that_dies_loses_only_its_own_file(tmp_path: Path) -> None:
     assert isinstance(lost["die-d"], WorkerDied) and lost["die-d"].exitcode == 9
 
 
+def test_a_pool_that_breaks_while_the_client_is_busy_loses_only_the_dead_file(
+    tmp_path: Path,
+) -> None:
+    """Two workers: one dies while the client's thread is busy elsewhere (here, its
+    ``meanwhile``), so the other's result is read from a pool that is broken already. Handing
+    out the next item then raises in ``submit``; that item, and the dead one, run again in a
+    fresh pool of one process, and only the dead one is lost."""
+    import time
+
+    items = ["a", "die-b", "c", "d", "e", "f"]
+    out = LocalExecutor(pool.new_pool(2, share=3), client_parses=True).map(
+        crashing.die_in_a_worker,
+        items,
+        (os.getpid(), str(tmp_path / "died")),
+        None,
+        lambda item, exc: ("lost", item),
+        3,
+        lambda: time.sleep(1.5),
+    )
+    assert out == [("lost", i) if i.startswith("die") else ("ok", i) for i in items]
+
+
 def test_a_bug_reaches_the_caller() -> None:
     with pytest.raises(RuntimeError, match="a bug"):
         beside_one_worker().map(
@@ -81,11 +104,12 @@ def test_only_the_default_jobs_and_small_files_share(
 ) -> None:
     monkeypatch.setattr(pool.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(pool, "POOL_MIN_BYTES", 8)
-    monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
-    files = [tmp_path / f"rank{i}.json" for i in range(4)]
+    files = [tmp_path / f"rank{i}.json" for i in range(3)]
     for path in files:
         path.write_bytes(b'{"traceEvents": []}')
-    names = [str(p) for p in files]
+    packed = tmp_path / "rank3.json.gz"
+    packed.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    names = [*map(str, files), str(packed)]
 
     def started(requested: int | None) -> tuple[bool, int]:
         warm = pool.start_pool(names, requested)
@@ -94,7 +118,12 @@ def test_only_the_default_jobs_and_small_files_share(
         return warm.client_parses, warm.executor._max_workers  # type: ignore[attr-defined]
 
     assert started(None) == (True, 1)  # two jobs: this process and one worker
-    assert os.environ["POLARS_MAX_THREADS"] == "1"  # its share of the two cores
     assert started(2) == (False, 2)  # --jobs 2: two workers
+    # a gzip file that could inflate to 4 GiB: its trailer's size may have wrapped
+    monkeypatch.setattr(pool.ReadOptions, "max_inflate_ratio", 2.0**32)
+    assert started(None) == (False, 2)
+    monkeypatch.undo()
+    monkeypatch.setattr(pool.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 8)
     monkeypatch.setattr(pool, "CLIENT_RANK_MAX_BYTES", 8)
     assert started(None) == (False, 2)  # a rank too big to parse here

@@ -68,7 +68,7 @@ def analysis_for(
             discovery = discover(req.inputs)
             if req.cache is None and req.rank_from is None:
                 pool = start_pool(discovery.traces, req.jobs)
-        with collector.paused():  # while polars and the analysis load
+        with collector.loading("tracecomm.run.session"):  # polars and the analysis
             from tracecomm.run.executors import open_executor
             from tracecomm.run.session import analyze_run
 

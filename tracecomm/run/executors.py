@@ -160,14 +160,16 @@ class LocalExecutor:
         while the thread here had none left (measured: 0.19 s of one core idle at the end of the
         real 8-rank run, against 0.07 s with one). A pool that breaks takes no more: the
         items it held run again in a fresh pool of one process (``_pooled``), where a death
-        can only be the item's own; the thread here takes the rest. An exception (a bug:
-        ``fn`` returns failures as values) reaches the caller, and no item starts after it."""
+        can only be the item's own; the thread here takes the rest. (Every item it held counts
+        as broken, finished or not: one submitted as it broke may never finish.) An exception
+        (a bug: ``fn`` returns failures as values) reaches the caller, and no item starts
+        after it."""
         import queue
         import threading
         from concurrent.futures import Future
         from functools import partial
 
-        pool, self._pool = self._pool, None
+        pool, self._pool, self._client_parses = self._pool, None, False
         assert pool is not None  # _client_parses is only set with a pool
         lock, order, stop = threading.Lock(), iter(range(len(items))), threading.Event()
 
@@ -185,14 +187,23 @@ class LocalExecutor:
                     done.put((i, _Outcome(None, exc)))
                     return
 
+        held: dict[int, Future[R]] = {}  # the pool's items, until their result is read
+
         def submit() -> None:
-            if (i := take()) is not None:
-                pool.submit(fn, items[i], *args).add_done_callback(partial(_put, done, i))
+            if (i := take()) is None:
+                return
+            try:
+                future = pool.submit(fn, items[i], *args)
+            except BrokenProcessPool as exc:  # it broke before the last result was read
+                future = Future()
+                future.set_exception(exc)
+            held[i] = future
+            future.add_done_callback(partial(_put, done, i))
 
         results: dict[int, R] = {}
         broken: list[int] = []
         try:
-            for _ in range(len(_workers(pool)) or 1):
+            for _ in range(getattr(pool, "_max_workers", 1)):
                 submit()
             threading.Thread(target=here, name="tracecomm-rank", daemon=True).start()
             if meanwhile is not None:
@@ -201,11 +212,15 @@ class LocalExecutor:
                 i, got = done.get()
                 if isinstance(got, _Outcome):
                     results[i] = got.value()
+                elif i not in held:
+                    continue  # counted as broken already
                 elif isinstance(got.exception(), BrokenProcessPool):
-                    broken.append(i)  # the pool is gone: it takes nothing more
+                    pool.shutdown(wait=True)  # its workers are gone: it takes nothing more
+                    broken.extend(held)
+                    held.clear()
                     continue
                 else:
-                    results[i] = got.result()
+                    results[i] = held.pop(i).result()
                     if not broken:
                         submit()
                 if progress:
