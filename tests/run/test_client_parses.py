@@ -12,6 +12,7 @@ import pytest
 
 from tests.run import crashing
 from tracecomm.analysis.report import report_document
+from tracecomm.ingest.options import ReadOptions
 from tracecomm.run import pool
 from tracecomm.run.executors import LocalExecutor, WorkerDied
 from tracecomm.run.request import request_of
@@ -111,19 +112,15 @@ def test_only_the_default_jobs_and_small_files_share(
     packed.write_bytes(gzip.compress(b'{"traceEvents": []}'))
     names = [*map(str, files), str(packed)]
 
-    def started(requested: int | None) -> tuple[bool, int]:
-        warm = pool.start_pool(names, requested)
+    def started(requested: int | None, read: ReadOptions | None = None) -> tuple[bool, int]:
+        warm = pool.start_pool(names, requested, read)
         assert warm is not None
         warm.executor.shutdown(cancel_futures=True)
         return warm.client_parses, warm.executor._max_workers  # type: ignore[attr-defined]
 
     assert started(None) == (True, 1)  # two jobs: this process and one worker
     assert started(2) == (False, 2)  # --jobs 2: two workers
-    # a gzip file that could inflate to 4 GiB: its trailer's size may have wrapped
-    monkeypatch.setattr(pool.ReadOptions, "max_inflate_ratio", 2.0**32)
-    assert started(None) == (False, 2)
-    monkeypatch.undo()
-    monkeypatch.setattr(pool.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 8)
+    # a run whose gzip files may inflate to 4 GiB: the trailer's size may have wrapped
+    assert started(None, ReadOptions(max_inflate_ratio=2.0**32)) == (False, 2)
     monkeypatch.setattr(pool, "CLIENT_RANK_MAX_BYTES", 8)
     assert started(None) == (False, 2)  # a rank too big to parse here

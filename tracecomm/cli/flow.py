@@ -67,7 +67,7 @@ def analysis_for(
         if not req.executor.remote:
             discovery = discover(req.inputs)
             if req.cache is None and req.rank_from is None:
-                pool = start_pool(discovery.traces, req.jobs)
+                pool = start_pool(discovery.traces, req.jobs, req.read)
         with collector.loading("tracecomm.run.session"):  # polars and the analysis
             from tracecomm.run.executors import open_executor
             from tracecomm.run.session import analyze_run

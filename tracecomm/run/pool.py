@@ -138,13 +138,17 @@ class WarmPool:
     client_parses: bool
 
 
-def start_pool(traces: Sequence[str], requested: int | None) -> WarmPool | None:
+def start_pool(
+    traces: Sequence[str], requested: int | None, read: ReadOptions | None = None
+) -> WarmPool | None:
     """A warm pool for a run big enough to use one (None otherwise): its workers import the
     per-rank code while the main process loads its own. A run too small for one is parsed in
-    this process, on ``threads_for`` threads that share polars' default pool."""
+    this process, on ``threads_for`` threads that share polars' default pool. ``read``: the
+    run's bounds (how far a gzip file may inflate)."""
+    ratio = (read or ReadOptions()).max_inflate_ratio
     try:
         jobs = jobs_for(traces, requested)
-        client = requested is None and jobs > 1 and all(map(_small_enough_here, traces))
+        client = requested is None and jobs > 1 and all(_small(t, ratio) for t in traces)
     except OSError:
         return None
     if jobs <= 1:
@@ -157,15 +161,15 @@ def start_pool(traces: Sequence[str], requested: int | None) -> WarmPool | None:
     return WarmPool(pool, client)
 
 
-def _small_enough_here(trace: str) -> bool:
+def _small(trace: str, inflate_ratio: float) -> bool:
     """Under ``CLIENT_RANK_MAX_BYTES`` for certain. A gzip trailer holds the size mod 2**32:
     it is the size only where the file cannot inflate to 4 GiB before the reader refuses it
-    (``ReadOptions.max_inflate_ratio``), as a file of under 21 MB cannot."""
+    (``inflate_ratio``: by default 200x, which a file under 21 MB cannot reach)."""
     if "://" in trace:
         return False
     with open(trace, "rb") as head:
         gzip = head.read(2) == b"\x1f\x8b"
-    if gzip and os.path.getsize(trace) * ReadOptions.max_inflate_ratio >= 2**32:
+    if gzip and os.path.getsize(trace) * inflate_ratio >= 2**32:
         return False
     return json_size(trace) <= CLIENT_RANK_MAX_BYTES
 
