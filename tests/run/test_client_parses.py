@@ -124,3 +124,18 @@ def test_only_the_default_jobs_and_small_files_share(
     assert started(None, ReadOptions(max_inflate_ratio=2.0**32)) == (False, 2)
     monkeypatch.setattr(pool, "CLIENT_RANK_MAX_BYTES", 8)
     assert started(None) == (False, 2)  # a rank too big to parse here
+
+
+def test_a_gzip_size_is_certain_only_where_its_trailer_cannot_have_wrapped(
+    tmp_path: Path,
+) -> None:
+    from tracecomm.ingest.discover import certain_json_size
+
+    text = b'{"traceEvents": []}' * 1000
+    plain, packed = tmp_path / "a.json", tmp_path / "b.json.gz"
+    plain.write_bytes(text)
+    packed.write_bytes(gzip.compress(text))
+    assert certain_json_size(plain, 2.0**40) == len(text)  # a plain file's size is its own
+    assert certain_json_size(packed, 200.0) == len(text)  # the trailer's, exact
+    # a bound that lets this file inflate to 4 GiB: its trailer may hold the size mod 2**32
+    assert certain_json_size(packed, 2**32 / packed.stat().st_size) is None

@@ -20,15 +20,31 @@ _RANK_IN_NAME = re.compile(r"(?:^|[_\-./])(?:rank|worker)[_\-]?(\d+)(?=[_\-.]|$)
 
 def json_size(path: Path | str) -> int:
     """Bytes of JSON to parse: a gzip member's trailer holds its uncompressed size (mod 2**32)."""
+    size, trailer = _sizes(path)
+    return size if trailer is None else max(size, trailer)
+
+
+def certain_json_size(path: Path | str, inflate_ratio: float) -> int | None:
+    """``json_size`` where it is certain; None for a gzip file that could inflate to 4 GiB
+    before the reader refuses it (``inflate_ratio``, ``ingest.limits``), whose trailer's size
+    may have wrapped (at the default 200x, a file of 21 MB or more)."""
+    size, trailer = _sizes(path)
+    if trailer is None:
+        return size
+    return None if size * inflate_ratio >= 2**32 else max(size, trailer)
+
+
+def _sizes(path: Path | str) -> tuple[int, int | None]:
+    """The file's size, and a gzip file's trailer (its uncompressed size mod 2**32)."""
     size = os.path.getsize(path)
     try:
         with open(path, "rb") as handle:
             if handle.read(2) != b"\x1f\x8b" or size < 18:
-                return size
+                return size, None
             handle.seek(-4, os.SEEK_END)
-            return max(size, int.from_bytes(handle.read(4), "little"))
+            return size, int.from_bytes(handle.read(4), "little")
     except OSError:
-        return size
+        return size, None
 
 
 def find_traces(inputs: Sequence[Path | str]) -> list[Path]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tracecomm import collector
-from tracecomm.ingest.discover import json_size
+from tracecomm.ingest.discover import certain_json_size, json_size
 from tracecomm.ingest.options import ReadOptions
 
 # Below this much input a forked pool (the CLI's) saves nothing over threads of this process,
@@ -162,16 +162,11 @@ def start_pool(
 
 
 def _small(trace: str, inflate_ratio: float) -> bool:
-    """Under ``CLIENT_RANK_MAX_BYTES`` for certain. A gzip trailer holds the size mod 2**32:
-    it is the size only where the file cannot inflate to 4 GiB before the reader refuses it
-    (``inflate_ratio``: by default 200x, which a file under 21 MB cannot reach)."""
+    """Under ``CLIENT_RANK_MAX_BYTES`` for certain (``certain_json_size``)."""
     if "://" in trace:
         return False
-    with open(trace, "rb") as head:
-        gzip = head.read(2) == b"\x1f\x8b"
-    if gzip and os.path.getsize(trace) * inflate_ratio >= 2**32:
-        return False
-    return json_size(trace) <= CLIENT_RANK_MAX_BYTES
+    size = certain_json_size(trace, inflate_ratio)
+    return size is not None and size <= CLIENT_RANK_MAX_BYTES
 
 
 def return_freed_pages() -> None:
