@@ -20,17 +20,24 @@ READ = ReadOptions(shaped_ops=SHAPED_OPS)  # shapes kept: the test compares them
 FRAMES = ("device", "launches", "steps", "comm_annotations", "comm_ops", "cpu", "shaped_ops")
 
 
-def both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[RankEvents, RankEvents]:
+def both(
+    path: Path, monkeypatch: pytest.MonkeyPatch, batch: int = stream.SPLIT_BATCH_BYTES
+) -> tuple[RankEvents, RankEvents]:
     whole = _load_rank(path, READ)
     monkeypatch.setattr(stream, "STREAM_FROM_BYTES", 0)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 50_000)  # many chunks even for small files
+    monkeypatch.setattr(stream, "SPLIT_BATCH_BYTES", batch)
     chunked = stream.stream_rank(path, READ)
     return whole, chunked
 
 
+# the chunks split one at a time (each one over the bound), a few together, all together
+@pytest.mark.parametrize("batch", [1, 200_000, stream.SPLIT_BATCH_BYTES])
 @pytest.mark.parametrize("name", sorted(p.name for p in SAMPLE_RUN.iterdir())[:2])
-def test_chunks_equal_the_whole_file(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    whole, chunked = both(SAMPLE_RUN / name, monkeypatch)
+def test_chunks_equal_the_whole_file(
+    name: str, batch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    whole, chunked = both(SAMPLE_RUN / name, monkeypatch, batch)
     for frame in FRAMES:
         assert_frame_equal(getattr(chunked, frame), getattr(whole, frame))
     assert chunked.meta == whole.meta
