@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -145,3 +147,40 @@ def test_chunks_are_the_file_bytes_and_bodies_are_views(
     assert pieces[-1].final and not any(p.final for p in pieces[:-1])
     assert sep.join(p.text() for p in pieces) == events + trailer
     assert any(isinstance(p.body, memoryview) and len(p.body) > 500 for p in pieces)
+
+
+@pytest.mark.parametrize("last", ["kernel", "begin_end"])
+def test_the_arrays_last_events_are_read_as_the_rest(
+    last: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The events after the last read's last boundary (a kernel here, the trailer's fields
+    after it) go through the scanner like every other run: the general reader is not called.
+    A B / E pair at the end still goes to the general reader, which pairs them. Either way,
+    the columns the whole-file reader reads."""
+    steps = 1000  # over the first read's 1 MiB (the header's), so the array is read in chunks
+    events = [e for i in range(steps) for e in simple_events(1000 + 1000 * i)]
+    if last == "begin_end":
+        end = 1000 + 1000 * steps
+        events += [
+            {"ph": "B", "cat": "user_annotation", "name": "t", "pid": 1, "tid": 1, "ts": end},
+            {"ph": "E", "cat": "user_annotation", "name": "t", "pid": 1, "tid": 1, "ts": end + 9},
+        ]
+    doc = trace_doc(events, baseTimeNanoseconds=0)
+    path = write_trace(tmp_path / "t.json", text=json.dumps(doc, indent=1))
+    assert path.stat().st_size > (1 << 20) + 2 * 50_000
+    taken: list[int] = []
+    real_take = stream._take
+
+    def take(events: list[Any], *rest: Any) -> int:
+        taken.append(len(events))
+        return real_take(events, *rest)
+
+    monkeypatch.setattr(stream, "_take", take)
+    whole, chunked = both(path, monkeypatch)
+    for frame in FRAMES:
+        assert_frame_equal(getattr(chunked, frame), getattr(whole, frame))
+    assert chunked.device.height == 3 * steps
+    if last == "kernel":
+        assert taken == []
+    else:  # the runs that hold B or E, then the pair as one event
+        assert taken[-1] == 1 and len(taken) >= 2
