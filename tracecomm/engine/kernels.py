@@ -134,22 +134,15 @@ def kernel_steps(work: pl.DataFrame) -> tuple[KernelStep, ...]:
         )
         .with_columns(pl.col("name").cast(pl.String))
         .sort(["step", "first", "name"])
-        .with_columns(pl.int_range(pl.len()).over("step").alias("order"))
+        .with_columns(
+            pl.int_range(pl.len()).over("step").alias("order"),
+            pl.min_horizontal("exposed_ns", "time_ns").alias("exposed_ns"),
+        )
+        # the fields in their order, as tuples: a dict per row cost more than the query
+        .select(KernelStep.__struct_fields__)
         .collect(engine="in-memory")
     )
-    return tuple(
-        KernelStep(
-            step=int(r["step"]),
-            name=r["name"],
-            cls=r["cls"],
-            coll_type=r["coll_type"],
-            calls=int(r["calls"]),
-            time_ns=int(r["time_ns"]),
-            order=int(r["order"]),
-            exposed_ns=min(int(r["exposed_ns"]), int(r["time_ns"])),
-        )
-        for r in per.iter_rows(named=True)
-    )
+    return tuple(KernelStep(*row) for row in per.iter_rows())
 
 
 def _groups(work: pl.DataFrame, steps: int) -> tuple[KernelGroup, ...]:
