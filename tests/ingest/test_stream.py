@@ -131,7 +131,8 @@ def test_chunks_are_the_file_bytes_and_bodies_are_views(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every run's head + sep + body, joined by the boundaries' own separators, then the
-    remainder: the array as written. A body is a view of its read (not copied)."""
+    remainder: the array as written. A body is a view of the one buffer every read fills
+    (not copied, and no fresh memory each read): it holds its run until the next is taken."""
     sep = b",\n  "
     events = sep.join(
         b'{"ph": "X", "name": "k%d", "ts": %d, "dur": 1}' % (i, i) for i in range(40_000)
@@ -142,11 +143,12 @@ def test_chunks_are_the_file_bytes_and_bodies_are_views(
     monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)
     with path.open("rb") as handle:
         _, rest = stream._header(handle, path)
-        pieces = list(stream._chunks(handle, rest, path, READ))
+        pieces = [(p.text(), p.final, p.body) for p in stream._chunks(handle, rest, path, READ)]
     assert len(pieces) > 50
-    assert pieces[-1].final and not any(p.final for p in pieces[:-1])
-    assert sep.join(p.text() for p in pieces) == events + trailer
-    assert any(isinstance(p.body, memoryview) and len(p.body) > 500 for p in pieces)
+    assert pieces[-1][1] and not any(final for _, final, _ in pieces[:-1])
+    assert sep.join(text for text, _, _ in pieces) == events + trailer
+    bodies = [body for _, _, body in pieces if isinstance(body, memoryview) and len(body) > 500]
+    assert len({id(body.obj) for body in bodies}) == 1 and len(bodies) > 50
 
 
 @pytest.mark.parametrize("last", ["kernel", "begin_end"])

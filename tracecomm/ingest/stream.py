@@ -218,6 +218,13 @@ def _read(handle: IO[bytes], size: int) -> bytes:
         raise Fallback(str(exc)) from None
 
 
+def _read_into(handle: IO[bytes], buffer: memoryview) -> int:
+    try:
+        return handle.readinto(buffer)  # type: ignore[attr-defined]
+    except inflater().errors as exc:  # a cut or corrupt .gz
+        raise Fallback(str(exc)) from None
+
+
 def _header(handle: IO[bytes], path: Path) -> tuple[Trace, bytes]:
     buf = b""
     while len(buf) < _HEADER_LIMIT:
@@ -256,8 +263,10 @@ def _chunks(handle: IO[bytes], rest: bytes, path: Path, read: ReadOptions) -> It
     empty) is the array's remainder with the trailer. A run of more than ``max_event_bytes``
     without an event boundary is refused (one giant event or string: unbounded memory)."""
     tail, offset = rest, 0  # the bytes after the last boundary read so far, and where
+    buffer = memoryview(bytearray(CHUNK_BYTES))
     while True:
-        more = _read(handle, CHUNK_BYTES)
+        n = _read_into(handle, buffer)
+        more = buffer[:n]
         if not more:
             yield Chunk(tail, b"", b"", final=True)
             return
@@ -273,17 +282,15 @@ def _chunks(handle: IO[bytes], rest: bytes, path: Path, read: ReadOptions) -> It
         head_end, body_start = first.start() + 1, first.end() - 1
         if body_start < last[0]:
             yield Chunk(
-                tail + more[:head_end],
-                more[head_end:body_start],
-                memoryview(more)[body_start : last[0]],
+                tail + more[:head_end], bytes(more[head_end:body_start]), more[body_start : last[0]]
             )
         else:  # one boundary in this read: the head is the whole run
             yield Chunk(tail + more[:head_end], b"", b"")
         offset += len(tail) + last[1]
-        tail = more[last[1] :]
+        tail = bytes(more[last[1] :])
 
 
-def _last_boundary(buf: bytes) -> tuple[int, int] | None:
+def _last_boundary(buf: bytes | memoryview) -> tuple[int, int] | None:
     """(end of the chunk, start of the next event) at the last ``}, {`` of the buffer: looked
     for in its last 64 KiB, then its last MiB (matches cannot overlap, so the last one wholly
     inside the shorter tail is the last one of the longer)."""
