@@ -358,13 +358,26 @@ def with_launch_ops(launches: pl.DataFrame, ops: pl.DataFrame | None) -> pl.Data
     the launch's own correlation id there, which names no op: those launches have none."""
     if ops is None or ops.height == 0 or launches.height == 0:
         return launches
-    # External ids are unique in a trace; a file that repeats one names either op
-    names = ops.unique("external_id", keep="any").select("external_id", pl.col("name").alias("_op"))
-    linked = launches.drop("op").join(names, on="external_id", how="left", maintain_order="left")
+    # Only the ops some launch names, first: a streamed trace keeps every CPU op (40,794 on
+    # the real rank, of which older Kineto's launches name none: 2.9 -> 1.2 ms). External
+    # ids are unique in a trace; a file that repeats one names either op.
+    names = (
+        ops.lazy()
+        .filter(pl.col("external_id").is_in(launches["external_id"].drop_nulls().implode()))
+        .unique("external_id", keep="any")
+        .select("external_id", pl.col("name").alias("_op"))
+    )
+    linked = (
+        launches.lazy().drop("op").join(names, on="external_id", how="left", maintain_order="left")
+    )
     own = pl.col("external_id") == pl.col("correlation")
-    return linked.with_columns(
-        pl.when(own.fill_null(False)).then(None).otherwise(pl.col("_op")).alias("op")
-    ).drop("_op")
+    return (
+        linked.with_columns(
+            pl.when(own.fill_null(False)).then(None).otherwise(pl.col("_op")).alias("op")
+        )
+        .drop("_op")
+        .collect(engine="in-memory")
+    )
 
 
 def json_text(value: object) -> str | None:
