@@ -48,8 +48,10 @@ STREAM_FROM_BYTES = 16 << 20  # uncompressed JSON; smaller files are read whole
 CHUNK_BYTES = 8 << 20
 # A split runs one plan per frame, about 2 ms whatever a chunk holds: the real 35 MB rank's
 # five chunks took 10 ms one by one and 2.9 ms together. Chunks are split together up to this
-# much of their columns (polars' estimate), which bounds what waits unsplit on a 2 GB trace.
-SPLIT_BATCH_BYTES = 64 << 20
+# much of their columns (polars' estimate; the real rank's are 8.6 MB in all, a generated
+# 200 MB rank's 3 MB a chunk), which bounds what waits unsplit: at 64 MiB the largest
+# process of the 8 x 200 MB run peaked 40 MiB higher than with every chunk split alone.
+SPLIT_BATCH_BYTES = 8 << 20
 _HEADER_LIMIT = 64 << 20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _PHASE = attrgetter("ph")
