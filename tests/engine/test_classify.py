@@ -292,3 +292,27 @@ def test_deepep_kernels_are_all_to_all_and_a_comm_stream_note_names_the_rest(
     assert note is not None
     assert note.startswith("4 kernels (1.081 ms) on stream 27, which carries communication")
     assert "per_token_cast_to_fp8_with_channels ×4" in note
+
+
+def test_a_comm_stream_note_needs_a_stream_of_a_device() -> None:
+    """Kernels of no device (neither ``args.device`` nor a pid) are no stream's: a stream key
+    with a null device joins nothing, so its kernels make no note; on a device, the same
+    kernels do."""
+    from tracecomm.engine.classify import comm_stream_note
+
+    def kernels(device: int | None) -> pl.DataFrame:
+        return pl.DataFrame(
+            {
+                "kind": ["kernel"] * 3,
+                "cls": ["comm", "comm", "compute"],
+                "device": pl.Series([device] * 3, dtype=pl.Int64),
+                "stream": [7, 7, 7],
+                "name": ["ncclKernel_AllReduce", "ncclKernel_AllReduce", "my_gemm"],
+                "start_ns": [0, 100, 200],
+                "end_ns": [50, 150, 260],
+            }
+        )
+
+    assert comm_stream_note(kernels(None)) is None
+    note = comm_stream_note(kernels(0))
+    assert note is not None and note.startswith("1 kernels (0.000 ms) on stream 7, which carries")

@@ -301,13 +301,23 @@ def _plain(value: Any) -> object:
 
 
 def test_columns_are_read_only_buffers_that_outlive_the_scan() -> None:
-    """The scan's columns come out without a copy: buffers numpy reads in place, read-only,
-    alive as long as a view of them is."""
+    """The scan's columns come out without a copy: buffers of their own type (not ``bytes``)
+    that numpy reads in place, read-only, alive as long as a view of them is, however much
+    is allocated and freed after."""
     from tracecomm.ingest import _scan
 
-    got = _scan.scan(json.dumps(simple_events()).encode())
+    events = [dict(e, ts=e["ts"] + 7 * i) for i in range(2000) for e in simple_events()]
+    text = json.dumps(events).encode()
+    got = _scan.scan(text)
     assert got is not None
-    ts = np.frombuffer(got.pop("ts_ns"), dtype=np.int64)  # the view holds the only reference
-    del got
-    assert not ts.flags.writeable
-    assert ts.tolist() == [e["ts"] * 1000 for e in simple_events() if e.get("ph") == "X"]
+    column = got.pop("ts_ns")
+    assert not isinstance(column, bytes) and type(column).__name__ == "Column"
+    ts = np.frombuffer(column, dtype=np.int64)  # the view holds the only reference
+    del got, column
+    assert ts.base is not None and not ts.flags.writeable
+    for _ in range(5):  # memory freed here and allocated again by the next scans
+        again = _scan.scan(text)
+        assert again is not None
+        del again
+    want = [e["ts"] * 1000 for e in events if e.get("ph") == "X"]
+    assert ts.tolist() == want

@@ -155,8 +155,9 @@ def test_chunks_are_the_file_bytes_and_bodies_are_views(
 def test_the_arrays_last_events_are_read_as_the_rest(
     last: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The events after the last read's last boundary (a kernel here, the trailer's fields
-    after it) go through the scanner like every other run: the general reader is not called.
+    """The events after the last read's last boundary (a kernel here, then the array's end
+    and the trailer's baseTimeNanoseconds) go through the scanner like every other run: the
+    general reader is not called.
     A B / E pair at the end still goes to the general reader, which pairs them. Either way,
     the columns the whole-file reader reads."""
     steps = 1000  # over the first read's 1 MiB (the header's), so the array is read in chunks
@@ -167,8 +168,10 @@ def test_the_arrays_last_events_are_read_as_the_rest(
             {"ph": "B", "cat": "user_annotation", "name": "t", "pid": 1, "tid": 1, "ts": end},
             {"ph": "E", "cat": "user_annotation", "name": "t", "pid": 1, "tid": 1, "ts": end + 9},
         ]
-    doc = trace_doc(events, baseTimeNanoseconds=0)
-    path = write_trace(tmp_path / "t.json", text=json.dumps(doc, indent=1))
+    text = json.dumps(trace_doc(events), indent=1)  # traceEvents last: the trailer after it
+    assert text.endswith("]\n}")
+    text = text[:-1] + ', "baseTimeNanoseconds": 5}'
+    path = write_trace(tmp_path / "t.json", text=text)
     assert path.stat().st_size > (1 << 20) + 2 * 50_000
     taken: list[int] = []
     real_take = stream._take
@@ -182,6 +185,7 @@ def test_the_arrays_last_events_are_read_as_the_rest(
     for frame in FRAMES:
         assert_frame_equal(getattr(chunked, frame), getattr(whole, frame))
     assert chunked.device.height == 3 * steps
+    assert chunked.meta.base_time_ns == whole.meta.base_time_ns == 5
     if last == "kernel":
         assert taken == []
     else:  # the runs that hold B or E, then the pair as one event

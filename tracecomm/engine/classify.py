@@ -493,7 +493,9 @@ def comm_stream_note(device: pl.DataFrame) -> str | None:
         return None
     # no copy of the kernels (most of a 2 GB trace's device frame); the streams first: most
     # runs have none that mixes, and the join of the kernels was most of the cost (1.9 ms)
-    kernels = device.lazy().filter(pl.col("kind") == "kernel", pl.col("stream").is_not_null())
+    kernels = device.lazy().filter(
+        pl.col("kind") == "kernel", pl.col("device").is_not_null(), pl.col("stream").is_not_null()
+    )  # a null key joins nothing: such a kernel is no stream's
     comm_streams = (
         kernels.group_by("device", "stream")
         .agg(

@@ -98,18 +98,10 @@ class BoundedReader:
 
     def read(self, size: int) -> bytes:
         data = self._handle.read(size)
-        self._count(len(data))
-        return data
-
-    def readinto(self, buffer: memoryview) -> int:
-        size = self._handle.readinto(buffer)  # type: ignore[attr-defined]
-        self._count(size)
-        return int(size)
-
-    def _count(self, size: int) -> None:
-        self._total += size
+        self._total += len(data)
         if self._total > self._limit:
             raise refuse_inflation(self._path, self._total, self._read)
+        return data
 
     def close(self) -> None:
         self._handle.close()

@@ -11,6 +11,7 @@ which has the salvage logic.
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable, Iterator
 from operator import attrgetter
@@ -105,9 +106,9 @@ def stream_rank(path: Path, read: ReadOptions) -> RankEvents:
     last = _last_events(tail)
     if last:
         repaired += events(last, b"", lambda: last)
-    elif not parts:  # no event at all: the general reader's empty frames
-        repaired += _take([], path, read, state, parts, pending, warnings, begin_end)
     batch.flush()
+    if not parts:  # no event at all: the general reader's empty frames
+        repaired += _take([], path, read, state, parts, pending, warnings, begin_end)
     if begin_end:
         paired = with_begin_end(begin_end)
         repaired += _take(paired, path, read, state, parts, pending, warnings, [])
@@ -163,9 +164,10 @@ def _absorb(
 
 class _Batch:
     """The scanner's chunks of a trace known to have device work, split together
-    (``SPLIT_BATCH_BYTES``). Such a chunk has no row of a CPU op kept only as the op a launch
-    may name (the scanner returns those apart, as ``ops``): its ops follow its split frames,
-    and the order of the ops is what it was, chunk by chunk."""
+    (``SPLIT_BATCH_BYTES``). The CPU ops kept only as the op a launch may name (the scanner
+    returns them apart, as ``ops``) follow the batch's split frames: within a batch the ops
+    are no longer in file order, which only a repeated External id could tell, and then
+    either op is named (``frames.with_launch_ops``)."""
 
     def __init__(self, parts: dict[str, list[pl.DataFrame]]) -> None:
         self.parts = parts
@@ -220,11 +222,23 @@ def _read(handle: IO[bytes], size: int) -> bytes:
         raise Fallback(str(exc)) from None
 
 
-def _read_into(handle: IO[bytes], buffer: memoryview) -> int:
-    try:
-        return handle.readinto(buffer)  # type: ignore[attr-defined]
-    except inflater().errors as exc:  # a cut or corrupt .gz
-        raise Fallback(str(exc)) from None
+def _reads(handle: IO[bytes]) -> Iterator[bytes | memoryview]:
+    """The rest of the file, ``CHUNK_BYTES`` a read, then an empty read. A plain file fills
+    one buffer each time, so each read is a view of it, valid until the next: a fresh 8 MB
+    ``bytes`` a read was faulted in page by page (the real rank's parse 50 -> 42 ms with the
+    other stream changes). A gzip reader has no ``readinto`` of its own (isal's, zlib's):
+    it would read into fresh memory and copy, so it keeps its own reads."""
+    if not isinstance(handle, io.BufferedReader):
+        while more := _read(handle, CHUNK_BYTES):
+            yield more
+        yield b""
+        return
+    buffer = memoryview(bytearray(CHUNK_BYTES))
+    while True:
+        size = handle.readinto(buffer)
+        yield buffer[:size]
+        if not size:
+            return
 
 
 def _header(handle: IO[bytes], path: Path) -> tuple[Trace, bytes]:
@@ -249,7 +263,7 @@ class Chunk(NamedTuple):
     """A run of whole events as the file has them: ``head`` + ``sep`` + ``body``. ``head``
     holds the event the previous read cut (its start, then its end from this read: a small
     copy); ``body`` is a view of this read, not copied (a copy of every chunk cost twice the
-    inflation on a real trace)."""
+    inflation on a real trace), valid until the next chunk is taken (``_reads``)."""
 
     head: bytes
     sep: bytes
@@ -265,10 +279,7 @@ def _chunks(handle: IO[bytes], rest: bytes, path: Path, read: ReadOptions) -> It
     empty) is the array's remainder with the trailer. A run of more than ``max_event_bytes``
     without an event boundary is refused (one giant event or string: unbounded memory)."""
     tail, offset = rest, 0  # the bytes after the last boundary read so far, and where
-    buffer = memoryview(bytearray(CHUNK_BYTES))
-    while True:
-        n = _read_into(handle, buffer)
-        more = buffer[:n]
+    for more in _reads(handle):
         if not more:
             yield Chunk(tail, b"", b"", final=True)
             return
@@ -284,7 +295,9 @@ def _chunks(handle: IO[bytes], rest: bytes, path: Path, read: ReadOptions) -> It
         head_end, body_start = first.start() + 1, first.end() - 1
         if body_start < last[0]:
             yield Chunk(
-                tail + more[:head_end], bytes(more[head_end:body_start]), more[body_start : last[0]]
+                tail + more[:head_end],
+                bytes(more[head_end:body_start]),
+                memoryview(more)[body_start : last[0]],
             )
         else:  # one boundary in this read: the head is the whole run
             yield Chunk(tail + more[:head_end], b"", b"")
