@@ -232,3 +232,23 @@ def test_matmul_and_attention_ops_keep_their_input_dims(tmp_path: Path) -> None:
     assert json.loads(ops["input_dims"][0]) == [[64, 128], [128, 32]]
     assert json.loads(ops["concrete_inputs"][0]) == ["", ""]
     assert ops["tid"][0] == 3
+
+
+@pytest.mark.parametrize(
+    ("values", "text"),
+    [
+        (["a", None, "b"], ["a", None, "b"]),
+        ([[0, 2, 4], None], ["[0, 2, 4]", None]),  # "Process Group Ranks" as a list
+        (["a", 3, True, 1.5], ["a", "3", "True", "1.5"]),
+        ([None, None], [None, None]),
+    ],
+)
+def test_text_columns_take_any_json_value_as_its_text(
+    values: list[object], text: list[str | None]
+) -> None:
+    """A text argument (process group ranks, names) that a writer spells as a number, a list
+    or a boolean is kept as its Python text, so mixed files stay one String column."""
+    from tracecomm.ingest.frames import typed_series
+
+    out = typed_series("pg_ranks", values, pl.String())
+    assert out.dtype == pl.String and out.to_list() == text
