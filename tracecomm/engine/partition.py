@@ -521,6 +521,7 @@ def _window_figures(
         (size(c[:, FIRST_TYPE + i]), size(c[:, FIRST_TYPE + i] & compute))
         for i in range(len(types))
     ]
+    of_type = [events.comm_types == coll for coll in types]  # once, not once a window
     out: list[WindowFigures | None] = []
     for w, spans in enumerate(windows):
         if not spans:
@@ -540,7 +541,7 @@ def _window_figures(
             hits |= (events.starts < end) & (events.ends > start)
         by_type = []
         for i, coll in enumerate(types):
-            kernels = int(np.count_nonzero(hits & (events.comm_types == coll)))
+            kernels = int(np.count_nonzero(hits & of_type[i]))
             type_ns, type_overlap = int(per_type[i][0][w]), int(per_type[i][1][w])
             if kernels or type_ns:
                 by_type.append(
