@@ -63,6 +63,28 @@ def test_split_sizes_are_rows_when_they_hold(
         assert want[2] in got["split_problem"]
 
 
+def test_a_run_without_splits_gets_the_columns_the_parse_would_give() -> None:
+    """No split text anywhere (no all-to-all) skips the parse: the same columns, types and
+    nulls as a frame whose splits are all even ("[]"), which the parse reads."""
+    frame = pl.DataFrame(
+        {
+            "in_split_size": pl.Series([None, None], dtype=pl.String),
+            "out_split_size": pl.Series([None, None], dtype=pl.String),
+            "group_size": [2, 2],
+            "in_msg_nelems": [4, 8],
+            "out_msg_nelems": [4, 8],
+            "in_msg_size": pl.Series([None, None], dtype=pl.Int64),
+            "out_msg_size": pl.Series([None, None], dtype=pl.Int64),
+        }
+    )
+    even = frame.with_columns(pl.lit("[]").alias(c) for c in ("in_split_size", "out_split_size"))
+    added = ["sent_rows", "recv_rows", "split_problem"]
+    skipped, parsed = with_split_rows(frame), with_split_rows(even)
+    assert skipped.columns == parsed.columns == [*frame.columns, *added]
+    assert skipped.select(added).equals(parsed.select(added))
+    assert skipped.select(added).null_count().row(0) == (2, 2, 2)
+
+
 def _a2a(ts: float, corr: int, sent: Any, recv: Any) -> dict:
     return kernel(
         "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",

@@ -150,6 +150,15 @@ def with_split_rows(frame: pl.DataFrame) -> pl.DataFrame:
     abbreviated). They are used only when both parse, every entry is a whole number ≥ 0,
     each list has one entry per group member, and the element counts divide into rows of
     one width; otherwise they are left out with the reason (a note, never an error)."""
+    if all(frame[c].null_count() == frame.height for c in ("in_split_size", "out_split_size")):
+        # no split anywhere (no all-to-all): the answer without the parse's two queries
+        return frame.hstack(
+            [
+                pl.Series("sent_rows", [None] * frame.height, dtype=pl.Int64),
+                pl.Series("recv_rows", [None] * frame.height, dtype=pl.Int64),
+                pl.Series("split_problem", [None] * frame.height, dtype=pl.String),
+            ]
+        )
     sent_text, recv_text = (
         pl.col(c).str.strip_chars() for c in ("in_split_size", "out_split_size")
     )
