@@ -327,7 +327,7 @@ def _decode(text: bytes) -> list[Any]:
 
 
 class _RawEvents(msgspec.Struct, gc=False):
-    traceEvents: list[msgspec.Raw] = []
+    traceEvents: list[msgspec.Raw] | None = None  # as ``Trace`` has it (a later key may null it)
 
 
 _RAW_EVENTS = msgspec.json.Decoder(_RawEvents)
@@ -339,7 +339,7 @@ def _last_events(tail: bytes) -> bytes:
         raw = _RAW_EVENTS.decode(b'{"traceEvents":[' + tail)
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise Fallback("the file does not end as a trace ends") from None
-    return b",".join(raw.traceEvents)
+    return b",".join(raw.traceEvents or [])
 
 
 def _trailer(tail: bytes) -> Trace:
