@@ -33,3 +33,22 @@ def test_the_cli_and_its_request_load_no_polars() -> None:
         [sys.executable, "-c", CHECK], capture_output=True, text=True, cwd=repo, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+NO_LOG = """
+import sys
+from tracecomm import analyze
+report = analyze("fixtures/sample-run", jobs=1)
+assert report.ranks and report.nccl is None
+assert "tracecomm.nccl.parse" not in sys.modules, "the NCCL log parser loaded"
+"""
+
+
+def test_a_run_without_nccl_logs_loads_no_log_parser() -> None:
+    """The report's types hold the NCCL diagnosis, but its 60 patterns compile only when a
+    log is there to read (nccl.discover.analyze_nccl): a run without one pays nothing."""
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", NO_LOG], capture_output=True, text=True, cwd=repo, check=False
+    )
+    assert done.returncode == 0, done.stderr

@@ -18,8 +18,15 @@ from msgspec import Meta
 from tracecomm.doc import Doc, NonNegative
 from tracecomm.nccl.damage import count_damaged
 from tracecomm.nccl.flight import Divergence, FrDump, divergences
-from tracecomm.nccl.model import NO_PROC, NcclLog, PgRef, Proc, VersionRecord, WatchdogRecord
-from tracecomm.nccl.parse import NOTICE_KINDS
+from tracecomm.nccl.model import (
+    NO_PROC,
+    NOTICE_KINDS,
+    NcclLog,
+    PgRef,
+    Proc,
+    VersionRecord,
+    WatchdogRecord,
+)
 from tracecomm.text import compact_ranges
 
 Severity = Literal["error", "warning", "info"]

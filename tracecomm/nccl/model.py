@@ -26,6 +26,10 @@ COLL_SCHEMA: dict[str, pl.DataType] = {
 }
 Proc = tuple[str, int]  # (host, pid): a process; comm pointers mean something only inside one
 NO_PROC: Proc = ("?", -1)  # an NCCL line whose host:pid:tid prefix the user stripped
+# The WARN kinds (parse.WARN_KINDS) that are notices: a feature is absent and NCCL carries on
+# without it. Here, not in parse.py, so that the diagnosis (which every report's types
+# import) does not compile the parser's 60 patterns in a run with no NCCL log.
+NOTICE_KINDS = frozenset({"collnet_unsupported", "no_net_plugin", "no_ibverbs", "nvls_unsupported"})
 
 # COLL records kept as columns for the checks that compare records across processes (the
 # damaged-count check, nccl.damage): about 150 bytes each, so that a log of tens of millions of

@@ -210,7 +210,6 @@ WARN_KINDS = (
     ("version_mismatch", re.compile(r"Mismatched NCCL version")),
     ("proxy", re.compile(r"Proxy Call|\[Service thread\]|\[Proxy Thread\]|Proxy Service")),
 )
-NOTICE_KINDS = frozenset({"collnet_unsupported", "no_net_plugin", "no_ibverbs", "nvls_unsupported"})
 
 # --- PyTorch ProcessGroupNCCL (§11) -------------------------------------------------------
 _WD_MARKER = re.compile(
