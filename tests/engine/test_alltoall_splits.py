@@ -64,25 +64,32 @@ def test_split_sizes_are_rows_when_they_hold(
 
 
 def test_a_run_without_splits_gets_the_columns_the_parse_would_give() -> None:
-    """No split text anywhere (no all-to-all) skips the parse: the same columns, types and
-    nulls as a frame whose splits are all even ("[]"), which the parse reads."""
-    frame = pl.DataFrame(
-        {
-            "in_split_size": pl.Series([None, None], dtype=pl.String),
-            "out_split_size": pl.Series([None, None], dtype=pl.String),
-            "group_size": [2, 2],
-            "in_msg_nelems": [4, 8],
-            "out_msg_nelems": [4, 8],
-            "in_msg_size": pl.Series([None, None], dtype=pl.Int64),
-            "out_msg_size": pl.Series([None, None], dtype=pl.Int64),
-        }
-    )
-    even = frame.with_columns(pl.lit("[]").alias(c) for c in ("in_split_size", "out_split_size"))
+    """No split text anywhere (no all-to-all), or only even splits ("[]"), skips the parse:
+    the same columns, types and nulls as the parse gives those rows beside one that it
+    reads."""
+
+    def frame(texts: list[str | None]) -> pl.DataFrame:
+        return pl.DataFrame(
+            {
+                "in_split_size": pl.Series(texts, dtype=pl.String),
+                "out_split_size": pl.Series(texts, dtype=pl.String),
+                "group_size": [2] * len(texts),
+                "in_msg_nelems": [4] * len(texts),
+                "out_msg_nelems": [4] * len(texts),
+                "in_msg_size": pl.Series([None] * len(texts), dtype=pl.Int64),
+                "out_msg_size": pl.Series([None] * len(texts), dtype=pl.Int64),
+            }
+        )
+
     added = ["sent_rows", "recv_rows", "split_problem"]
-    skipped, parsed = with_split_rows(frame), with_split_rows(even)
-    assert skipped.columns == parsed.columns == [*frame.columns, *added]
-    assert skipped.select(added).equals(parsed.select(added))
-    assert skipped.select(added).null_count().row(0) == (2, 2, 2)
+    parsed = with_split_rows(frame(["[2, 2]", None, "[]", " [] "]))  # the first one parses
+    assert parsed.row(0, named=True)["sent_rows"] == 4
+    nothing: list[str | None] = [None, None, None]
+    for texts in (nothing, [None, "[]", " [] "]):
+        skipped = with_split_rows(frame(texts))
+        assert skipped.columns == parsed.columns == [*frame(texts).columns, *added]
+        assert skipped.schema == parsed.schema
+        assert skipped.select(added).equals(parsed.select(added).slice(1))
 
 
 def _a2a(ts: float, corr: int, sent: Any, recv: Any) -> dict:

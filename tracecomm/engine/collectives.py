@@ -150,8 +150,17 @@ def with_split_rows(frame: pl.DataFrame) -> pl.DataFrame:
     abbreviated). They are used only when both parse, every entry is a whole number ≥ 0,
     each list has one entry per group member, and the element counts divide into rows of
     one width; otherwise they are left out with the reason (a note, never an error)."""
-    if all(frame[c].null_count() == frame.height for c in ("in_split_size", "out_split_size")):
-        # no split anywhere (no all-to-all): the answer without the parse's two queries
+    sent_text, recv_text = (
+        pl.col(c).str.strip_chars() for c in ("in_split_size", "out_split_size")
+    )
+    no_split = pl.any_horizontal(
+        *(t.is_null() | t.is_in(["", "[]"]) for t in (sent_text, recv_text))
+    )
+    if (
+        all(frame[c].null_count() == frame.height for c in ("in_split_size", "out_split_size"))
+        or frame.select(no_split.all()).item()
+    ):
+        # no split anywhere (no all-to-all, or even ones): the answer without the parse
         return frame.hstack(
             [
                 pl.Series("sent_rows", [None] * frame.height, dtype=pl.Int64),
@@ -159,15 +168,10 @@ def with_split_rows(frame: pl.DataFrame) -> pl.DataFrame:
                 pl.Series("split_problem", [None] * frame.height, dtype=pl.String),
             ]
         )
-    sent_text, recv_text = (
-        pl.col(c).str.strip_chars() for c in ("in_split_size", "out_split_size")
-    )
     parsed = frame.with_columns(
         _parsed_split(sent_text).alias("_sent"),
         _parsed_split(recv_text).alias("_recv"),
-        pl.any_horizontal(
-            *(t.is_null() | t.is_in(["", "[]"]) for t in (sent_text, recv_text))
-        ).alias("_no_split"),
+        no_split.alias("_no_split"),
     ).with_columns(
         pl.col("_sent").list.sum().alias("_sent_sum"),
         pl.col("_recv").list.sum().alias("_recv_sum"),
