@@ -12,7 +12,7 @@ import polars as pl
 
 from tracecomm.colltypes import COLL_TYPES
 from tracecomm.ingest.events import META_SCHEMA
-from tracecomm.ingest.frames import innermost_enclosing
+from tracecomm.ingest.frames import innermost_enclosing, null_column
 from tracecomm.ingest.model import RankEvents
 
 # Communication libraries by kernel name (metrics.md §1a), each with how its kernels are typed:
@@ -389,7 +389,7 @@ def _enclosing_collective(keyed: pl.DataFrame, cpu: pl.DataFrame) -> pl.Series:
     send / recv) open on that thread at the launch; null where none is. Annotations of no
     collective (``nccl:coalesced``, NCCL's ``ncclGroupStart`` / ``ncclGroupEnd`` ranges read as
     ``nccl:GroupEnd``) are looked through: the call they belong to may enclose them."""
-    none = pl.Series("ctx", [None] * keyed.height, dtype=pl.String)
+    none = null_column("ctx", pl.String, keyed.height)
     if cpu.height == 0 or "kind" not in cpu.columns:
         return none
     ann = (

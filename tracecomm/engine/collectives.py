@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 
 from tracecomm.engine.classify import coll_type_of
+from tracecomm.ingest.frames import null_column
 
 WORLD = "world"
 
@@ -163,9 +164,9 @@ def with_split_rows(frame: pl.DataFrame) -> pl.DataFrame:
         # no split anywhere (no all-to-all, or even ones): the answer without the parse
         return frame.hstack(
             [
-                pl.Series("sent_rows", [None] * frame.height, dtype=pl.Int64),
-                pl.Series("recv_rows", [None] * frame.height, dtype=pl.Int64),
-                pl.Series("split_problem", [None] * frame.height, dtype=pl.String),
+                null_column("sent_rows", pl.Int64, frame.height),
+                null_column("recv_rows", pl.Int64, frame.height),
+                null_column("split_problem", pl.String, frame.height),
             ]
         )
     parsed = frame.with_columns(

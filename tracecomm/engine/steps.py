@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from tracecomm.ingest.frames import null_column
 from tracecomm.ingest.model import RankEvents
 
 # Kernel launches (runtime, driver, HIP, graphs); a step whose launches of these have no
@@ -239,7 +240,7 @@ def step_of(times: pl.Expr, steps: pl.DataFrame, frame: pl.DataFrame) -> pl.Seri
     if spans["step"].null_count() or spans["start_ns"].null_count():
         spans = spans.drop_nulls(["step", "start_ns"])
     if spans.height == 0:
-        return pl.Series("step", [None], dtype=pl.Int64).new_from_index(0, frame.height)
+        return null_column("step", pl.Int64, frame.height)
     order = np.argsort(spans["start_ns"].to_numpy(), kind="stable")
     starts = spans["start_ns"].to_numpy()[order]
     low = np.iinfo(np.int64).min

@@ -23,6 +23,7 @@ from tracecomm.ingest.frames import (
     decode_args,
     int_series,
     json_text,
+    null_column,
     time_warnings,
     typed_series,
 )
@@ -337,6 +338,6 @@ def _spread(values: pl.Series, rows: np.ndarray, frame: pl.DataFrame) -> pl.Seri
 
 
 def _nulls(name: str, dtype: Any, frame: pl.DataFrame) -> pl.Series:
-    """A null column as tall as ``frame``, made without a query (``pl.repeat`` and
-    ``pl.lit`` in ``with_columns`` run one per column of every chunk)."""
-    return pl.Series(name, [None], dtype=dtype).new_from_index(0, frame.height)
+    """A null column as tall as ``frame`` (``frames.null_column``: no query per column of
+    every chunk)."""
+    return null_column(name, dtype, frame.height)

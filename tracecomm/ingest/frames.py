@@ -227,6 +227,12 @@ def _pick(items: list[Any], rows: list[int]) -> list[Any]:
     return list(itemgetter(*rows)(items))
 
 
+def null_column(name: str, dtype: Any, height: int) -> pl.Series:
+    """A null column ``height`` rows tall, made without a query or a Python list of the rows
+    (``pl.repeat`` and ``pl.lit`` in ``with_columns`` run a query each)."""
+    return pl.Series(name, [None], dtype=dtype).new_from_index(0, height)
+
+
 def _str_series(name: str, values: Sequence[object]) -> pl.Series:
     # ints (pids, tids), lists ("Process Group Ranks") or other odd values: text, so mixed
     # files stay one column. polars refuses any of them in a String column, and its refusal
